@@ -1,0 +1,31 @@
+"""Shared pieces of the numpy golden: the OOB remap over whole index arrays, and GM write-back."""
+from __future__ import annotations
+
+import numpy as np
+
+from simt_pto.kernels.index_policy import CLAMP, MASK, WRAP
+
+
+def remap(raw: np.ndarray, capacity: int, rule: int) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised remap of uint32-cast indices (int64 ``raw``): ``(slots, in_range)``."""
+    if rule == CLAMP:
+        return np.minimum(raw, capacity - 1), np.ones(raw.shape, bool)
+    if rule == WRAP:
+        return raw % capacity, np.ones(raw.shape, bool)
+    ok = raw < capacity
+    if rule == MASK:
+        return np.where(ok, raw, 0), ok
+    return raw, np.ones(raw.shape, bool)
+
+
+def table_bits(plan) -> np.ndarray:
+    """The table memory as a flat array of raw bits (a view for host memory, a copy for device memory)."""
+    return plan.table.host_flat().view(plan.dtype.bits)
+
+
+def write_back(plan, flat_bits: np.ndarray) -> None:
+    """Publish a modified copy of device table memory (host tables were modified in place)."""
+    if plan.table.on_device:
+        from numba import cuda
+        dev = cuda.as_cuda_array(plan.table.array)
+        dev.copy_to_device(flat_bits.view(dev.dtype).reshape(dev.shape))

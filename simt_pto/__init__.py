@@ -1,0 +1,25 @@
+"""simt_pto: an emulator of the PTO ISA memory instructions MGATHER and MSCATTER.
+
+Three targets behind one tile / tensor API: ``a5`` (the A5 SIMT kernels as Numba CUDA kernels, on a
+GPU or Numba's CUDA simulator), ``a2a3`` (the sequential vector-core paths as Numba-jitted loops) and
+``cpu`` (the CPU simulator's reference semantics in numpy, the golden).
+"""
+from . import dtypes, nz
+from .backend import a5_backend, set_a5_backend
+from .dtypes import DType
+from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict, ScatterOOB,
+                    SLayout, TileType, TARGETS)
+from .errors import ConstraintError, OutOfBoundsError
+from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
+from .ops import mgather, mscatter, tload, tstore
+from .tensor import GlobalTensor
+from .tile import Tile
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
+    "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
+    "Tile", "TileType", "a5_backend", "dtypes", "elem_geometry", "last_geometry", "mgather", "mscatter", "nz",
+    "row_geometry", "set_a5_backend", "tload", "tstore",
+]

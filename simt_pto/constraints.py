@@ -1,0 +1,279 @@
+"""Constraint checks per target, and the resolved call ("plan") every target runs.
+
+Implements MGATHER.md / MSCATTER.md "Tile Constraints (CPU / A2/A3 / A5)", "Mode Resolution",
+"Atomic Type Support", "Layout Support" and "UB Memory Budget". Every check runs before anything is
+written; a violation raises :class:`ConstraintError` naming the rule, the target and the values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import nz, ub
+from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,
+                    ScatterOOB, SLayout, TileType)
+from .errors import ConstraintError, OutOfBoundsError
+from .tensor import GlobalTensor
+from .tile import Tile
+from simt_pto.kernels.index_policy import IDENTITY, index_rule
+
+
+@dataclass
+class Plan:
+    """A validated MGATHER / MSCATTER call, resolved to what the target's kernels need."""
+
+    op: str                     # "MGATHER" or "MSCATTER"
+    target: str
+    coalesce: Coalesce
+    oob: object                 # GatherOOB or ScatterOOB
+    rule: int                   # kernels.index_policy rule the OOB policy compiles to
+    dtype: _dt.DType
+    tile: Tile                  # dst (gather) or src (scatter)
+    idx: Tile | GlobalTensor    # UB index tile (GM tensor on the GM -> L1 path)
+    table: GlobalTensor
+    capacity: int               # TableRows (Row) or TableSize (Elem)
+    row_stride: int = 0         # Row: elements between consecutive table rows
+    idx_step: int = 1           # Row: storage distance between consecutive indices in the index tile
+    atomic: ScatterAtomicOp = ScatterAtomicOp.NONE
+    conflict: ScatterConflict = ScatterConflict.LAST
+    exec: GatherExec = GatherExec.SCALAR
+    scratch: GlobalTensor | None = None
+    strict: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return self.tile.valid_rows
+
+    @property
+    def cols(self) -> int:
+        return self.tile.valid_cols
+
+    @property
+    def nz(self) -> bool:
+        return self.table.layout == Layout.NZ
+
+    @property
+    def l1(self) -> bool:
+        return self.tile.loc == TileType.MAT
+
+    def raw_indices(self) -> np.ndarray:
+        """The indices the op reads, as int64 after the uint32 cast: ``(rows,)`` for Row, ``(rows, cols)`` for Elem."""
+        if isinstance(self.idx, GlobalTensor):
+            flat = self.idx.host_flat()
+            vals = flat[: self.rows] if self.coalesce == Coalesce.ROW else flat[: self.rows * self.cols].reshape(
+                self.rows, self.cols)
+        elif self.coalesce == Coalesce.ROW and not (self.op == "MSCATTER" and self.target == "cpu"):
+            vals = self.idx.data[np.arange(self.rows) * self.idx_step]
+        else:
+            vals = self.idx.data[self.idx.offsets()[: self.rows, : self.cols]]
+        return vals.astype(np.int64) & 0xFFFFFFFF
+
+
+def _fail(op, target, rule, detail):
+    raise ConstraintError(op, target, rule, detail)
+
+
+def _check_types(op, tile, table, idx, tile_name):
+    if not isinstance(tile, Tile):
+        raise TypeError(f"{op}: {tile_name} must be a Tile, got {type(tile).__name__}")
+    if not isinstance(table, GlobalTensor):
+        raise TypeError(f"{op}: table must be a GlobalTensor, got {type(table).__name__}")
+    if not isinstance(idx, (Tile, GlobalTensor)):
+        raise TypeError(f"{op}: idx must be a Tile (or a GlobalTensor for GM -> L1), got {type(idx).__name__}")
+
+
+def _check_dtypes(op, target, tile, table, idx_dtype, tile_name):
+    allowed = _dt.ELEMENT_DTYPES[target]
+    if tile.dtype not in allowed:
+        _fail(op, target, "Tile Constraints: supported data types",
+              f"{tile_name} dtype {tile.dtype} is not supported on {target}; supported: {_dt.names(allowed)}")
+    if idx_dtype not in _dt.INDEX_DTYPES:
+        _fail(op, target, "Tile Constraints: index dtype", f"index dtype must be int32 or uint32, got {idx_dtype}")
+    if target == "cpu":
+        if table.dtype.itemsize != tile.dtype.itemsize:
+            _fail(op, target, "sizeof(Tile::DType) == sizeof(GlobalData::DType)",
+                  f"{tile_name} {tile.dtype} ({tile.dtype.itemsize} B) vs table {table.dtype} ({table.dtype.itemsize} B)")
+    elif table.dtype != tile.dtype:
+        _fail(op, target, "GlobalTable::DType == __gm__ T",
+              f"table dtype {table.dtype} does not match the {tile_name} dtype {tile.dtype}")
+
+
+def _layout_name(t: Tile) -> str:
+    return "NZ" if t.is_nz else t.blayout.name
+
+
+def _check_vec_layouts(op, target, tile, idx, table, coalesce, tile_name):
+    """Layout Support tables, per target (UB tiles and GM table)."""
+    if tile.loc != TileType.VEC:
+        _fail(op, target, f"{tile_name} must be a vector tile (TileType::Vec)", f"{tile_name} is {tile.loc.name}")
+    if idx.loc != TileType.VEC:
+        _fail(op, target, "indexes must be a vector tile (TileType::Vec)", f"idx is {idx.loc.name}")
+    if table.layout == Layout.DN:
+        _fail(op, target, "GlobalTable layout ND (or NZ on a2a3)", "table layout DN is not supported")
+    if target == "cpu":
+        if tile.is_nz or tile.blayout != BLayout.ROW_MAJOR:
+            _fail(op, target, f"{tile_name} RowMajor + NoneBox", f"{tile_name} is {_layout_name(tile)}")
+        if idx.is_nz or idx.blayout != BLayout.ROW_MAJOR:
+            _fail(op, target, "indexes RowMajor + NoneBox", f"idx is {_layout_name(idx)}")
+        if table.layout != Layout.ND:
+            _fail(op, target, "src/dst must use Layout::ND", f"table layout is {table.layout.name}")
+        if table.shape[:3] != (1, 1, 1):
+            _fail(op, target, "static shape Shape<1, 1, 1, TableRows, RowWidth>", f"table shape is {table.shape}")
+    elif target == "a2a3":
+        if idx.is_nz or idx.blayout != BLayout.ROW_MAJOR:
+            _fail(op, target, "index tile BLayout::RowMajor + SLayout::NoneBox", f"idx is {_layout_name(idx)}")
+        if table.layout == Layout.ND and (tile.is_nz or tile.blayout != BLayout.ROW_MAJOR):
+            _fail(op, target, f"ND table pairs with a RowMajor + NoneBox {tile_name}",
+                  f"{tile_name} is {_layout_name(tile)}")
+        if table.layout == Layout.NZ:
+            if not tile.is_nz:
+                _fail(op, target, f"NZ table pairs with an NZ {tile_name} (ColMajor + SLayout RowMajor + 512 B)",
+                      f"{tile_name} is {_layout_name(tile)}")
+            kc0 = nz.c0(tile.dtype.itemsize)
+            if table.shape[3] != nz.FRACTAL_NZ_ROW or table.shape[4] != kc0:
+                _fail(op, target, "NZ table: staticShape[3] == 16 and staticShape[4] == 32 / sizeof(T)",
+                      f"table shape {table.shape}, expected Shape[3] = 16 and Shape[4] = {kc0} for {tile.dtype}")
+    else:  # a5
+        if tile.is_nz:
+            _fail(op, target, f"{tile_name} RowMajor or ColMajor with SLayout::NoneBox (no NZ on A5)",
+                  f"{tile_name} is NZ")
+        if idx.is_nz:
+            _fail(op, target, "index tile with SLayout::NoneBox", "idx is NZ")
+        if table.layout != Layout.ND:
+            _fail(op, target, "GM table Layout::ND only (no NZ block-stride translation on A5)",
+                  f"table layout is {table.layout.name}; repack NZ data into ND first")
+
+
+def _check_mode(op, target, tile, idx, coalesce, tile_name):
+    """Mode Resolution."""
+    R, C = tile.valid
+    ir, ic = idx.valid
+    if coalesce == Coalesce.ELEM or (op == "MSCATTER" and target == "cpu"):
+        if (ir, ic) != (R, C):
+            how = ("the CPU simulator's MSCATTER always walks element-wise, so " if coalesce == Coalesce.ROW else "")
+            _fail(op, target, f"{how}Elem: Idx.ValidRow == {tile_name}.ValidRow && Idx.ValidCol == {tile_name}.ValidCol",
+                  f"idx valid {ir}x{ic}, {tile_name} valid {R}x{C}")
+        return 1
+    if target == "a2a3":
+        if (ir, ic) != (1, R):
+            _fail(op, target, f"Row: Idx.ValidRow == 1 && Idx.ValidCol == {tile_name}.ValidRow",
+                  f"idx valid {ir}x{ic}, {tile_name} valid rows {R}")
+        return idx.strides[1]
+    if (ir, ic) == (1, R):
+        if target == "a5" and R > 1 and idx.blayout != BLayout.ROW_MAJOR:
+            _fail(op, target, "Row: a [1, R] index tile is BLayout::RowMajor", f"idx [1, {R}] is {idx.blayout.name}")
+        return idx.strides[1]
+    if (ir, ic) == (R, 1):
+        if target == "a5" and R > 1 and idx.blayout != BLayout.COL_MAJOR:
+            _fail(op, target, "Row: an [R, 1] index tile is BLayout::ColMajor", f"idx [{R}, 1] is {idx.blayout.name}")
+        return idx.strides[0]
+    _fail(op, target, f"Row: (Idx.ValidRow == 1 && Idx.ValidCol == {tile_name}.ValidRow) || "
+                      f"(Idx.ValidRow == {tile_name}.ValidRow && Idx.ValidCol == 1)",
+          f"idx valid {ir}x{ic}, {tile_name} valid rows {R}")
+
+
+def _table_geometry(op, target, tile, table, coalesce, tile_name):
+    """(capacity, row_stride) for the table, with the per-target row rules and the memory-reach check."""
+    C = tile.valid_cols
+    if table.layout == Layout.NZ:  # a2a3 only (checked above)
+        lrows = table.shape[2] * nz.FRACTAL_NZ_ROW
+        lcols = table.shape[0] * table.shape[1] * table.shape[4]
+        if coalesce == Coalesce.ROW and C > lcols:
+            _fail(op, target, "Row: the tile's valid columns fit the NZ table's logical row",
+                  f"{tile_name} valid cols {C} > logical cols {lcols}")
+        return (lrows if coalesce == Coalesce.ROW else lrows * lcols), 0
+    if coalesce == Coalesce.ELEM or (op == "MSCATTER" and target == "cpu"):
+        size = table.table_size
+        if size > table.size:
+            _fail(op, target, "Elem: the flat table of prod(Shape[0..4]) elements lies inside the memory",
+                  f"tableSize {size} > {table.size} elements of memory")
+        return size, 0
+    if target == "a5":
+        if table.shape[4] != C:
+            _fail(op, target, "A5 Row: GlobalTable::staticShape[4] == ValidCol (packed ND, row stride = validCols)",
+                  f"table Shape[4] = {table.shape[4]}, {tile_name} valid cols = {C}")
+        if table.stride[4] != 1 or (table.shape[3] > 1 and table.stride[3] != C):
+            _fail(op, target, "A5 Row: no inter-row padding (Stride[3] == validCols, Stride[4] == 1)",
+                  f"table stride {table.stride}")
+        rows, stride = table.shape[3], C
+    elif target == "a2a3":
+        rows = table.shape[0] * table.shape[1] * table.shape[2] * table.shape[3]
+        stride = table.stride[3]
+        if table.stride[4] != 1:
+            _fail(op, target, "ND table: contiguous rows (Stride[4] == 1)", f"table stride {table.stride}")
+    else:
+        rows, stride = table.shape[3], table.shape[4]
+    if coalesce == Coalesce.ROW and C > table.shape[4]:
+        _fail(op, target, "Row: the tile's valid columns fit the table row (ValidCol <= Shape[4])",
+              f"{tile_name} valid cols {C} > table Shape[4] = {table.shape[4]}")
+    reach = (rows - 1) * stride + C
+    if reach > table.size:
+        _fail(op, target, "Row: every table row lies inside the memory",
+              f"row {rows - 1} ends at element {reach - 1}, memory holds {table.size}")
+    return rows, stride
+
+
+def check_oob(plan: Plan) -> None:
+    """Under a policy that leaves out-of-range indices undefined, refuse them (``strict``) before any write."""
+    if plan.rule != IDENTITY:
+        return
+    raw = plan.raw_indices()
+    bad = raw >= plan.capacity
+    if not bad.any():
+        return
+    pos = np.argwhere(bad)[:5]
+    positions = [tuple(int(x) for x in p) if len(p) > 1 else int(p[0]) for p in pos]
+    values = [int(raw[tuple(p)]) for p in pos]
+    raise OutOfBoundsError(plan.op, plan.target, plan.capacity, positions, values, int(bad.sum()))
+
+
+def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
+    op = "MGATHER"
+    _check_types(op, dst, table, idx, "dst")
+    if dst.loc == TileType.MAT:
+        from .l1 import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
+        return plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)
+    if not isinstance(idx, Tile):
+        _fail(op, target, "indexes must be a UB vector tile (a GM index tensor is for MAT destinations only)",
+              f"idx is a {type(idx).__name__}")
+    if exec_ != GatherExec.SCALAR or scratch is not None:
+        _fail(op, target, "exec / scratch apply to the GM -> L1 (MAT destination) path only",
+              f"exec={exec_.name}, scratch={'given' if scratch is not None else None} with a VEC destination")
+    _check_dtypes(op, target, dst, table, idx.dtype, "dst")
+    _check_vec_layouts(op, target, dst, idx, table, coalesce, "dst")
+    idx_step = _check_mode(op, target, dst, idx, coalesce, "dst")
+    capacity, row_stride = _table_geometry(op, target, dst, table, coalesce, "dst")
+    ub.check_working_set(op, target, {"dst": dst, "idx": idx}, dyn_ubuf_size)
+    plan = Plan(op, target, coalesce, oob, index_rule(oob, strict), dst.dtype, dst, idx, table, capacity,
+                row_stride, idx_step, strict=strict)
+    check_oob(plan)
+    return plan
+
+
+def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
+    op = "MSCATTER"
+    _check_types(op, src, table, idx, "src")
+    if not isinstance(idx, Tile):
+        _fail(op, target, "indexes must be a UB vector tile", f"idx is a {type(idx).__name__}")
+    _check_dtypes(op, target, src, table, idx.dtype, "src")
+    allowed = _dt.atomic_dtypes(target, atomic)
+    if src.dtype not in allowed:
+        _fail(op, target, "Atomic Type Support",
+              f"atomic {atomic.name.capitalize()} on {target} supports "
+              f"{_dt.names(allowed) if allowed else 'no dtype'}; got {src.dtype}")
+    if target == "a2a3" and conflict != ScatterConflict.LAST:
+        _fail(op, target, "A2/A3 has no ScatterConflict parameter (strictly sequential: last write wins)",
+              f"conflict={conflict.name}")
+    _check_vec_layouts(op, target, src, idx, table, coalesce, "src")
+    idx_step = _check_mode(op, target, src, idx, coalesce, "src")
+    capacity, row_stride = _table_geometry(op, target, src, table, coalesce, "src")
+    ub.check_working_set(op, target, {"src": src, "idx": idx}, dyn_ubuf_size)
+    # The CPU simulator does not model ScatterOOB: every index is used unchecked.
+    rule = index_rule(ScatterOOB.UNDEFINED if target == "cpu" else oob, strict)
+    plan = Plan(op, target, coalesce, oob, rule, src.dtype, src, idx, table, capacity, row_stride, idx_step,
+                atomic=atomic, conflict=conflict, strict=strict)
+    check_oob(plan)
+    return plan

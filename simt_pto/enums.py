@@ -1,0 +1,158 @@
+"""The ISA's template-parameter enums, with the ISA's values.
+
+Every public function takes either a member, its integer value, or a case-insensitive
+string ("row", "Clamp", "none_box"); :func:`from_any` is the one place strings become members.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Coalesce(enum.IntEnum):
+    """MGATHER.md / MSCATTER.md, "Enums": how the index tile addresses the table."""
+
+    ROW = 0
+    """``dst[r, :] = table[idx[r], :]``: one index per row, a 1-D index tile of length R."""
+    ELEM = 1
+    """``dst[i, j] = table[idx[i, j]]``: one linear element index per element, idx shape == dst shape."""
+
+
+class GatherOOB(enum.IntEnum):
+    """MGATHER.md, "Out-of-Bounds Behaviour". ``capacity`` is TableRows (Row) or TableSize (Elem).
+    Indices are cast to uint32 first, so a negative int32 index is a huge one."""
+
+    UNDEFINED = 0
+    """No remap; the caller guarantees ``idx < capacity``. The emulator checks it
+    (:class:`~simt_pto.OutOfBoundsError`) unless ``strict=False``."""
+    CLAMP = 1
+    """``idx = min(uint32(idx), capacity - 1)``: -1 with capacity 10 gives 9."""
+    WRAP = 2
+    """``idx = uint32(idx) % capacity``: -1 with capacity 10 gives 5 (NumPy's ``% 10`` gives 9)."""
+    ZERO = 3
+    """Out-of-range destinations receive ``T(0)`` (a whole zero row in Row mode)."""
+
+
+class ScatterOOB(enum.IntEnum):
+    """MSCATTER.md, "Out-of-Bounds Behaviour". There is no Zero: an OOB index has no slot to zero."""
+
+    UNDEFINED = 0
+    """No remap; the caller guarantees ``idx < capacity`` (checked by the emulator unless ``strict=False``)."""
+    SKIP = 1
+    """Out-of-range rows / elements are not written; the table keeps its value."""
+    CLAMP = 2
+    """``idx = min(uint32(idx), capacity - 1)``."""
+    WRAP = 3
+    """``idx = uint32(idx) % capacity``."""
+
+
+class ScatterAtomicOp(enum.IntEnum):
+    """MSCATTER.md, "Atomic Type Support". Allowed dtypes per target: :data:`simt_pto.dtypes.ATOMIC_DTYPES`."""
+
+    NONE = 0
+    """Plain store; collisions resolved by :class:`ScatterConflict` on A5, last write wins on A2/A3."""
+    ADD = 1
+    """``table[i] += src``, each add rounded in the element type (integers wrap)."""
+    MAX = 2
+    """``table[i] = max(table[i], src)`` (A5 only)."""
+    MIN = 3
+    """``table[i] = min(table[i], src)`` (A5 only)."""
+
+
+class ScatterConflict(enum.IntEnum):
+    """MSCATTER.md, "Conflict Resolution" (A5 only; consulted only when the atomic op is NONE)."""
+
+    LAST = 0
+    """Deterministic: the source position with the largest flat index wins each slot, as in the
+    sequential ``for i in range(N): table[idx[i]] = src[i]``."""
+    DEFAULT = 1
+    """Plain racing stores: the surviving writer is whichever the scheduler picks."""
+
+
+class GatherExec(enum.IntEnum):
+    """MGATHER.md, "A5 only — SIMT executor for Elem GM → L1": who collects the elements."""
+
+    SCALAR = 0
+    """The cube core walks the indices with scalar loads (default; A2/A3 and A5)."""
+    SIMT = 1
+    """A5 only: ``simt_mgather_l1_elem_kernel`` on the AIV vector core gathers into the GM scratch."""
+
+
+class TileType(enum.IntEnum):
+    """Where a tile lives: VEC = the AIV unified buffer (UB), MAT = L1 / cube buffer."""
+
+    VEC = 0
+    MAT = 1
+
+
+class BLayout(enum.IntEnum):
+    """Bulk layout of a tile: how rows and columns are ordered in storage."""
+
+    ROW_MAJOR = 0
+    """``offset = r * Cols + c``."""
+    COL_MAJOR = 1
+    """``offset = c * Rows + r``."""
+
+
+class SLayout(enum.IntEnum):
+    """Sub (fractal) layout of a tile."""
+
+    NONE_BOX = 0
+    """No fractal blocks: the plain bulk layout."""
+    ROW_MAJOR = 1
+    """Row-major 512-byte fractal blocks inside a column-major bulk: the NZ layout."""
+
+
+class Layout(enum.IntEnum):
+    """GlobalTensor layout (GM)."""
+
+    ND = 0
+    """Row-major N-D: the last dimension is contiguous."""
+    DN = 1
+    """Column-major: the second-to-last dimension is contiguous."""
+    NZ = 2
+    """Fractal NZ: 5-D ``Shape<B, BCols, BRows, 16, C0>`` with ``C0 = 32 / sizeof(T)`` (A2/A3)."""
+
+
+TARGETS = ("cpu", "a2a3", "a5")
+
+
+def _norm(text: str) -> str:
+    return text.strip().lower().replace("-", "").replace("_", "").replace(" ", "")
+
+
+def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> enum.IntEnum:
+    """Turn a member, its integer value, or a case-insensitive name into a member of ``enum_cls``.
+
+    ``what`` names the argument in the error (default: the enum's name).
+    """
+    what = what or enum_cls.__name__
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, enum.Enum):
+        raise TypeError(f"{what}: expected a {enum_cls.__name__}, got {value!r}")
+    if isinstance(value, str):
+        key = _norm(value)
+        for member in enum_cls:
+            if _norm(member.name) == key:
+                return member
+        names = ", ".join(m.name.lower() for m in enum_cls)
+        raise ValueError(f"{what}: unknown value {value!r}; expected one of {names}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return enum_cls(value)
+        except ValueError:
+            values = ", ".join(f"{m.value} ({m.name.lower()})" for m in enum_cls)
+            raise ValueError(f"{what}: unknown value {value}; expected one of {values}") from None
+    raise TypeError(f"{what}: expected a {enum_cls.__name__}, an int or a string, got {type(value).__name__}")
+
+
+def target_from_any(target) -> str:
+    """Normalise a target name: ``"a5"``, ``"a2a3"`` (also ``"a2"``, ``"a3"``) or ``"cpu"``."""
+    if not isinstance(target, str):
+        raise TypeError(f"target: expected a string, got {type(target).__name__}")
+    key = _norm(target)
+    if key in ("a2", "a3"):
+        key = "a2a3"
+    if key not in TARGETS:
+        raise ValueError(f"target: unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+    return key

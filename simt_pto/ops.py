@@ -1,0 +1,111 @@
+"""The public tile ops: MGATHER, MSCATTER, TLOAD, TSTORE, dispatched to a target.
+
+Each op validates the whole call first (:mod:`simt_pto.constraints`), then hands the resolved plan to
+the target's kernels: ``simt_pto.kernels.cpu`` (numpy golden), ``.a2a3`` (Numba loops) or ``.a5``
+(Numba CUDA SIMT kernels on the GPU or the CUDA simulator).
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from . import constraints
+from .enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
+                    target_from_any)
+from .errors import ConstraintError
+from .tensor import GlobalTensor
+from .tile import Tile
+
+
+def target_module(target: str):
+    """The kernels package of a target (imported on first use: ``a5`` picks its CUDA backend then)."""
+    return importlib.import_module(f"simt_pto.kernels.{target}")
+
+
+def _strict(strict):
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+    return strict
+
+
+def mgather(dst, table, idx, *, coalesce=Coalesce.ROW, oob=GatherOOB.UNDEFINED, target="a5",
+            exec=GatherExec.SCALAR, scratch=None, strict=True, dyn_ubuf_size=None):
+    """MGATHER (MGATHER.md): gather from the GM ``table`` into ``dst`` through ``idx``.
+
+    * Row: ``dst[r, :] = table[idx[r], :]`` for ``r < dst.valid_rows``; ``idx`` is ``[1, R]`` (or
+      ``[R, 1]`` ColMajor on A5 / row-major on cpu).
+    * Elem: ``dst[i, j] = table.flat[idx[i, j]]`` over the valid region; idx valid shape == dst's.
+
+    NumPy equivalent: ``table2d[idx]`` (Row) and ``table.ravel()[idx]`` (Elem), except that indices
+    are cast to uint32 first and out-of-range ones follow ``oob``. A ``MAT`` destination takes the
+    GM -> L1 path (``idx`` a GM tensor; Elem needs ``scratch``). Returns ``dst``.
+    """
+    target = target_from_any(target)
+    plan = constraints.plan_mgather(target, dst, table, idx, from_any(Coalesce, coalesce, "coalesce"),
+                                    from_any(GatherOOB, oob, "oob"), from_any(GatherExec, exec, "exec"),
+                                    scratch, _strict(strict), dyn_ubuf_size)
+    target_module(target).run_mgather(plan)
+    return dst
+
+
+def mscatter(table, src, idx, *, coalesce=Coalesce.ROW, atomic=ScatterAtomicOp.NONE, oob=ScatterOOB.UNDEFINED,
+             conflict=ScatterConflict.LAST, target="a5", strict=True, dyn_ubuf_size=None):
+    """MSCATTER (MSCATTER.md): scatter ``src`` into the GM ``table`` through ``idx``, in place.
+
+    * Row: ``table[idx[r], :] op= src[r, :]``; Elem: ``table.flat[idx[i, j]] op= src[i, j]``.
+    * ``atomic``: NONE (store), ADD, MAX, MIN (per-target dtypes: ``simt_pto.dtypes.ATOMIC_DTYPES``).
+    * ``conflict`` (A5, atomic NONE): LAST = the largest flat source index wins each slot, as in
+      ``for i in range(N): table[idx[i]] = src[i]`` (NumPy's ``table[idx] = src`` promises no order);
+      DEFAULT = racing stores. A2/A3 is sequential (last write wins); the CPU simulator always walks
+      element-wise with plain replace, ignoring atomic / oob / conflict as documented.
+
+    Returns ``table``.
+    """
+    target = target_from_any(target)
+    plan = constraints.plan_mscatter(target, table, src, idx, from_any(Coalesce, coalesce, "coalesce"),
+                                     from_any(ScatterAtomicOp, atomic, "atomic"), from_any(ScatterOOB, oob, "oob"),
+                                     from_any(ScatterConflict, conflict, "conflict"), _strict(strict), dyn_ubuf_size)
+    target_module(target).run_mscatter(plan)
+    return table
+
+
+def _check_move(op, tile, gtensor):
+    if not isinstance(tile, Tile) or not isinstance(gtensor, GlobalTensor):
+        raise TypeError(f"{op}: expected (Tile, GlobalTensor)")
+    if tile.dtype.itemsize != gtensor.dtype.itemsize:
+        raise ConstraintError(op, None, "sizeof(tile.dtype) == sizeof(gtensor.dtype)",
+                              f"tile {tile.dtype} vs tensor {gtensor.dtype}")
+    offs = gtensor.logical_offsets()
+    vr, vc = tile.valid
+    if vr > offs.shape[0] or vc > offs.shape[1]:
+        raise ConstraintError(op, None, "transfer within the tensor's shape",
+                              f"tile valid {vr}x{vc} exceeds the tensor's logical {offs.shape[0]}x{offs.shape[1]}")
+    return offs[:vr, :vc]
+
+
+def tload(tile: Tile, gtensor: GlobalTensor) -> Tile:
+    """TLOAD (memory-ops.md): ``tile[i, j] = gtensor[i, j]`` over the tile's valid region."""
+    offs = _check_move("TLOAD", tile, gtensor)
+    values = gtensor.host_flat()[offs]
+    tile.data[tile.offsets()[: tile.valid_rows, : tile.valid_cols]] = values.view(tile.dtype.numpy)
+    return tile
+
+
+def tstore(gtensor: GlobalTensor, tile: Tile) -> GlobalTensor:
+    """TSTORE (memory-ops.md): ``gtensor[i, j] = tile[i, j]`` over the tile's valid region."""
+    offs = _check_move("TSTORE", tile, gtensor)
+    values = tile.valid_numpy()
+    if gtensor.on_device:
+        flat = gtensor.host_flat().copy()
+        flat[offs] = values.view(flat.dtype)
+        from numba import cuda
+        cuda.as_cuda_array(gtensor.array).copy_to_device(flat.reshape(gtensor.array.shape).view(
+            np.dtype(gtensor.array.__cuda_array_interface__["typestr"])))
+    else:
+        flat = gtensor.flat
+        flat[offs] = values.view(flat.dtype)
+    return gtensor
+
+
+__all__ = ["mgather", "mscatter", "tload", "tstore", "target_module"]

@@ -1,0 +1,143 @@
+"""GlobalTensor: a view of GM memory with a 5-D shape, strides (in elements) and a layout.
+
+Wraps a numpy array, or without copying a device array (anything with ``__cuda_array_interface__``:
+CuPy, PyTorch CUDA tensors, Numba device arrays). The wrapped memory must be C-contiguous: shape and
+stride then describe how the op sees it (stride-padded ND tables, NZ block layouts), and every
+offset they can produce is checked to lie inside the wrapped memory.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes as _dt
+from . import nz
+from .enums import Layout, from_any
+from .errors import ConstraintError
+
+
+def is_device_array(obj) -> bool:
+    return hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray)
+
+
+def _pad5(values, what):
+    values = tuple(int(v) for v in values)
+    if not 1 <= len(values) <= 5:
+        raise ConstraintError("GlobalTensor", None, "5-D shape / stride",
+                              f"{what} must have 1 to 5 entries, got {len(values)}")
+    return (1,) * (5 - len(values)) + values
+
+
+def default_strides(shape, layout: Layout) -> tuple[int, ...]:
+    """Packed strides of a 5-D shape: row-major (ND, NZ), or column-major in the last two dims (DN)."""
+    if layout == Layout.DN:
+        s3, s4 = 1, shape[3]
+        s2 = shape[3] * shape[4]
+        s1 = s2 * shape[2]
+        return (s1 * shape[1], s1, s2, s3, s4)
+    return nz.packed_strides(shape)
+
+
+class GlobalTensor:
+    """``GlobalTensor<T, Shape<...>, Stride<...>, Layout>`` over ``array``.
+
+    ``shape``/``stride`` default to the array's own: ``(1, 1, 1, R, C)`` for a 2-D array and
+    ``(1, 1, 1, 1, N)`` for a 1-D one. ``dtype`` reinterprets the elements (``"hifloat8"`` over uint8).
+    """
+
+    def __init__(self, array, shape=None, stride=None, layout=Layout.ND, dtype=None):
+        self.layout = from_any(Layout, layout, "layout")
+        self.on_device = is_device_array(array)
+        if self.on_device:
+            info = array.__cuda_array_interface__
+            np_dtype = np.dtype(info["typestr"])
+            arr_shape = tuple(info["shape"])
+            if info.get("strides") is not None:
+                expected = nz.packed_strides(arr_shape) if arr_shape else ()
+                if tuple(s // np_dtype.itemsize for s in info["strides"]) != tuple(expected):
+                    raise ConstraintError("GlobalTensor", None, "C-contiguous memory",
+                                          "the device array must be C-contiguous")
+        else:
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"GlobalTensor: expected a numpy or device array, got {type(array).__name__}")
+            if not array.flags.c_contiguous:
+                raise ConstraintError("GlobalTensor", None, "C-contiguous memory",
+                                      "the array must be C-contiguous (describe padding with shape/stride instead)")
+            np_dtype, arr_shape = array.dtype, array.shape
+        self.array = array
+        self.dtype = _dt.resolve(dtype if dtype is not None else np_dtype)
+        if self.dtype.itemsize != np_dtype.itemsize:
+            raise ConstraintError("GlobalTensor", None, "dtype matches the memory",
+                                  f"dtype {self.dtype} ({self.dtype.itemsize} B) over {np_dtype} memory")
+        self.size = math.prod(arr_shape)
+        """Elements of wrapped memory."""
+        if shape is None:
+            if len(arr_shape) > 5:
+                raise ConstraintError("GlobalTensor", None, "5-D shape / stride", f"array is {len(arr_shape)}-D")
+            shape = arr_shape if arr_shape else (1,)
+        self.shape = _pad5(shape, "shape")
+        if min(self.shape) < 1:
+            raise ConstraintError("GlobalTensor", None, "extents >= 1", f"shape {self.shape} has an empty dimension")
+        self.stride = _pad5(stride, "stride") if stride is not None else default_strides(self.shape, self.layout)
+        if min(self.stride) < 0:
+            raise ConstraintError("GlobalTensor", None, "non-negative strides", f"stride {self.stride}")
+        reach = sum((n - 1) * s for n, s in zip(self.shape, self.stride)) + 1
+        if reach > self.size:
+            raise ConstraintError(
+                "GlobalTensor", None, "shape / stride stay inside the memory",
+                f"shape {self.shape} with stride {self.stride} reaches element {reach - 1}, "
+                f"but the array holds {self.size} elements")
+        self.reach = reach
+        """One past the largest element offset shape and stride can address."""
+
+    # -- memory --------------------------------------------------------------------------------
+    @property
+    def flat(self) -> np.ndarray:
+        """The wrapped host memory as a flat view (numpy arrays only)."""
+        if self.on_device:
+            raise TypeError("GlobalTensor.flat: the tensor wraps device memory; use numpy() for a host copy")
+        return self.array.reshape(-1)
+
+    def host_flat(self) -> np.ndarray:
+        """A flat host array of the memory: a view for numpy, a copy for device memory."""
+        if self.on_device:
+            from numba import cuda
+            return cuda.as_cuda_array(self.array).copy_to_host().reshape(-1).view(self.dtype.numpy)
+        return self.flat.view(self.dtype.numpy) if self.flat.dtype != self.dtype.numpy else self.flat
+
+    def numpy(self) -> np.ndarray:
+        """The wrapped memory as the caller gave it (a host copy for device memory)."""
+        if self.on_device:
+            from numba import cuda
+            return cuda.as_cuda_array(self.array).copy_to_host()
+        return self.array
+
+    def logical_offsets(self) -> np.ndarray:
+        """Element offset of every logical ``(r, c)``: ``(prod(Shape[0..3]), Shape[4])`` for ND / DN,
+        ``(BRows*16, B*BCols*kC0)`` for NZ."""
+        if self.layout == Layout.NZ:
+            return nz.gm_offsets(self.shape, self.stride)
+        idx = np.indices(self.shape, dtype=np.int64)
+        offs = sum(i * s for i, s in zip(idx, self.stride))
+        return offs.reshape(-1, self.shape[4])
+
+    def logical(self) -> np.ndarray:
+        """The tensor as a logical matrix (a copy); see :meth:`logical_offsets`."""
+        return self.host_flat()[self.logical_offsets()]
+
+    @property
+    def table_size(self) -> int:
+        """``prod(Shape[0..4])``: the capacity of an Elem-mode table."""
+        return math.prod(self.shape)
+
+    def __repr__(self):
+        where = "device" if self.on_device else "host"
+        return (f"GlobalTensor<{self.dtype}, Shape{self.shape}, Stride{self.stride}, {self.layout.name}> "
+                f"({where}, {self.size} elements)")
+
+    @classmethod
+    def nz_from_matrix(cls, matrix, batches: int = 1, stride=None, dtype=None) -> "GlobalTensor":
+        """An NZ GM tensor holding the logical ``matrix`` (packed, or stride-padded with ``stride``)."""
+        flat, shape, stride = nz.to_nz(np.asarray(matrix), batches, stride)
+        return cls(flat, shape, stride, Layout.NZ, dtype=dtype)

@@ -1,0 +1,65 @@
+"""The unified buffer (UB) budget per target (MGATHER.md / MSCATTER.md, "UB Memory Budget").
+
+The real simulator is silent when tiles overlap or the working set exceeds the budget, and the
+hardware silently corrupts; the emulator raises a ConstraintError naming the tiles and byte counts.
+"""
+from __future__ import annotations
+
+from .errors import ConstraintError
+from .enums import TileType
+
+KB = 1024
+A2A3_UB_BYTES = 192 * KB
+A5_UB_BYTES = 256 * KB
+A5_RESERVED_BYTES = 8 * KB
+A5_MIN_DCACHE_BYTES = 32 * KB
+A5_MAX_DYN_UBUF_BYTES = A5_UB_BYTES - A5_RESERVED_BYTES - A5_MIN_DCACHE_BYTES  # 216 KB
+A5_DEFAULT_SAFE_BYTES = 128 * KB
+
+
+def budget(op: str, target: str, dyn_ubuf_size=None) -> int | None:
+    """Bytes of UB the op's tiles may use on ``target`` (None: no UB, the CPU simulator)."""
+    if target == "cpu":
+        return None
+    if target == "a2a3":
+        if dyn_ubuf_size is not None:
+            raise ConstraintError(op, target, "A2/A3 has no dynUBufSize",
+                                  f"dyn_ubuf_size={dyn_ubuf_size} given; the working set must fit the static "
+                                  f"{A2A3_UB_BYTES} B UB")
+        return A2A3_UB_BYTES
+    if dyn_ubuf_size is None:
+        return A5_DEFAULT_SAFE_BYTES
+    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, int) or dyn_ubuf_size <= 0:
+        raise TypeError(f"{op}: dyn_ubuf_size must be a positive int (bytes), got {dyn_ubuf_size!r}")
+    if dyn_ubuf_size > A5_MAX_DYN_UBUF_BYTES:
+        raise ConstraintError(op, target, "max dynUBufSize = 256 KB - 8 KB reserved - 32 KB min DCache = 216 KB",
+                              f"dyn_ubuf_size = {dyn_ubuf_size} B exceeds {A5_MAX_DYN_UBUF_BYTES} B")
+    return dyn_ubuf_size
+
+
+def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> None:
+    """Check the UB tiles of one op: the working set fits the budget, placed tiles fit and do not overlap.
+
+    ``tiles`` maps an operand name ("dst", "idx", ...) to its Tile; MAT tiles live in L1 and are skipped.
+    """
+    limit = budget(op, target, dyn_ubuf_size)
+    if limit is None:
+        return
+    ub = {name: t for name, t in tiles.items() if t.loc == TileType.VEC}
+    total = sum(t.nbytes for t in ub.values())
+    if total > limit:
+        parts = " + ".join(f"{n} {t.rows}x{t.cols} {t.dtype} = {t.nbytes} B" for n, t in ub.items())
+        how = ("the 192 KB A2/A3 UB" if target == "a2a3" else
+               "the 128 KB safe A5 working set without dyn_ubuf_size (declare up to 216 KB)"
+               if dyn_ubuf_size is None else f"dyn_ubuf_size = {dyn_ubuf_size} B")
+        raise ConstraintError(op, target, "UB working set within budget",
+                              f"working set {parts} = {total} B exceeds {how}")
+    placed = sorted(((t.addr, t.addr + t.nbytes, n) for n, t in ub.items() if t.addr is not None))
+    for start, end, name in placed:
+        if end > limit:
+            raise ConstraintError(op, target, "placed tiles inside the UB budget",
+                                  f"{name} at [{start:#x}, {end:#x}) ends past the {limit} B budget")
+    for (s1, e1, n1), (s2, e2, n2) in zip(placed, placed[1:]):
+        if s2 < e1:
+            raise ConstraintError(op, target, "UB tiles do not overlap",
+                                  f"{n1} at [{s1:#x}, {e1:#x}) overlaps {n2} at [{s2:#x}, {e2:#x})")
