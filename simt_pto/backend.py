@@ -78,5 +78,8 @@ def a5_backend() -> str:
         return _resolved
     choice = _resolve_choice(_requested or _normalise(os.environ.get(ENV_VAR, "auto")))
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if choice == "simulator" else "0"
+    if "numba" in sys.modules:  # numba reads its config at import: make it see the choice
+        from numba.core import config
+        config.reload_config()
     _resolved = choice
     return choice

@@ -233,6 +233,8 @@ def check_oob(plan: Plan) -> None:
 def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
     op = "MGATHER"
     _check_types(op, dst, table, idx, "dst")
+    if dst.loc == TileType.MAT and target == "cpu":  # the GM -> L1 path exists on A2/A3 and A5 only
+        _fail(op, target, "dst must be a vector tile (TileType::Vec)", f"dst is {dst.loc.name}")
     if dst.loc == TileType.MAT:
         from .l1 import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
         return plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)

@@ -1,0 +1,29 @@
+"""The ``simt-pto`` command line. Each subcommand lives in its own module exposing
+``register(subparsers)``, which adds its parser and sets ``func`` (returning an exit status)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = (
+    "simt_pto.host.demo",        # simt-pto demo
+    "simt_pto.host.inspect",     # simt-pto inspect
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="simt-pto", description="PTO MGATHER / MSCATTER emulator")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

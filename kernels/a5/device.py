@@ -1,0 +1,121 @@
+"""Device helpers shared by the A5 kernels.
+
+Every helper is ``inline="always"``: it is inlined into the kernel's IR, policy constants fold, and
+the kernels compile (``numba.cuda.compile_ptx``) without a GPU present. Kernel factories pick one
+``store_*`` function per (atomic op, element format) from :data:`SCATTER_STORES`, so a kernel
+carries the code of its own store only.
+"""
+from __future__ import annotations
+
+import numba
+from numba import cuda
+
+from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
+
+NATIVE = 0
+"""Element arithmetic the hardware atomics do directly (int32, uint32, float32 add)."""
+F16 = 1
+"""float16 atomicAdd: a 32-bit CAS loop on the word holding the element."""
+BF16 = 2
+"""bfloat16 atomicAdd: likewise."""
+F32_ORDER = 3
+"""float32 atomicMax / atomicMin: integer atomics on the table viewed as (int32, uint32)."""
+
+
+@cuda.jit(device=True, inline="always")
+def tile_offset_2d(r, c, row_stride, col_stride):
+    """UB offset of ``(r, c)`` in a RowMajor ``(Cols, 1)`` or ColMajor ``(1, Rows)`` tile."""
+    return r * row_stride + c * col_stride
+
+
+@cuda.jit(device=True, inline="always")
+def atomic_add_half(words, e, v_bits, fmt):
+    """``table[e] += v`` for a 16-bit float held in a uint32 view of the table, rounded in the element
+    type (round-to-nearest-even), as a compare-and-swap loop on the aligned 32-bit word."""
+    w = e >> 1
+    shift = (e & 1) * 16
+    old = numba.int64(words[w])
+    while True:
+        cur = (old >> shift) & 0xFFFF
+        if fmt == F16:
+            res = add_f16_bits(cur, numba.int64(v_bits))
+        else:
+            res = add_bf16_bits(cur, numba.int64(v_bits))
+        new = (old & ~(numba.int64(0xFFFF) << shift)) | (res << shift)
+        prev = numba.int64(cuda.atomic.cas(words, w, numba.uint32(old), numba.uint32(new)))
+        if prev == old:
+            return
+        old = prev
+
+
+# -- the store of one scatter element, one function per (ScatterAtomicOp, element format) -------------
+
+@cuda.jit(device=True, inline="always")
+def store_plain(table, e, v):
+    """ScatterAtomicOp NONE: a plain (racing) store."""
+    table[e] = v
+
+
+@cuda.jit(device=True, inline="always")
+def store_add(table, e, v):
+    """ScatterAtomicOp ADD on int32 / uint32 / float32: ``atomicAdd``."""
+    cuda.atomic.add(table, e, v)
+
+
+@cuda.jit(device=True, inline="always")
+def store_max(table, e, v):
+    """ScatterAtomicOp MAX on int32 / uint32: ``atomicMax``."""
+    cuda.atomic.max(table, e, v)
+
+
+@cuda.jit(device=True, inline="always")
+def store_min(table, e, v):
+    """ScatterAtomicOp MIN on int32 / uint32: ``atomicMin``."""
+    cuda.atomic.min(table, e, v)
+
+
+@cuda.jit(device=True, inline="always")
+def store_max_f32(views, e, v_bits):
+    """ScatterAtomicOp MAX on float32 with integer atomics (``views`` = the table as (int32, uint32),
+    ``v_bits`` the value's int32 bits): IEEE floats order like sign-magnitude integers, so a
+    non-negative value is an ``atomicMax`` on int32 and a negative one an ``atomicMin`` on uint32.
+    (-0.0 orders below +0.0; a NaN with the sign clear wins, one with it set loses.)"""
+    if v_bits >= 0:
+        cuda.atomic.max(views[0], e, v_bits)
+    else:
+        cuda.atomic.min(views[1], e, numba.uint32(v_bits))
+
+
+@cuda.jit(device=True, inline="always")
+def store_min_f32(views, e, v_bits):
+    """ScatterAtomicOp MIN on float32: ``atomicMin`` on int32 for non-negative values, ``atomicMax``
+    on uint32 for negative ones (see :func:`store_max_f32`)."""
+    if v_bits >= 0:
+        cuda.atomic.min(views[0], e, v_bits)
+    else:
+        cuda.atomic.max(views[1], e, numba.uint32(v_bits))
+
+
+@cuda.jit(device=True, inline="always")
+def store_add_f16(words, e, v_bits):
+    """ScatterAtomicOp ADD on float16 (uint32 word view of the table, value as raw bits)."""
+    atomic_add_half(words, e, v_bits, F16)
+
+
+@cuda.jit(device=True, inline="always")
+def store_add_bf16(words, e, v_bits):
+    """ScatterAtomicOp ADD on bfloat16 (uint32 word view of the table, value as raw bits)."""
+    atomic_add_half(words, e, v_bits, BF16)
+
+
+SCATTER_STORES = {
+    (0, NATIVE): store_plain,
+    (1, NATIVE): store_add,
+    (2, NATIVE): store_max,
+    (3, NATIVE): store_min,
+    (2, F32_ORDER): store_max_f32,
+    (3, F32_ORDER): store_min_f32,
+    (1, F16): store_add_f16,
+    (1, BF16): store_add_bf16,
+}
+"""(ScatterAtomicOp value, element format) -> the device store function."""

@@ -1,0 +1,232 @@
+"""Host side of the A5 target: choose the kernel for a validated call, size its launch, move memory.
+
+:func:`resolve_mgather` / :func:`resolve_mscatter` are the one dispatch: ``run_*`` launch what they
+return, and ``simt-pto inspect`` compiles the same :class:`KernelLaunch` without a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import cuda
+
+from simt_pto import geometry
+from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
+from simt_pto.kernels.index_policy import remap_index
+from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
+from . import BACKEND
+from .device import BF16, F16, F32_ORDER, NATIVE
+from .mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
+from .mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel, simt_mscatter_row_kernel,
+                       simt_mscatter_row_last_kernel)
+
+ON_GPU = BACKEND == "gpu"
+
+
+@dataclass
+class KernelLaunch:
+    """One SIMT launch: which kernel (by its spec name), its compile-time policy, its geometry and args."""
+
+    name: str
+    factory: object
+    policy: tuple
+    geometry: geometry.LaunchGeometry
+    args: list
+    grid: int = 1
+    write_back: list = field(default_factory=list)
+    """(arg position, host array) pairs the kernel writes: copied back after a GPU launch."""
+    finish: object = None
+    """Called after the launch (un-staging of 16-bit atomic tables)."""
+
+    @property
+    def kernel(self):
+        return self.factory(*self.policy)
+
+    def run(self) -> None:
+        args = [_to_device(a) for a in self.args] if ON_GPU else list(self.args)
+        self.kernel[self.grid, self.geometry.block](*args)
+        if ON_GPU:
+            for pos, host in self.write_back:
+                dev, host = (args[pos][0], host[0]) if isinstance(host, tuple) else (args[pos], host)
+                dev.copy_to_host(host)
+            cuda.synchronize()
+        if self.finish is not None:
+            self.finish()
+
+
+def _to_device(arg):
+    """Host arrays to the GPU; a tuple of views of one host buffer becomes views of one device buffer."""
+    if isinstance(arg, np.ndarray):
+        return cuda.to_device(arg)
+    if isinstance(arg, tuple) and isinstance(arg[0], np.ndarray):
+        base = cuda.to_device(arg[0])
+        return (base,) + tuple(base.view(a.dtype) for a in arg[1:])
+    return arg
+
+
+def _table_memory(plan, dtype):
+    """The table's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
+    if plan.table.on_device:
+        return cuda.as_cuda_array(plan.table.array).reshape(plan.table.size).view(dtype)
+    return plan.table.flat.view(dtype)
+
+
+def _tile_bits(tile):
+    return tile.data.view(tile.dtype.bits)
+
+
+def _row_idx_args(plan):
+    return plan.idx.data, plan.idx_step
+
+
+def resolve_mgather(plan) -> KernelLaunch | None:
+    """The launch for a VEC MGATHER; None for the ``(1, 1)`` Elem case (``MGatherScalarImpl``)."""
+    dst, table = plan.tile, _table_memory(plan, plan.dtype.bits)
+    dst_bits = _tile_bits(dst)
+    rs, cs = dst.strides
+    if plan.coalesce == Coalesce.ROW:
+        geo = geometry.row_geometry(plan.rows, plan.cols)
+        idx, step = _row_idx_args(plan)
+        args = [dst_bits, rs, cs, idx, step, table, plan.capacity, plan.rows, plan.cols, plan.rows,
+                geo.row_warps, geo.warps_per_row]
+        return KernelLaunch("simt_mgather_row_kernel", simt_mgather_row_kernel, (plan.rule,), geo, args,
+                            write_back=[(0, dst_bits)])
+    if plan.rows == 1 and plan.cols == 1:
+        return None
+    geo = geometry.elem_geometry(plan.rows, plan.cols)
+    irs, ics = plan.idx.strides
+    args = [dst_bits, rs, cs, plan.idx.data, irs, ics, table, plan.capacity, plan.rows, plan.cols, plan.rows]
+    return KernelLaunch("simt_mgather_elem_kernel", simt_mgather_elem_kernel, (plan.rule,), geo, args,
+                        write_back=[(0, dst_bits)])
+
+
+def _element_format(plan) -> int:
+    name = plan.dtype.name
+    if plan.atomic == ScatterAtomicOp.ADD and name in ("float16", "bfloat16"):
+        return F16 if name == "float16" else BF16
+    if plan.atomic in (ScatterAtomicOp.MAX, ScatterAtomicOp.MIN) and name == "float32":
+        return F32_ORDER
+    return NATIVE
+
+
+def _scatter_table(plan, fmt):
+    """(table argument, finish) for a scatter: raw bits for stores, the typed element for native atomics,
+    and for 16-bit float atomics a uint32 word view of a 4-byte padded staging copy (so no CAS ever
+    touches a byte outside the tensor), which ``finish`` copies back into the table."""
+    if fmt == NATIVE:
+        dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
+        return _table_memory(plan, dtype), None
+    if fmt == F32_ORDER:
+        return (_table_memory(plan, np.int32), _table_memory(plan, np.uint32)), None
+    n = plan.table.size
+    words = np.zeros((n + 1) // 2, dtype=np.uint32)
+    words.view(np.uint16)[:n] = plan.table.host_flat().view(np.uint16)
+
+    def finish():
+        _store_table_bits(plan, words.view(np.uint16)[:n])
+    return words, finish
+
+
+def _store_table_bits(plan, bits):
+    if plan.table.on_device:
+        dev = cuda.as_cuda_array(plan.table.array).reshape(plan.table.size).view(bits.dtype)
+        dev.copy_to_device(np.ascontiguousarray(bits))
+    else:
+        plan.table.flat.view(bits.dtype)[:] = bits
+
+
+def resolve_mscatter(plan) -> KernelLaunch | None:
+    """The launch for an MSCATTER; None for the ``(1, 1)`` Elem case (``MScatterScalarImpl``)."""
+    src = plan.tile
+    fmt = _element_format(plan)
+    src_data = src.data.view(np.int32 if fmt == F32_ORDER else plan.dtype.bits
+                             if fmt != NATIVE or plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy)
+    rs, cs = src.strides
+    last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
+    if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
+        return None
+    table, finish = _scatter_table(plan, fmt)
+    write_back = [(0, table)] if isinstance(table, (np.ndarray, tuple)) and not plan.table.on_device else []
+    if plan.coalesce == Coalesce.ROW:
+        idx, step = _row_idx_args(plan)
+        if last:
+            geo = geometry.last_geometry(plan.capacity)
+            args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols]
+            return KernelLaunch("simt_mscatter_row_last_kernel", simt_mscatter_row_last_kernel, (plan.rule,),
+                                geo, args, write_back=write_back, finish=finish)
+        geo = geometry.row_geometry(plan.rows, plan.cols)
+        args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols, plan.rows,
+                geo.row_warps, geo.warps_per_row]
+        return KernelLaunch("simt_mscatter_row_kernel", simt_mscatter_row_kernel, (plan.rule, int(plan.atomic), fmt),
+                            geo, args, write_back=write_back, finish=finish)
+    irs, ics = plan.idx.strides
+    if last:
+        geo = geometry.last_geometry(plan.capacity)
+        args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols]
+        return KernelLaunch("simt_mscatter_elem_last_kernel", simt_mscatter_elem_last_kernel, (plan.rule,),
+                            geo, args, write_back=write_back, finish=finish)
+    geo = geometry.elem_geometry(plan.rows, plan.cols)
+    args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols, plan.rows]
+    return KernelLaunch("simt_mscatter_elem_kernel", simt_mscatter_elem_kernel, (plan.rule, int(plan.atomic), fmt),
+                        geo, args, write_back=write_back, finish=finish)
+
+
+# -- the (1, 1) Elem scalar fallbacks: no SIMT launch ---------------------------------------------------
+
+def _scalar_slot(plan):
+    raw = plan.idx.data[plan.idx.offsets()[0, 0]]
+    return remap_index(raw, plan.capacity, plan.rule)
+
+
+def _read_table(plan, slot):
+    mem = _table_memory(plan, plan.dtype.bits)
+    return mem[slot:slot + 1].copy_to_host()[0] if plan.table.on_device else mem[slot]
+
+
+def mgather_scalar_impl(plan) -> None:
+    """``MGatherScalarImpl`` (MGATHER.md, A5): the ``(1, 1)`` Elem gather on the AIV scalar pipe."""
+    slot, in_range = _scalar_slot(plan)
+    _tile_bits(plan.tile)[plan.tile.offsets()[0, 0]] = _read_table(plan, slot) if in_range else 0
+
+
+def _scalar_combine(plan, old_bits, new_bits):
+    """One scalar read-modify-write in the element type (raw bits in, raw bits out)."""
+    atomic = plan.atomic
+    if atomic == ScatterAtomicOp.NONE:
+        return new_bits
+    if plan.dtype.name == "float16":
+        return add_f16_bits(int(old_bits), int(new_bits))
+    if plan.dtype.name == "bfloat16":
+        return add_bf16_bits(int(old_bits), int(new_bits))
+    t = plan.dtype.numpy.type
+    old, new = np.array([old_bits]).view(t)[0], np.array([new_bits]).view(t)[0]
+    with np.errstate(over="ignore"):
+        out = {ScatterAtomicOp.ADD: lambda: t(old + new), ScatterAtomicOp.MAX: lambda: max(old, new),
+               ScatterAtomicOp.MIN: lambda: min(old, new)}[atomic]()
+    return np.array([out], dtype=t).view(plan.dtype.bits)[0]
+
+
+def mscatter_scalar_impl(plan) -> None:
+    """``MScatterScalarImpl`` (MSCATTER.md, A5): the ``(1, 1)`` Elem scatter on the AIV scalar pipe."""
+    slot, in_range = _scalar_slot(plan)
+    if not in_range:
+        return
+    value = _tile_bits(plan.tile)[plan.tile.offsets()[0, 0]]
+    result = np.array([_scalar_combine(plan, _read_table(plan, slot), value)], dtype=plan.dtype.bits)
+    if plan.table.on_device:
+        _table_memory(plan, plan.dtype.bits)[slot:slot + 1].copy_to_device(result)
+    else:
+        plan.table.flat.view(plan.dtype.bits)[slot] = result[0]
+
+
+def run_mgather(plan) -> None:
+    if plan.l1:
+        from .l1 import run_mgather_l1
+        return run_mgather_l1(plan)
+    launch = resolve_mgather(plan)
+    mgather_scalar_impl(plan) if launch is None else launch.run()
+
+
+def run_mscatter(plan) -> None:
+    launch = resolve_mscatter(plan)
+    mscatter_scalar_impl(plan) if launch is None else launch.run()

@@ -1,0 +1,129 @@
+"""MSCATTER on A5: the SIMT kernels of MSCATTER.md ("A5 Form", "Conflict Resolution",
+"Performance Considerations — A5").
+
+* ``simt_mscatter_row_kernel`` / ``simt_mscatter_elem_kernel``: the source-centric walks of the
+  gather kernels, storing with a plain racing store (Conflict::Default) or a hardware atomic.
+* ``simt_mscatter_row_last_kernel`` / ``simt_mscatter_elem_last_kernel``: Conflict::Last, sized by
+  the destination. Each thread owns one destination slot at a time and scans the index tile in
+  reverse for the largest flat source index that writes it (after the OOB remap; masked writers
+  never win), stopping at the first hit. No atomics, no read-back: deterministic by construction,
+  and every slot has exactly one writer, so a launch may spread slots over several blocks.
+
+Factories take the index rule, the ScatterAtomicOp value and the element format
+(:mod:`.device`) as compile-time constants.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda
+
+from simt_pto.kernels.index_policy import remap_index
+from .device import SCATTER_STORES, tile_offset_2d
+
+
+@functools.cache
+def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
+    """Row coalesce, ``table[remap(idx[r]), :] op= src[r, :]``; the walk of ``simt_mgather_row_kernel``.
+    Masked (Skip) rows issue no store; the predicate is per row, so it is warp-uniform."""
+    store = SCATTER_STORES[(atomic, fmt)]
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_row_kernel(table, src, src_rs, src_cs, idx, idx_step, table_rows,
+                                 valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
+        row0 = cuda.blockIdx.x * tile_rows
+        rows = min(tile_rows, valid_rows - row0)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        col_begin = (ty // row_warps) * 32 + tx
+        col_step = warps_per_row * 32
+        r = ty % row_warps
+        while r < rows:
+            gr = row0 + r
+            slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+            if in_range:
+                dst_row = slot * valid_cols
+                c = col_begin
+                while c < valid_cols:
+                    store(table, dst_row + c, src[tile_offset_2d(gr, c, src_rs, src_cs)])
+                    c += col_step
+            r += row_warps
+
+    return simt_mscatter_row_kernel
+
+
+@functools.cache
+def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
+    """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the walk of ``simt_mgather_elem_kernel``."""
+    store = SCATTER_STORES[(atomic, fmt)]
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_elem_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
+                                  valid_rows, valid_cols, tile_rows):
+        row0 = cuda.blockIdx.x * tile_rows
+        total = min(tile_rows, valid_rows - row0) * valid_cols
+        p = cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = cuda.blockDim.x * cuda.blockDim.y
+        while p < total:
+            r = row0 + p // valid_cols
+            c = p % valid_cols
+            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+            if in_range:
+                store(table, slot, src[tile_offset_2d(r, c, src_rs, src_cs)])
+            p += step
+
+    return simt_mscatter_elem_kernel
+
+
+@functools.cache
+def simt_mscatter_row_last_kernel(rule: int):
+    """Row, Conflict::Last (``last_owner_find_row``): the thread owning table row ``slot`` finds the
+    largest ``r`` with ``remap(idx[r]) == slot`` and copies ``src[r, :]`` into it."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_row_last_kernel(table, src, src_rs, src_cs, idx, idx_step, table_rows,
+                                      valid_rows, valid_cols):
+        threads = cuda.blockDim.x * cuda.blockDim.y
+        slot = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = threads * cuda.gridDim.x
+        while slot < table_rows:
+            owner = valid_rows - 1
+            while owner >= 0:
+                s, in_range = remap_index(idx[owner * idx_step], table_rows, rule)
+                if in_range and s == slot:
+                    break
+                owner -= 1
+            if owner >= 0:
+                dst_row = slot * valid_cols
+                for c in range(valid_cols):
+                    table[dst_row + c] = src[tile_offset_2d(owner, c, src_rs, src_cs)]
+            slot += step
+
+    return simt_mscatter_row_last_kernel
+
+
+@functools.cache
+def simt_mscatter_elem_last_kernel(rule: int):
+    """Elem, Conflict::Last (``last_owner_find_elem``): the thread owning flat slot ``slot`` finds the
+    largest flat ``p = r * validCols + c`` with ``remap(idx[r, c]) == slot`` and stores ``src[r, c]``."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_elem_last_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
+                                       valid_rows, valid_cols):
+        threads = cuda.blockDim.x * cuda.blockDim.y
+        slot = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = threads * cuda.gridDim.x
+        total = valid_rows * valid_cols
+        while slot < table_size:
+            p = total - 1
+            while p >= 0:
+                r = p // valid_cols
+                c = p % valid_cols
+                s, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                if in_range and s == slot:
+                    table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
+                    break
+                p -= 1
+            slot += step
+
+    return simt_mscatter_elem_last_kernel
