@@ -227,7 +227,12 @@ def check_oob(plan: Plan) -> None:
     pos = np.argwhere(bad)[:5]
     positions = [tuple(int(x) for x in p) if len(p) > 1 else int(p[0]) for p in pos]
     values = [int(raw[tuple(p)]) for p in pos]
-    raise OutOfBoundsError(plan.op, plan.target, plan.capacity, positions, values, int(bad.sum()))
+    count = int(bad.sum())
+    if plan.op == "MSCATTER" and plan.target == "cpu":
+        raise OutOfBoundsError(plan.op, plan.target, plan.capacity, positions, values, count,
+                               "(the CPU simulator's MSCATTER ignores ScatterOOB and uses every index unchecked)",
+                               "keep the indices in range, or pass strict=False")
+    raise OutOfBoundsError(plan.op, plan.target, plan.capacity, positions, values, count)
 
 
 def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
+
 
 class Coalesce(enum.IntEnum):
     """MGATHER.md / MSCATTER.md, "Enums": how the index tile addresses the table."""
@@ -137,9 +139,9 @@ def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> en
                 return member
         names = ", ".join(m.name.lower() for m in enum_cls)
         raise ValueError(f"{what}: unknown value {value!r}; expected one of {names}")
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         try:
-            return enum_cls(value)
+            return enum_cls(int(value))
         except ValueError:
             values = ", ".join(f"{m.value} ({m.name.lower()})" for m in enum_cls)
             raise ValueError(f"{what}: unknown value {value}; expected one of {values}") from None

@@ -22,11 +22,13 @@ class OutOfBoundsError(IndexError):
     the first offending positions. Pass ``strict=False`` for the documented memory-safe result.
     """
 
-    def __init__(self, op: str, target: str, capacity: int, positions, values, count: int):
+    def __init__(self, op: str, target: str, capacity: int, positions, values, count: int,
+                 why: str = "under OOB policy UNDEFINED",
+                 hint: str = "pick CLAMP / WRAP / ZERO / SKIP, or pass strict=False"):
         self.op, self.target, self.capacity = op, target, capacity
         self.positions, self.values, self.count = list(positions), list(values), count
         shown = ", ".join(f"{p}: {v}" for p, v in zip(self.positions, self.values))
         super().__init__(
-            f"{op} on {target}: {count} index(es) out of range [0, {capacity}) under OOB policy UNDEFINED "
-            f"(first, position: uint32 index: {shown}); pick CLAMP / WRAP / ZERO / SKIP, or pass strict=False "
+            f"{op} on {target}: {count} index(es) out of range [0, {capacity}) {why} "
+            f"(first, position: uint32 index: {shown}); {hint} "
             f"for the memory-safe result (OOB reads give 0, OOB writes are dropped)")

@@ -5,6 +5,8 @@ hardware silently corrupts; the emulator raises a ConstraintError naming the til
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .errors import ConstraintError
 from .enums import TileType
 
@@ -27,10 +29,11 @@ def budget(op: str, target: str, dyn_ubuf_size=None) -> int | None:
                                   f"dyn_ubuf_size={dyn_ubuf_size} given; the working set must fit the static "
                                   f"{A2A3_UB_BYTES} B UB")
         return A2A3_UB_BYTES
-    if dyn_ubuf_size is None:
+    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, (int, np.integer, type(None))) \
+            or (dyn_ubuf_size is not None and dyn_ubuf_size < 0):
+        raise TypeError(f"{op}: dyn_ubuf_size must be a non-negative int (bytes) or None, got {dyn_ubuf_size!r}")
+    if not dyn_ubuf_size:  # None or 0: launched without a dynamic UB request (<<<n, nullptr, stream>>>)
         return A5_DEFAULT_SAFE_BYTES
-    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, int) or dyn_ubuf_size <= 0:
-        raise TypeError(f"{op}: dyn_ubuf_size must be a positive int (bytes), got {dyn_ubuf_size!r}")
     if dyn_ubuf_size > A5_MAX_DYN_UBUF_BYTES:
         raise ConstraintError(op, target, "max dynUBufSize = 256 KB - 8 KB reserved - 32 KB min DCache = 216 KB",
                               f"dyn_ubuf_size = {dyn_ubuf_size} B exceeds {A5_MAX_DYN_UBUF_BYTES} B")

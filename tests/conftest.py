@@ -1,0 +1,107 @@
+"""Shared fixtures: a seeded RNG, raw-bit helpers and tables with guard bands.
+
+The oracles in the tests are written independently of the library: plain Python loops over raw bits.
+Tables live inside a larger flat buffer whose tail (the guard band) holds a sentinel, so a stray
+read shows as a wrong value and a stray write shows as a changed sentinel.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+
+SEED = 20240531
+
+# The element dtypes each target accepts, written from MGATHER.md / MSCATTER.md "Tile Constraints"
+# (CPU: the base nine plus float8 on __CCE_AICORE__ builds; A2/A3: the base nine; A5: all twelve).
+BASE_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "bfloat16", "float32")
+SPEC_ELEMENT_DTYPES = {
+    "cpu": BASE_DTYPES + ("float8_e4m3", "float8_e5m2"),
+    "a2a3": BASE_DTYPES,
+    "a5": BASE_DTYPES + ("hifloat8", "float8_e4m3", "float8_e5m2"),
+}
+ALL_DTYPE_NAMES = BASE_DTYPES + ("float8_e4m3", "float8_e5m2", "hifloat8")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A NumPy generator with a fixed seed: every run draws the same cases."""
+    return np.random.default_rng(SEED)
+
+
+def bits_dtype(dtype) -> np.dtype:
+    """The unsigned integer dtype of the same width as ``dtype`` (a name, DType or numpy dtype)."""
+    return pto.dtypes.resolve(dtype).bits
+
+
+def as_bits(array: np.ndarray) -> np.ndarray:
+    """``array`` reinterpreted as unsigned integers of its width (compare floats bit for bit)."""
+    array = np.ascontiguousarray(array)
+    return array.view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
+
+
+def random_values(rng, shape, dtype) -> np.ndarray:
+    """Random raw bits reinterpreted as ``dtype`` (NaNs included: the ops move bits, not values)."""
+    d = pto.dtypes.resolve(dtype)
+    info = np.iinfo(d.bits)
+    raw = rng.integers(0, int(info.max) + 1, size=shape, dtype=np.uint64).astype(d.bits)
+    return raw.view(d.numpy)
+
+
+def sentinel_bits(dtype) -> int:
+    """A recognisable bit pattern (0xA5 repeated) for ``dtype``'s width."""
+    return int("A5" * pto.dtypes.resolve(dtype).itemsize, 16)
+
+
+class GuardedTable:
+    """A ``rows x cols`` table in the head of a flat buffer, the ``margin`` elements behind it a sentinel.
+
+    ``tensor`` is the GlobalTensor (its shape covers only the head); ``bits`` the whole buffer as raw bits.
+    """
+
+    def __init__(self, values: np.ndarray, margin: int, dtype):
+        d = pto.dtypes.resolve(dtype)
+        self.dtype = d
+        self.rows, self.cols = values.shape
+        self.core = self.rows * self.cols
+        self.margin = margin
+        self.buffer = np.empty(self.core + margin, dtype=d.numpy)
+        self.bits = self.buffer.view(d.bits)
+        self.bits[:] = sentinel_bits(d)
+        self.bits[: self.core] = as_bits(values).reshape(-1)
+        self.tensor = pto.GlobalTensor(self.buffer, shape=(self.rows, self.cols), dtype=d)
+
+    def core_bits(self) -> np.ndarray:
+        """The table's own elements as a ``(rows, cols)`` raw-bit copy."""
+        return self.bits[: self.core].reshape(self.rows, self.cols).copy()
+
+    def guard_intact(self) -> bool:
+        return bool((self.bits[self.core:] == sentinel_bits(self.dtype)).all())
+
+
+@pytest.fixture
+def guarded_table(rng):
+    """Factory: ``guarded_table(rows, cols, dtype, margin=37, values=None)`` -> :class:`GuardedTable`.
+
+    Without ``values`` the table holds random bits of ``dtype``.
+    """
+
+    def make(rows, cols, dtype, margin=37, values=None):
+        d = pto.dtypes.resolve(dtype)
+        values = random_values(rng, (rows, cols), d) if values is None else np.asarray(values)
+        if values.dtype != d.numpy:
+            values = values.astype(d.numpy)
+        return GuardedTable(values, margin, d)
+
+    return make
+
+
+def uint32_of(index: int) -> int:
+    """The ISA's cast of an int32 index to uint32: ``-1`` is ``4294967295``."""
+    return index & 0xFFFFFFFF
+
+
+def min_cols(dtype) -> int:
+    """Smallest padded RowMajor Cols for ``dtype`` under the 32-byte rule (MGATHER.md, "Minimum Tile Shape")."""
+    return 32 // pto.dtypes.resolve(dtype).itemsize
