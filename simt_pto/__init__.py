@@ -4,22 +4,27 @@ Three targets behind one tile / tensor API: ``a5`` (the A5 SIMT kernels as Numba
 GPU or Numba's CUDA simulator), ``a2a3`` (the sequential vector-core paths as Numba-jitted loops) and
 ``cpu`` (the CPU simulator's reference semantics in numpy, the golden).
 """
-from . import dtypes, nz
 from .backend import a5_backend, set_a5_backend
+
+a5_backend()  # choose GPU or CUDA simulator before anything can import numba.cuda
+
+from . import dtypes, nz  # noqa: E402
 from .dtypes import DType
 from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict, ScatterOOB,
                     SLayout, TileType, TARGETS)
 from .errors import ConstraintError, OutOfBoundsError
 from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
+from .host.inspect import inspect_kernel
 from .ops import mgather, mscatter, tload, tstore
 from .tensor import GlobalTensor
 from .tile import Tile
+from simt_pto.host.large import gather, scatter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
     "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
-    "Tile", "TileType", "a5_backend", "dtypes", "elem_geometry", "last_geometry", "mgather", "mscatter", "nz",
+    "Tile", "TileType", "a5_backend", "dtypes", "elem_geometry", "gather", "scatter", "last_geometry", "mgather", "mscatter", "nz",
     "row_geometry", "set_a5_backend", "tload", "tstore",
 ]

@@ -3,7 +3,10 @@
 The choice must be made before ``numba.cuda`` is first imported (the simulator is selected by
 ``NUMBA_ENABLE_CUDASIM`` at import time). Order of precedence:
 
-1. :func:`set_a5_backend` (before the first A5 call),
+``import simt_pto`` resolves it once (so that no later ``from numba import cuda`` can pick the wrong
+mode); :func:`set_a5_backend` may change it until ``numba.cuda`` is first imported.
+
+1. :func:`set_a5_backend`,
 2. the environment variable ``SIMT_PTO_A5_BACKEND`` = ``gpu`` | ``simulator`` | ``auto``,
 3. ``auto``: the GPU when the CUDA driver reports a device, the simulator otherwise.
 

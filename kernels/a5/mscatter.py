@@ -127,3 +127,96 @@ def simt_mscatter_elem_last_kernel(rule: int):
             slot += step
 
     return simt_mscatter_elem_last_kernel
+
+
+# -- Conflict::Last at scale: the owner-based path (host/large.py) ------------------------------------------
+# Pass 1 claims each destination slot for the largest flat source index that writes it (an atomic max);
+# pass 2 walks the sources like the Default kernels and stores only where the source owns its slot.
+# Bitwise identical to the slot-centric kernels and to the sequential order, in O(sources) work.
+
+@functools.cache
+def simt_mscatter_row_owner_claim_kernel(rule: int):
+    """Row: ``owner[remap(idx[r])] = max(owner[...], r)`` over all source rows (a flat grid)."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_row_owner_claim_kernel(owner, idx, idx_step, table_rows, valid_rows):
+        threads = cuda.blockDim.x * cuda.blockDim.y
+        r = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = threads * cuda.gridDim.x
+        while r < valid_rows:
+            slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
+            if in_range:
+                cuda.atomic.max(owner, slot, r)
+            r += step
+
+    return simt_mscatter_row_owner_claim_kernel
+
+
+@functools.cache
+def simt_mscatter_row_owner_write_kernel(rule: int):
+    """Row: the walk of ``simt_mscatter_row_kernel``, storing row ``r`` only where ``owner[slot] == r``."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_row_owner_write_kernel(table, src, src_rs, src_cs, idx, idx_step, owner, table_rows,
+                                             valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
+        row0 = cuda.blockIdx.x * tile_rows
+        rows = min(tile_rows, valid_rows - row0)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        col_begin = (ty // row_warps) * 32 + tx
+        col_step = warps_per_row * 32
+        r = ty % row_warps
+        while r < rows:
+            gr = row0 + r
+            slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+            if in_range and owner[slot] == gr:
+                dst_row = slot * valid_cols
+                c = col_begin
+                while c < valid_cols:
+                    table[dst_row + c] = src[tile_offset_2d(gr, c, src_rs, src_cs)]
+                    c += col_step
+            r += row_warps
+
+    return simt_mscatter_row_owner_write_kernel
+
+
+@functools.cache
+def simt_mscatter_elem_owner_claim_kernel(rule: int):
+    """Elem: ``owner[remap(idx[p])] = max(owner[...], p)`` over all flat source positions."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_elem_owner_claim_kernel(owner, idx, idx_rs, idx_cs, table_size, valid_rows, valid_cols):
+        threads = cuda.blockDim.x * cuda.blockDim.y
+        p = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = threads * cuda.gridDim.x
+        total = valid_rows * valid_cols
+        while p < total:
+            slot, in_range = remap_index(idx[tile_offset_2d(p // valid_cols, p % valid_cols, idx_rs, idx_cs)],
+                                         table_size, rule)
+            if in_range:
+                cuda.atomic.max(owner, slot, p)
+            p += step
+
+    return simt_mscatter_elem_owner_claim_kernel
+
+
+@functools.cache
+def simt_mscatter_elem_owner_write_kernel(rule: int):
+    """Elem: the walk of ``simt_mscatter_elem_kernel``, storing ``src[p]`` only where ``owner[slot] == p``."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_elem_owner_write_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, owner, table_size,
+                                              valid_rows, valid_cols, tile_rows):
+        row0 = cuda.blockIdx.x * tile_rows
+        total = min(tile_rows, valid_rows - row0) * valid_cols
+        p = cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = cuda.blockDim.x * cuda.blockDim.y
+        while p < total:
+            r = row0 + p // valid_cols
+            c = p % valid_cols
+            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+            if in_range and owner[slot] == r * valid_cols + c:
+                table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
+            p += step
+
+    return simt_mscatter_elem_owner_write_kernel

@@ -1,0 +1,270 @@
+"""``simt-pto demo``: the spec's example tile ops on every target, cross-checked, printed as a table.
+
+Each case builds fresh inputs, computes its expected result with plain numpy (the spec's formula, as a
+sequential loop where order matters), and runs on every target. A cell is ``ok`` (bitwise equal to the
+expectation), ``n/a`` (the target rejects the call by a spec rule: the rule is listed under the
+table), ``cpu sim`` (the CPU simulator's documented divergence: its MSCATTER is always an element-wise
+replace) or ``FAIL``. The exit status is 1 if any cell failed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import simt_pto as pto
+
+TARGETS = ("cpu", "a2a3", "a5")
+
+
+@dataclass
+class Case:
+    name: str
+    spec: str                   # the spec example it mirrors
+    build: Callable             # rng -> inputs dict
+    run: Callable               # (inputs, target) -> result array
+    expected: Callable          # inputs -> expected array
+    cpu_differs: bool = False   # the CPU simulator's MSCATTER semantics differ by design
+
+
+def _table(rng, rows, cols, dtype):
+    return rng.integers(-100, 100, (rows, cols)).astype(dtype)
+
+
+# -- the cases ---------------------------------------------------------------------------------------
+
+def _embedding_lookup():
+    def build(rng):
+        table = _table(rng, 64, 64, np.float16)
+        idx = rng.integers(-3, 70, 8).astype(np.int32)  # some out of range: Clamp
+        return dict(table=table, idx=idx)
+
+    def run(d, target):
+        dst = pto.Tile(np.float16, 8, 64)
+        idx = pto.Tile.from_array(d["idx"][None, :], 1, 8)
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), idx, coalesce="row", oob="clamp", target=target)
+        return dst.numpy()
+
+    def expected(d):
+        rows = np.minimum(d["idx"].astype(np.int64) & 0xFFFFFFFF, 63)
+        return d["table"][rows]
+    return Case("embedding lookup", "MGATHER Row, Clamp, half 8x64", build, run, expected)
+
+
+def _elem_2d():
+    def build(rng):
+        return dict(table=rng.random(256).astype(np.float32), idx=rng.integers(-300, 600, (8, 32)).astype(np.int32))
+
+    def run(d, target):
+        dst = pto.Tile(np.float32, 8, 32)
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.Tile.from_array(d["idx"]), coalesce="elem", oob="wrap",
+                    target=target)
+        return dst.numpy()
+
+    def expected(d):
+        return d["table"][(d["idx"].astype(np.int64) & 0xFFFFFFFF) % 256]
+    return Case("2-D random access", "MGATHER Elem, Wrap, float 8x32", build, run, expected)
+
+
+def _row_colmajor_idx():
+    def build(rng):
+        return dict(table=_table(rng, 64, 64, np.float16), idx=rng.integers(0, 64, 8).astype(np.int32))
+
+    def run(d, target):
+        dst = pto.Tile(np.float16, 8, 64)
+        idx = pto.Tile.from_array(d["idx"][:, None], 8, 8, blayout="col_major")
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), idx, coalesce="row", target=target)
+        return dst.numpy()
+    return Case("[R, 1] ColMajor index", "MGATHER Row, A5 only", build, run, lambda d: d["table"][d["idx"]])
+
+
+def _gather_zero():
+    def build(rng):
+        return dict(table=_table(rng, 16, 32, np.int8), idx=np.array([3, 16, -1, 15], np.int32))
+
+    def run(d, target):
+        dst = pto.Tile(np.int8, 4, 32)
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.Tile.from_array(d["idx"][None, :], 1, 8), oob="zero",
+                    target=target)
+        return dst.numpy()
+
+    def expected(d):
+        out = np.zeros((4, 32), np.int8)
+        for r, i in enumerate(d["idx"].astype(np.int64) & 0xFFFFFFFF):
+            if i < 16:
+                out[r] = d["table"][i]
+        return out
+    return Case("OOB rows read zero", "MGATHER Row, Zero, int8 4x32", build, run, expected)
+
+
+def _scalar_gather():
+    def build(rng):
+        return dict(table=rng.random(32).astype(np.float32), idx=np.array([[7]], np.int32))
+
+    def run(d, target):
+        dst = pto.Tile(np.float32, 1, 8, valid=(1, 1))
+        idx = pto.Tile.from_array(d["idx"], 1, 8)
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), idx, coalesce="elem", target=target)
+        return dst.valid_numpy()
+    return Case("(1, 1) degenerate", "MGATHER Elem (1, 1): scalar path", build, run,
+                lambda d: d["table"][d["idx"]])
+
+
+def _sequential_scatter(table, src_rows, idx_rows, op=None):
+    table = table.copy()
+    for s, i in zip(src_rows, idx_rows):
+        table[i] = s if op is None else op(table[i], s)
+    return table
+
+
+def _embedding_scatter():
+    def build(rng):
+        return dict(table=_table(rng, 64, 32, np.float32), src=_table(rng, 8, 32, np.float32),
+                    idx=rng.integers(0, 70, 8).astype(np.int32))
+
+    def run(d, target):
+        table = d["table"].copy()
+        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]),
+                     pto.Tile.from_array(d["idx"][None, :], 1, 8), coalesce="row", oob="clamp", target=target)
+        return table
+
+    def expected(d):
+        return _sequential_scatter(d["table"], d["src"], np.minimum(d["idx"], 63))
+    return Case("embedding scatter", "MSCATTER Row, Clamp, float 8x32", build, run, expected, cpu_differs=True)
+
+
+def _row_atomic_add():
+    def build(rng):
+        return dict(table=_table(rng, 16, 16, np.int32), src=_table(rng, 8, 16, np.int32),
+                    idx=rng.integers(0, 40, 8).astype(np.int32))
+
+    def run(d, target):
+        table = d["table"].copy()
+        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]),
+                     pto.Tile.from_array(d["idx"][None, :], 1, 8), atomic="add", oob="wrap", target=target)
+        return table
+
+    def expected(d):
+        return _sequential_scatter(d["table"], d["src"], d["idx"] % 16, np.add)
+    return Case("atomic-add aggregation", "MSCATTER Row, Add, Wrap, int32 8x16", build, run, expected,
+                cpu_differs=True)
+
+
+def _sparse_update():
+    def build(rng):
+        return dict(table=rng.random(256).astype(np.float32), src=rng.random((8, 32)).astype(np.float32),
+                    idx=rng.permutation(300)[:256].reshape(8, 32).astype(np.int32))
+
+    def run(d, target):
+        table = d["table"].copy()
+        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]), pto.Tile.from_array(d["idx"]),
+                     coalesce="elem", oob="skip", target=target, strict=target != "cpu")
+        return table
+
+    def expected(d):
+        keep = d["idx"] < 256
+        return _sequential_scatter(d["table"], d["src"][keep], d["idx"][keep])
+    return Case("sparse update", "MSCATTER Elem, Skip, float 8x32", build, run, expected)
+
+
+def _deterministic_last():
+    def build(rng):
+        return dict(table=np.zeros((64, 64), np.float16), src=_table(rng, 8, 64, np.float16),
+                    idx=rng.integers(0, 4, 8).astype(np.int32))  # heavy collisions
+
+    def run(d, target):
+        table = d["table"].copy()
+        idx = pto.Tile.from_array(d["idx"][:, None], 8, 16, blayout="col_major") if target == "a5" else \
+            pto.Tile.from_array(d["idx"][None, :], 1, 16)
+        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]), idx, coalesce="row", oob="clamp",
+                     conflict="last", target=target)
+        return table
+
+    def expected(d):
+        return _sequential_scatter(d["table"], d["src"], d["idx"])
+    return Case("deterministic Last", "MSCATTER Row, Last, half, 8 rows onto 4", build, run, expected,
+                cpu_differs=True)
+
+
+def _scalar_scatter():
+    def build(rng):
+        return dict(table=rng.random(32).astype(np.float32), src=np.array([[2.5]], np.float32),
+                    idx=np.array([[9]], np.int32))
+
+    def run(d, target):
+        table = d["table"].copy()
+        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"], 1, 8), pto.Tile.from_array(d["idx"], 1, 8),
+                     coalesce="elem", target=target)
+        return table
+
+    def expected(d):
+        out = d["table"].copy()
+        out[9] = 2.5
+        return out
+    return Case("(1, 1) degenerate scatter", "MSCATTER Elem (1, 1): scalar path", build, run, expected)
+
+
+CASES = (_embedding_lookup, _elem_2d, _row_colmajor_idx, _gather_zero, _scalar_gather, _embedding_scatter,
+         _row_atomic_add, _sparse_update, _deterministic_last, _scalar_scatter)
+
+
+def available_targets() -> list[str]:
+    found = []
+    for target in TARGETS:
+        try:
+            pto.ops.target_module(target)
+            found.append(target)
+        except ImportError:
+            pass
+    return found
+
+
+def run_demo(seed: int = 0, out=print) -> int:
+    targets = available_targets()
+    rules: list[str] = []
+    rows = []
+    failed = False
+    for make in CASES:
+        case = make()
+        inputs = case.build(np.random.default_rng(seed))
+        want = case.expected(inputs)
+        cells = []
+        for target in targets:
+            start = time.perf_counter()
+            try:
+                got = case.run(inputs, target)
+            except pto.ConstraintError as err:
+                rules.append(f"{case.name} on {target}: {err.rule}")
+                cells.append(f"n/a [{len(rules)}]")
+                continue
+            ms = (time.perf_counter() - start) * 1e3
+            same = got.shape == want.shape and got.tobytes() == np.asarray(want, got.dtype).tobytes()
+            if same:
+                cells.append(f"ok {ms:7.1f} ms")
+            elif target == "cpu" and case.cpu_differs:
+                cells.append("cpu sim")
+            else:
+                cells.append("FAIL")
+                failed = True
+        rows.append((case.name, case.spec, *cells))
+    header = ("case", "spec example", *targets)
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(v).ljust(w) for v, w in zip(r, widths)) + " |"
+    out(f"simt_pto demo: A5 backend = {pto.a5_backend()}, targets = {', '.join(targets)}, seed = {seed}")
+    out(line(header))
+    out("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        out(line(r))
+    for i, rule in enumerate(rules, 1):
+        out(f"[{i}] rejected by rule: {rule}")
+    out("cpu sim: the CPU simulator's MSCATTER is always an element-wise replace (MSCATTER.md, CPU Reference Form)")
+    out("FAILED" if failed else "all targets agree with the expected results")
+    return 1 if failed else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="run the spec's example tile ops on every target, cross-checked")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=lambda args: run_demo(args.seed))

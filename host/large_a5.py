@@ -1,0 +1,156 @@
+"""The A5 side of the whole-array ops (:mod:`simt_pto.host.large`): multi-block launches of the A5 kernels.
+
+Block ``b`` runs tile ``b`` (rows ``[b * tile_rows, ...)``) with the geometry of one full tile. Arrays
+are staged on the device once per call (device arrays are used in place).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from simt_pto import geometry
+from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
+from simt_pto.kernels.a5 import launch as _launch
+from simt_pto.kernels.a5.device import F32_ORDER, NATIVE
+from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
+from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
+                                          simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
+                                          simt_mscatter_row_kernel, simt_mscatter_row_last_kernel,
+                                          simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel)
+from .large import SLOT_PATH_MAX_WORK, _host
+
+ON_GPU = _launch.ON_GPU
+MAX_GRID = 65535
+
+
+def _flat(a, dtype):
+    """The array's memory as a flat ``dtype`` view: on the device (GPU backend) or host (simulator)."""
+    if a.device:
+        return cuda.as_cuda_array(a.obj).reshape(a.size).view(dtype)
+    host = _host(a).reshape(-1).view(dtype)
+    return cuda.to_device(host) if ON_GPU else host
+
+
+def _wrap_like(template, dev_out, host_shape):
+    """A device result in the kind of array the caller passed (CuPy, PyTorch, else Numba)."""
+    module = type(template).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+        return cupy.asarray(dev_out).reshape(host_shape)
+    if module == "torch":
+        import torch
+        return torch.as_tensor(dev_out, device="cuda").reshape(host_shape)
+    return dev_out.reshape(host_shape)
+
+
+def _tile_grid(rows, tile_rows):
+    return -(-rows // tile_rows)
+
+
+def gather(plan, table, idx, tile_rows, out_shape, out_cols):
+    bits = plan.dtype.bits
+    table_flat, idx_flat = _flat(table, bits), _flat(idx, idx.dtype.numpy)
+    rows = idx.rows
+    out = cuda.device_array(rows * out_cols, dtype=bits) if ON_GPU else np.zeros(rows * out_cols, dtype=bits)
+    grid = _tile_grid(rows, tile_rows)
+    if plan.coalesce == Coalesce.ROW:
+        geo = geometry.row_geometry(tile_rows, out_cols)
+        simt_mgather_row_kernel(plan.rule)[grid, geo.block](
+            out, out_cols, 1, idx_flat, 1, table_flat, plan.capacity, rows, out_cols, tile_rows,
+            geo.row_warps, geo.warps_per_row)
+    else:
+        geo = geometry.elem_geometry(tile_rows, out_cols)
+        simt_mgather_elem_kernel(plan.rule)[grid, geo.block](
+            out, out_cols, 1, idx_flat, out_cols, 1, table_flat, plan.capacity, rows, out_cols, tile_rows)
+    if not ON_GPU:
+        return out.view(plan.dtype.numpy).reshape(out_shape)
+    if table.device:
+        return _wrap_like(table.obj, out.view(plan.dtype.bits), out_shape)
+    return out.copy_to_host().view(plan.dtype.numpy).reshape(out_shape)
+
+
+def _scatter_operands(plan, table, src):
+    """(table argument, src flat, finish): the table in the form the store needs (see
+    :func:`simt_pto.kernels.a5.launch._scatter_table`), staged on the device."""
+    fmt = _launch._element_format(plan)
+    table_arg, finish = _launch._scatter_table(plan, fmt)
+    copy_back = None
+    if ON_GPU and isinstance(table_arg, (np.ndarray, tuple)) and not table.device:
+        host = table_arg
+        table_arg = _launch._to_device(table_arg)
+        base_dev, base_host = (table_arg[0], host[0]) if isinstance(host, tuple) else (table_arg, host)
+        copy_back = lambda: base_dev.copy_to_host(base_host)  # noqa: E731
+    src_dtype = np.int32 if fmt == F32_ORDER else (
+        plan.dtype.bits if fmt != NATIVE or plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy)
+    return fmt, table_arg, _flat(src, src_dtype), copy_back, finish
+
+
+def scatter(plan, table, src, idx, tile_rows, last_path):
+    fmt, table_arg, src_flat, copy_back, finish = _scatter_operands(plan, table, src)
+    idx_flat = _flat(idx, idx.dtype.numpy)
+    rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
+    last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
+    if not last:
+        _scatter_tiles(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt)
+    else:
+        slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
+        if last_path == "slot" or (last_path == "auto" and slot_work <= SLOT_PATH_MAX_WORK):
+            _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
+        else:
+            _last_owner(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
+    if ON_GPU:
+        cuda.synchronize()
+    if copy_back is not None:
+        copy_back()
+    if finish is not None:
+        finish()
+
+
+def _scatter_tiles(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
+    grid = _tile_grid(rows, tile_rows)
+    policy = (plan.rule, int(plan.atomic), fmt)
+    if plan.coalesce == Coalesce.ROW:
+        geo = geometry.row_geometry(tile_rows, cols)
+        simt_mscatter_row_kernel(*policy)[grid, geo.block](
+            table_arg, src, cols, 1, idx, 1, plan.capacity, rows, cols, tile_rows, geo.row_warps, geo.warps_per_row)
+    else:
+        geo = geometry.elem_geometry(tile_rows, cols)
+        simt_mscatter_elem_kernel(*policy)[grid, geo.block](
+            table_arg, src, cols, 1, idx, cols, 1, plan.capacity, rows, cols, tile_rows)
+
+
+def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
+    """The per-tile slot-centric Last kernels, one tile after the other (later tiles overwrite)."""
+    geo = geometry.last_geometry(plan.capacity)
+    grid = min(MAX_GRID, max(1, -(-plan.capacity // geo.threads)))
+    for r0 in range(0, rows, tile_rows):
+        n = min(tile_rows, rows - r0)
+        if plan.coalesce == Coalesce.ROW:
+            simt_mscatter_row_last_kernel(plan.rule)[grid, geo.block](
+                table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0:r0 + n], 1, plan.capacity, n, cols)
+        else:
+            simt_mscatter_elem_last_kernel(plan.rule)[grid, geo.block](
+                table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0 * cols:(r0 + n) * cols], cols, 1,
+                plan.capacity, n, cols)
+
+
+def _last_owner(plan, table_arg, src, idx, rows, cols, tile_rows):
+    """Owner-based Last: claim each slot for its largest flat source index, then write from the owner."""
+    owner_host = np.full(plan.capacity, -1, dtype=np.int64)
+    owner = cuda.to_device(owner_host) if ON_GPU else owner_host
+    block = (geometry.WARP, geometry.MAX_WARPS)
+    sources = rows if plan.coalesce == Coalesce.ROW else rows * cols
+    claim_grid = min(MAX_GRID, max(1, -(-sources // (geometry.WARP * geometry.MAX_WARPS))))
+    grid = _tile_grid(rows, tile_rows)
+    if plan.coalesce == Coalesce.ROW:
+        simt_mscatter_row_owner_claim_kernel(plan.rule)[claim_grid, block](owner, idx, 1, plan.capacity, rows)
+        geo = geometry.row_geometry(tile_rows, cols)
+        simt_mscatter_row_owner_write_kernel(plan.rule)[grid, geo.block](
+            table_arg, src, cols, 1, idx, 1, owner, plan.capacity, rows, cols, tile_rows,
+            geo.row_warps, geo.warps_per_row)
+    else:
+        simt_mscatter_elem_owner_claim_kernel(plan.rule)[claim_grid, block](
+            owner, idx, cols, 1, plan.capacity, rows, cols)
+        geo = geometry.elem_geometry(tile_rows, cols)
+        simt_mscatter_elem_owner_write_kernel(plan.rule)[grid, geo.block](
+            table_arg, src, cols, 1, idx, cols, 1, owner, plan.capacity, rows, cols, tile_rows)

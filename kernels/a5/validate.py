@@ -1,0 +1,17 @@
+"""Index validation on the device, for whole-array ops on device arrays (no host round trip)."""
+from __future__ import annotations
+
+import numba
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def count_out_of_range(idx, capacity, out):
+    """``out[0]`` += the number of uint32-cast indices ``>= capacity``; ``out[1]`` = min(out[1], first position)."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < idx.size:
+        if numba.int64(numba.uint32(idx[i])) >= capacity:
+            cuda.atomic.add(out, 0, 1)
+            cuda.atomic.min(out, 1, i)
+        i += step
