@@ -70,6 +70,9 @@ def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
         np_dtype, shape = obj.dtype, obj.shape
     else:
         raise TypeError(f"{what}: expected a numpy or device array, got {type(obj).__name__}")
+    if what == "idx" and np_dtype not in (np.dtype(np.int32), np.dtype(np.uint32)):
+        raise ConstraintError("whole-array op", None, "Tile Constraints: index dtype",
+                              f"index dtype must be int32 or uint32, got {np_dtype}")
     dt = _dt.resolve(dtype if dtype is not None and what != "idx" else np_dtype)
     if len(shape) == 1 and not two_d_only:
         rows, cols = shape[0], 1
@@ -176,9 +179,6 @@ def _prepare(op, target, table, data, idx, coalesce, tile_rows, dyn_ubuf_size, s
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     table_a = _wrap(table, "table", dtype, two_d_only=coalesce == Coalesce.ROW)
     idx_a = _wrap(idx, "idx")
-    if idx_a.dtype not in _dt.INDEX_DTYPES:
-        raise ConstraintError(op, target, "Tile Constraints: index dtype",
-                              f"index dtype must be int32 or uint32, got {idx_a.dtype}")
     if coalesce == Coalesce.ROW and idx_a.cols != 1:
         raise ConstraintError(op, target, "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
     cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols

@@ -1,0 +1,204 @@
+"""Whole-array gather / scatter (host/large.py): tiled results against independent oracles, every target,
+tile boundaries, both Conflict::Last paths, and the validate-last command."""
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from simt_pto.host.cli import main as cli_main
+
+TARGETS = ("cpu", "a2a3", "a5")
+GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
+
+
+def _u32(idx):
+    return idx.astype(np.int64) & 0xFFFFFFFF
+
+
+def gather_oracle(table, idx, coalesce, oob):
+    """numpy's table[idx] after the spec's uint32 cast and OOB remap (ZERO: 0 for out-of-range)."""
+    flat = table if coalesce == "row" else table.reshape(-1)
+    cap = flat.shape[0]
+    u = _u32(idx)
+    slots = {"undefined": u, "clamp": np.minimum(u, cap - 1), "wrap": u % cap, "zero": np.where(u < cap, u, 0)}[oob]
+    out = flat[slots].copy()
+    if oob == "zero":
+        out[u >= cap] = 0
+    return out
+
+
+def serial_scatter(table, src, idx, coalesce, oob="undefined", op=None):
+    """The sequential loop ``for i: table[remap(idx[i])] op= src[i]`` (Row: whole rows)."""
+    out = table.copy()
+    flat = out if coalesce == "row" else out.reshape(-1)
+    cap = flat.shape[0]
+    src = src if coalesce == "row" else src.reshape(-1)
+    for i, raw in enumerate(_u32(idx).reshape(-1)):
+        if oob == "skip" and raw >= cap:
+            continue
+        slot = {"undefined": raw, "skip": raw, "clamp": min(raw, cap - 1), "wrap": raw % cap}[oob]
+        flat[slot] = src[i] if op is None else op(flat[slot], src[i])
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("oob", GATHER_OOB)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "bfloat16"])
+def test_row_gather_tiles_with_tail(rng, target, oob, dtype):
+    np_dtype = pto.dtypes.resolve(dtype).numpy
+    table = rng.integers(-50, 50, (37, 40)).astype(np_dtype)
+    lo, hi = (-3, 45) if oob != "undefined" else (0, 37)
+    idx = rng.integers(lo, hi, 2 * 16 + 1).astype(np.int32)  # 2 tiles + a 1-row tail
+    out = pto.gather(table, idx, oob=oob, target=target, tile_rows=16)
+    assert out.shape == (33, 40)
+    assert out.tobytes() == gather_oracle(table, idx, "row", oob).tobytes()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("oob", GATHER_OOB)
+@pytest.mark.parametrize("shape", [(21, 7), (50,), (1,)])
+def test_elem_gather_2d_and_1d(rng, target, oob, shape):
+    table = rng.random((30, 10)).astype(np.float32)
+    hi = 320 if oob != "undefined" else 300
+    idx = rng.integers(-2 if oob != "undefined" else 0, hi, shape).astype(np.int32)
+    out = pto.gather(table, idx, coalesce="elem", oob=oob, target=target, tile_rows=8)
+    assert out.shape == idx.shape
+    assert out.tobytes() == gather_oracle(table, idx, "elem", oob).tobytes()
+
+
+def test_tiled_gather_equals_the_single_tile_op(rng):
+    table = rng.random((64, 16)).astype(np.float32)
+    idx = rng.integers(0, 64, 24).astype(np.int32)
+    dst = pto.Tile(np.float32, 24, 16)
+    pto.mgather(dst, pto.GlobalTensor(table), pto.Tile.from_array(idx[None, :], 1, 24), target="a5")
+    for tile_rows in (1, 5, 24):
+        assert np.array_equal(pto.gather(table, idx, tile_rows=tile_rows), dst.numpy())
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("oob", ["undefined", "skip", "clamp", "wrap"])
+def test_last_paths_agree_with_the_serial_loop(rng, coalesce, oob):
+    if coalesce == "row":
+        table = np.full((9, 12), -1.0, np.float32)
+        src = rng.random((70, 12)).astype(np.float32)
+        idx = rng.integers(0, 12 if oob != "undefined" else 9, 70).astype(np.int32)
+    else:
+        table = np.full(23, -1.0, np.float32)
+        src = rng.random(90).astype(np.float32)
+        idx = rng.integers(-1 if oob != "undefined" else 0, 27 if oob != "undefined" else 23, 90).astype(np.int32)
+    want = serial_scatter(table, src, idx, coalesce, oob)
+    results = {}
+    for target, path in (("a5", "slot"), ("a5", "owner"), ("a2a3", "auto")):
+        out = table.copy()
+        pto.scatter(out, src, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=16, last_path=path)
+        results[(target, path)] = out
+        assert out.tobytes() == want.tobytes(), (target, path)
+    again = table.copy()
+    pto.scatter(again, src, idx, coalesce=coalesce, oob=oob, tile_rows=16, last_path="owner")
+    assert again.tobytes() == results[("a5", "owner")].tobytes()
+
+
+@pytest.mark.parametrize("target", ["a2a3", "a5"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_atomic_add_composes_across_tiles(rng, target, coalesce):
+    if coalesce == "row":
+        table = rng.integers(-5, 5, (6, 8)).astype(np.int32)
+        src = rng.integers(-1000, 1000, (41, 8)).astype(np.int32)
+        idx = rng.integers(0, 6, 41).astype(np.int32)
+    else:
+        table = rng.integers(-5, 5, 13).astype(np.int32)
+        src = rng.integers(-1000, 1000, 41).astype(np.int32)
+        idx = rng.integers(0, 13, 41).astype(np.int32)
+    want = serial_scatter(table, src, idx, coalesce, op=lambda a, b: a + b)
+    pto.scatter(table, src, idx, coalesce=coalesce, atomic="add", target=target, tile_rows=8)
+    assert np.array_equal(table, want)
+
+
+@pytest.mark.parametrize("atomic, op", [("max", max), ("min", min)])
+def test_float_max_min_across_tiles(rng, atomic, op):
+    table = np.zeros(11, np.float32)
+    src = (rng.random(60) * 200 - 100).astype(np.float32)
+    idx = rng.integers(0, 11, 60).astype(np.int32)
+    want = serial_scatter(table, src, idx, "elem", op=op)
+    pto.scatter(table, src, idx, coalesce="elem", atomic=atomic, tile_rows=4)
+    assert np.array_equal(table, want)
+
+
+def test_default_conflict_keeps_one_of_the_colliders(rng):
+    table = np.full(5, -1.0, np.float32)
+    src = np.arange(40, dtype=np.float32)
+    idx = rng.integers(0, 4, 40).astype(np.int32)  # slot 4 is never written
+    pto.scatter(table, src, idx, coalesce="elem", conflict="default", tile_rows=8)
+    for slot in range(4):
+        assert table[slot] in src[idx == slot]
+    assert table[4] == -1.0
+
+
+def test_out_of_range_under_undefined_is_refused_before_any_write():
+    table = np.zeros((8, 8), np.float32)
+    src = np.ones((20, 8), np.float32)
+    idx = np.zeros(20, np.int32)
+    idx[17] = 8
+    with pytest.raises(pto.OutOfBoundsError, match=r"1 index\(es\) out of range \[0, 8\).*17: 8"):
+        pto.scatter(table, src, idx, tile_rows=4)
+    assert not table.any()
+
+
+def test_tile_budget_is_the_a5_unified_buffer():
+    table = np.zeros((4, 1024), np.float32)  # 4 KB rows
+    idx = np.zeros(64, np.int32)
+    with pytest.raises(pto.ConstraintError, match="UB working set within budget"):
+        pto.gather(table, idx, tile_rows=64)  # 256 KB of rows: over 128 KB
+    with pytest.raises(pto.ConstraintError, match="UB working set within budget"):
+        pto.gather(table, idx, tile_rows=40, dyn_ubuf_size=160 * 1024)
+    out = pto.gather(table, idx, tile_rows=40, dyn_ubuf_size=216 * 1024)  # the spec's single-shot pattern
+    assert out.shape == (64, 1024)
+
+
+def test_chunked_and_single_shot_patterns():
+    """MSCATTER.md: the 2048 x 8 float case as 16 chunks of 128 x 8 (8 KB src + 8 KB idx each), and the
+    2304 x 8 case single-shot, which needs dynUBufSize (72 KB src + 72 KB idx > the 128 KB default)."""
+    rng = np.random.default_rng(7)
+    src = rng.random((2048, 8)).astype(np.float32)
+    idx = rng.integers(0, 4096, (2048, 8)).astype(np.int32)
+    chunked = np.zeros(4096, np.float32)
+    pto.scatter(chunked, src, idx, coalesce="elem", target="a2a3", tile_rows=128)
+    assert chunked.tobytes() == serial_scatter(np.zeros(4096, np.float32), src, idx, "elem").tobytes()
+
+    src = rng.integers(-9, 9, (2304, 8)).astype(np.int32)
+    idx = rng.integers(0, 4096, (2304, 8)).astype(np.int32)
+    table = np.zeros(4096, np.int32)
+    with pytest.raises(pto.ConstraintError, match="UB working set within budget"):
+        pto.scatter(table, src, idx, coalesce="elem", atomic="add", tile_rows=2304)
+    assert not table.any()
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add", tile_rows=2304, dyn_ubuf_size=2304 * 8 * 8)
+    assert np.array_equal(table, serial_scatter(np.zeros(4096, np.int32), src, idx, "elem", op=lambda a, b: a + b))
+
+
+def test_bad_arrays_are_rejected():
+    with pytest.raises(pto.ConstraintError, match="index dtype must be int32 or uint32"):
+        pto.gather(np.zeros((4, 8), np.float32), np.zeros(3, np.int64))
+    with pytest.raises(pto.ConstraintError, match="table is 2-D"):
+        pto.gather(np.zeros(32, np.float32), np.zeros(3, np.int32))
+    with pytest.raises(pto.ConstraintError, match="src matches idx"):
+        pto.scatter(np.zeros((4, 8), np.float32), np.zeros((3, 4), np.float32), np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="last_path"):
+        pto.scatter(np.zeros(4, np.float32), np.zeros(2, np.float32), np.zeros(2, np.int32), coalesce="elem",
+                    last_path="fast")
+
+
+def test_device_arrays_stay_on_the_device():
+    if pto.a5_backend() != "gpu":
+        pytest.skip("needs a CUDA GPU (the A5 backend here is the CUDA simulator)")
+    cupy = pytest.importorskip("cupy", reason="CuPy (the gpu extra) is not installed")
+    table = cupy.arange(64 * 16, dtype=cupy.float32).reshape(64, 16)
+    idx = cupy.asarray(np.random.default_rng(0).integers(0, 64, 100).astype(np.int32))
+    out = pto.gather(table, idx)
+    assert isinstance(out, cupy.ndarray)
+    assert cupy.array_equal(out, table[idx])
+
+
+def test_validate_last_command(capsys):
+    assert cli_main(["validate-last", "--rows", "64", "--cols", "8", "--n", "2048", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "DETERMINISTIC" in out and "NOT DETERMINISTIC" not in out
+    assert "0 mismatches against the golden" in out
