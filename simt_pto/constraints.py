@@ -181,9 +181,16 @@ def _table_geometry(op, target, tile, table, coalesce, tile_name):
     if table.layout == Layout.NZ:  # a2a3 only (checked above)
         lrows = table.shape[2] * nz.FRACTAL_NZ_ROW
         lcols = table.shape[0] * table.shape[1] * table.shape[4]
+        if table.stride[4] != 1:
+            _fail(op, target, "NZ table: contiguous kC0 elements per 32 B burst (Stride[4] == 1)",
+                  f"table stride {table.stride}")
         if coalesce == Coalesce.ROW and C > lcols:
             _fail(op, target, "Row: the tile's valid columns fit the NZ table's logical row",
                   f"{tile_name} valid cols {C} > logical cols {lcols}")
+        if coalesce == Coalesce.ROW and tile.cols < lcols:
+            # The NZ Row DMA moves whole logical rows: nBurst = gShape1 bursts of kC0 for every batch.
+            _fail(op, target, "Row NZ: the tile's padded Cols hold a whole logical row",
+                  f"{tile_name} Cols = {tile.cols} < logical cols gShape0 * gShape1 * kC0 = {lcols}")
         return (lrows if coalesce == Coalesce.ROW else lrows * lcols), 0
     if coalesce == Coalesce.ELEM or (op == "MSCATTER" and target == "cpu"):
         size = table.table_size

@@ -1,0 +1,152 @@
+"""Integer-only, correctly rounded (round-to-nearest-even) float16 / bfloat16 addition on raw bits.
+
+The functions use nothing but int64 arithmetic (no float ops, no views), so the same ``@njit``
+function runs from Numba CPU code, from Numba CUDA kernels (compiled as a device function) and
+from the CUDA simulator. They are what an ``AtomicAdd`` in a 16-bit float element type does:
+each addition is rounded once, in the element type.
+
+Semantics (IEEE 754 addition, RNE):
+
+* any NaN operand -> a quiet NaN (the first NaN operand with its quiet bit set);
+* ``inf + -inf`` -> the default quiet NaN (positive sign, quiet bit only);
+* ``x + (-x)`` -> ``+0``; ``-0 + -0`` -> ``-0``;
+* overflow -> signed infinity; subnormals are fully supported (no flush to zero).
+"""
+from __future__ import annotations
+
+import numba
+from numba import njit
+
+F16_EXP_BITS = 5
+F16_MAN_BITS = 10
+BF16_EXP_BITS = 8
+BF16_MAN_BITS = 7
+
+
+@njit(inline="always", cache=True)
+def _add_bits(a, b, exp_bits, man_bits):
+    """Correctly rounded sum of two binary floats with ``exp_bits`` / ``man_bits`` fields (raw bits
+    in, raw bits out). All intermediates are int64."""
+    one = numba.int64(1)
+    eb_ = numba.int64(exp_bits)
+    mb_ = numba.int64(man_bits)
+    a = numba.int64(a)
+    b = numba.int64(b)
+    width = eb_ + mb_ + one
+    allmask = (one << width) - one
+    a = a & allmask
+    b = b & allmask
+    emask = (one << eb_) - one
+    mmask = (one << mb_) - one
+    hidden = one << mb_
+    qbit = one << (mb_ - one)
+    sshift = eb_ + mb_
+
+    sa = (a >> sshift) & one
+    sb = (b >> sshift) & one
+    ea = (a >> mb_) & emask
+    eb = (b >> mb_) & emask
+    ma = a & mmask
+    mb = b & mmask
+
+    # NaN / infinity
+    if ea == emask and ma != 0:
+        return a | qbit
+    if eb == emask and mb != 0:
+        return b | qbit
+    if ea == emask:
+        if eb == emask and sa != sb:
+            return (emask << mb_) | qbit          # inf + -inf: default quiet NaN
+        return a
+    if eb == emask:
+        return b
+
+    # zeros
+    a_zero = ea == 0 and ma == 0
+    b_zero = eb == 0 and mb == 0
+    if a_zero and b_zero:
+        if sa == sb:
+            return a                               # +0 + +0 = +0, -0 + -0 = -0
+        return numba.int64(0)                      # +0 + -0 = +0 under RNE
+    if a_zero:
+        return b
+    if b_zero:
+        return a
+
+    # significands with 3 extra bits (guard, round, sticky); subnormals have exponent 1
+    if ea == 0:
+        xa = one
+        ga = ma
+    else:
+        xa = ea
+        ga = ma | hidden
+    if eb == 0:
+        xb = one
+        gb = mb
+    else:
+        xb = eb
+        gb = mb | hidden
+    ga = ga << 3
+    gb = gb << 3
+
+    # order by magnitude: (xa, ga) >= (xb, gb)
+    if xb > xa or (xb == xa and gb > ga):
+        xa, xb = xb, xa
+        ga, gb = gb, ga
+        sa, sb = sb, sa
+
+    d = xa - xb
+    if d > 0:
+        if d >= mb_ + 5:
+            gb = one if gb != 0 else numba.int64(0)
+        else:
+            sticky = one if (gb & ((one << d) - one)) != 0 else numba.int64(0)
+            gb = (gb >> d) | sticky
+
+    if sa == sb:
+        g = ga + gb
+    else:
+        g = ga - gb
+        if g == 0:
+            return numba.int64(0)                  # exact cancellation: +0 under RNE
+    x = xa
+    sign = sa
+
+    # normalize: the leading one belongs at bit man_bits + 3
+    top = hidden << 3
+    if g >= (top << 1):
+        sticky = g & one
+        g = (g >> 1) | sticky
+        x += one
+    else:
+        while g < top and x > one:
+            g = g << 1
+            x -= one
+
+    # round to nearest, ties to even
+    grs = g & numba.int64(7)
+    sig = g >> 3
+    if grs > 4 or (grs == 4 and (sig & one) != 0):
+        sig += one
+        if sig == (hidden << 1):
+            sig = sig >> 1
+            x += one
+    if sig < hidden:
+        xfield = numba.int64(0)                    # subnormal (x == 1)
+    else:
+        xfield = x
+    if xfield >= emask:
+        return (sign << sshift) | (emask << mb_)   # overflow -> infinity
+    return (sign << sshift) | (xfield << mb_) | (sig & mmask)
+
+
+@njit(inline="always", cache=True)
+def add_f16_bits(a, b):
+    """float16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
+    return _add_bits(a, b, 5, 10)
+
+
+@njit(inline="always", cache=True)
+def add_bf16_bits(a, b):
+    """bfloat16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
+    return _add_bits(a, b, 8, 7)
