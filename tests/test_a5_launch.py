@@ -1,0 +1,288 @@
+"""The A5 launch: which SIMT kernel a call resolves to, and the geometry it is launched with.
+
+Expected geometries are worked out by hand from MGATHER.md / MSCATTER.md, "Performance Considerations —
+A5, Shape-adaptive launch" (``dim3{32, kLaunchWarps}``, integer division as in C++):
+
+* Row (gather; scatter other than Conflict::Last): ``kRowWarps = min(validRows, 32)``,
+  ``kWarpsPerRow = min(32 / kRowWarps, ceil(validCols / 32))``, ``kLaunchWarps = kRowWarps * kWarpsPerRow``;
+* Elem (gather; scatter other than Conflict::Last): ``kLaunchWarps = min(ceil(validRows * validCols / 32), 32)``;
+* Conflict::Last (atomic NONE only): sized by the destination, ``min(ceil(slots / 32), 32)`` with
+  ``slots`` = tableRows (Row) or tableSize (Elem);
+* the ``(1, 1)`` Elem case launches nothing (MGatherScalarImpl / MScatterScalarImpl): resolve gives None.
+
+Plans are built with ``simt_pto.constraints.plan_mgather / plan_mscatter`` and resolved without running.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from simt_pto import constraints
+from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
+from simt_pto.kernels.a5 import mgather as a5_mgather
+from simt_pto.kernels.a5 import mscatter as a5_mscatter
+from oracles import make_tile, round_up
+
+E = pto.enums
+DYN_UB = 216 * 1024
+"""Every plan declares the largest dynUBufSize: the widest shapes below exceed the 128 KB default, and the
+UB budget does not change the geometry."""
+
+
+def gather_plan(R, C, coalesce="row", oob="undefined", dtype="int8", table_rows=8, table_size=64, strict=True):
+    dst = pto.Tile(dtype, R, round_up(C, 32 // pto.dtypes.resolve(dtype).itemsize), valid=(R, C))
+    if coalesce == "row":
+        idx = pto.Tile("int32", 1, round_up(R, 8), valid=(1, R))
+        table = pto.GlobalTensor(np.zeros((table_rows, C), pto.dtypes.resolve(dtype).numpy))
+    else:
+        idx = pto.Tile("int32", R, round_up(C, 8), valid=(R, C))
+        table = pto.GlobalTensor(np.zeros(table_size, pto.dtypes.resolve(dtype).numpy))
+    return constraints.plan_mgather("a5", dst, table, idx, E.from_any(pto.Coalesce, coalesce),
+                                    E.from_any(pto.GatherOOB, oob), pto.GatherExec.SCALAR, None, strict, DYN_UB)
+
+
+def scatter_plan(R, C, coalesce="row", atomic="none", conflict="last", oob="undefined", dtype="int32",
+                 table_rows=8, table_size=64, strict=True):
+    src = pto.Tile(dtype, R, round_up(C, 32 // pto.dtypes.resolve(dtype).itemsize), valid=(R, C))
+    if coalesce == "row":
+        idx = pto.Tile("int32", 1, round_up(R, 8), valid=(1, R))
+        table = pto.GlobalTensor(np.zeros((table_rows, C), pto.dtypes.resolve(dtype).numpy))
+    else:
+        idx = pto.Tile("int32", R, round_up(C, 8), valid=(R, C))
+        table = pto.GlobalTensor(np.zeros(table_size, pto.dtypes.resolve(dtype).numpy))
+    return constraints.plan_mscatter("a5", table, src, idx, E.from_any(pto.Coalesce, coalesce),
+                                     E.from_any(pto.ScatterAtomicOp, atomic), E.from_any(pto.ScatterOOB, oob),
+                                     E.from_any(pto.ScatterConflict, conflict), strict, DYN_UB)
+
+
+# -- hand-computed geometry tables -------------------------------------------------------------------------------
+
+ROW_TABLE = [
+    # (validRows, validCols): (kRowWarps, kWarpsPerRow, kLaunchWarps)
+    ((1, 1), (1, 1, 1)),          # 32/1 = 32, ceil(1/32) = 1
+    ((1, 32), (1, 1, 1)),
+    ((1, 33), (1, 2, 2)),         # ceil(33/32) = 2
+    ((1, 640), (1, 20, 20)),      # ceil(640/32) = 20 < 32
+    ((1, 1000), (1, 32, 32)),     # ceil(1000/32) = 32
+    ((2, 65), (2, 3, 6)),         # 32/2 = 16, ceil(65/32) = 3
+    ((3, 100), (3, 4, 12)),       # 32/3 = 10, ceil(100/32) = 4
+    ((5, 1000), (5, 6, 30)),      # 32/5 = 6, ceil(1000/32) = 32 -> 6
+    ((7, 33), (7, 2, 14)),        # 32/7 = 4, 2
+    ((10, 300), (10, 3, 30)),     # 32/10 = 3, ceil(300/32) = 10 -> 3
+    ((12, 1), (12, 1, 12)),
+    ((16, 64), (16, 2, 32)),      # 32/16 = 2, 2
+    ((17, 256), (17, 1, 17)),     # 32/17 = 1
+    ((32, 1024), (32, 1, 32)),
+    ((40, 8), (32, 1, 32)),       # kRowWarps caps at 32: warps walk rows ty, ty + 32
+    ((64, 100), (32, 1, 32)),
+]
+
+ELEM_TABLE = [
+    # (validRows, validCols): kLaunchWarps
+    ((1, 2), 1), ((2, 1), 1), ((2, 16), 1),   # 32 elements: one warp
+    ((2, 17), 2),                               # 34
+    ((5, 7), 2),                                # 35
+    ((3, 100), 10),                             # 300 -> ceil(9.375)
+    ((8, 124), 31),                             # 992
+    ((1, 993), 32),                             # ceil(31.03)
+    ((31, 33), 32),                             # 1023
+    ((64, 128), 32),                            # 8192: capped, the strided loop walks the rest
+]
+
+LAST_ROW_TABLE = [(1, 1), (32, 1), (33, 2), (100, 4), (992, 31), (1000, 32), (4096, 32)]   # tableRows -> warps
+LAST_ELEM_TABLE = [(2, 1), (48, 2), (992, 31), (993, 32), (5000, 32)]                      # tableSize -> warps
+
+
+@pytest.mark.parametrize("shape, expected", ROW_TABLE, ids=[f"{r}x{c}" for (r, c), _ in ROW_TABLE])
+@pytest.mark.parametrize("op", ["mgather", "mscatter_default", "mscatter_add"])
+def test_row_launch_geometry(op, shape, expected):
+    R, C = shape
+    if op == "mgather":
+        launch = resolve_mgather(gather_plan(R, C, "row"))
+        name = "simt_mgather_row_kernel"
+    else:
+        atomic, conflict = ("none", "default") if op == "mscatter_default" else ("add", "last")
+        launch = resolve_mscatter(scatter_plan(R, C, "row", atomic, conflict, dtype="int32"))
+        name = "simt_mscatter_row_kernel"
+    g = launch.geometry
+    assert launch.name == name and launch.grid == 1
+    assert (g.scheme, g.row_warps, g.warps_per_row, g.launch_warps) == ("row",) + expected
+    assert g.block == (32, expected[2])
+
+
+@pytest.mark.parametrize("shape, launch_warps", ELEM_TABLE, ids=[f"{r}x{c}" for (r, c), _ in ELEM_TABLE])
+@pytest.mark.parametrize("op", ["mgather", "mscatter_default", "mscatter_max"])
+def test_elem_launch_geometry(op, shape, launch_warps):
+    R, C = shape
+    if op == "mgather":
+        launch = resolve_mgather(gather_plan(R, C, "elem"))
+        name = "simt_mgather_elem_kernel"
+    else:
+        atomic, conflict = ("none", "default") if op == "mscatter_default" else ("max", "last")
+        launch = resolve_mscatter(scatter_plan(R, C, "elem", atomic, conflict, dtype="int32"))
+        name = "simt_mscatter_elem_kernel"
+    g = launch.geometry
+    assert launch.name == name and launch.grid == 1
+    assert (g.scheme, g.launch_warps, g.block, g.work_items) == ("elem", launch_warps, (32, launch_warps), R * C)
+
+
+@pytest.mark.parametrize("table_rows, launch_warps", LAST_ROW_TABLE)
+def test_last_row_sized_by_table_rows(table_rows, launch_warps):
+    """The same 2 x 8 source: the launch follows tableRows, not the source."""
+    launch = resolve_mscatter(scatter_plan(2, 8, "row", table_rows=table_rows))
+    g = launch.geometry
+    assert launch.name == "simt_mscatter_row_last_kernel" and launch.grid == 1
+    assert (g.scheme, g.launch_warps, g.block, g.work_items) == ("last", launch_warps, (32, launch_warps),
+                                                                 table_rows)
+
+
+@pytest.mark.parametrize("table_size, launch_warps", LAST_ELEM_TABLE)
+def test_last_elem_sized_by_table_size(table_size, launch_warps):
+    launch = resolve_mscatter(scatter_plan(2, 8, "elem", table_size=table_size))
+    g = launch.geometry
+    assert launch.name == "simt_mscatter_elem_last_kernel" and launch.grid == 1
+    assert (g.scheme, g.launch_warps, g.block, g.work_items) == ("last", launch_warps, (32, launch_warps),
+                                                                 table_size)
+
+
+def test_last_elem_table_size_is_the_product_of_the_5d_shape():
+    table = pto.GlobalTensor(np.zeros(2 * 3 * 4 * 5 * 6, np.float32), shape=(2, 3, 4, 5, 6))   # 720 slots
+    plan = constraints.plan_mscatter("a5", table, pto.Tile("float32", 2, 8), pto.Tile("int32", 2, 8),
+                                     pto.Coalesce.ELEM, pto.ScatterAtomicOp.NONE, pto.ScatterOOB.SKIP,
+                                     pto.ScatterConflict.LAST, True, None)
+    g = resolve_mscatter(plan).geometry
+    assert (g.work_items, g.launch_warps) == (720, 23)       # ceil(720 / 32) = 22.5 -> 23
+
+
+# -- kernel selection --------------------------------------------------------------------------------------------
+
+SCATTER_SELECTION = [
+    # (coalesce, atomic, conflict) -> kernel; atomics ignore the conflict
+    ("row", "none", "last", "simt_mscatter_row_last_kernel"),
+    ("row", "none", "default", "simt_mscatter_row_kernel"),
+    ("elem", "none", "last", "simt_mscatter_elem_last_kernel"),
+    ("elem", "none", "default", "simt_mscatter_elem_kernel"),
+] + [(c, a, k, f"simt_mscatter_{c}_kernel") for c in ("row", "elem") for a in ("add", "max", "min")
+     for k in ("last", "default")]
+
+
+@pytest.mark.parametrize("coalesce, atomic, conflict, name", SCATTER_SELECTION)
+def test_scatter_kernel_selection(coalesce, atomic, conflict, name):
+    launch = resolve_mscatter(scatter_plan(3, 8, coalesce, atomic, conflict, dtype="float32", table_rows=40,
+                                           table_size=200))
+    assert launch.name == name
+    if name.endswith("_last_kernel"):
+        slots = 40 if coalesce == "row" else 200
+        assert (launch.geometry.scheme, launch.geometry.work_items) == ("last", slots)
+        assert launch.geometry.launch_warps == (2 if coalesce == "row" else 7)    # ceil(40/32), ceil(200/32)
+    else:
+        g = launch.geometry
+        assert g.scheme == coalesce
+        # Row 3 x 8: kRowWarps 3, kWarpsPerRow min(10, 1) = 1; Elem: ceil(24 / 32) = 1
+        assert g.launch_warps == (3 if coalesce == "row" else 1)
+    # The kernel named is the factory's own kernel.
+    module = a5_mscatter
+    assert launch.factory is getattr(module, name)
+
+
+@pytest.mark.parametrize("atomic, conflict", [(a, c) for a in ("none", "add", "max", "min")
+                                              for c in ("last", "default")])
+@pytest.mark.parametrize("oob", ["undefined", "skip", "clamp", "wrap"])
+def test_scatter_elem_1x1_is_the_scalar_fallback(atomic, conflict, oob):
+    plan = scatter_plan(1, 1, "elem", atomic, conflict, oob, dtype="float32")
+    assert resolve_mscatter(plan) is None
+
+
+@pytest.mark.parametrize("oob", ["undefined", "clamp", "wrap", "zero"])
+def test_gather_selection(oob):
+    assert resolve_mgather(gather_plan(1, 1, "elem", oob)) is None                 # MGatherScalarImpl
+    row_1x1 = resolve_mgather(gather_plan(1, 1, "row", oob))                       # Row (1, 1) still launches
+    assert row_1x1.name == "simt_mgather_row_kernel" and row_1x1.geometry.launch_warps == 1
+    assert resolve_mgather(gather_plan(2, 8, "elem", oob)).name == "simt_mgather_elem_kernel"
+    assert resolve_mgather(gather_plan(2, 8, "row", oob)).factory is a5_mgather.simt_mgather_row_kernel
+
+
+def test_scatter_row_1x1_launches():
+    launch = resolve_mscatter(scatter_plan(1, 1, "row", "none", "default"))
+    assert launch.name == "simt_mscatter_row_kernel" and launch.geometry.launch_warps == 1
+    launch = resolve_mscatter(scatter_plan(1, 1, "row", "none", "last", table_rows=3))
+    assert launch.name == "simt_mscatter_row_last_kernel" and launch.geometry.work_items == 3
+
+
+# -- one compiled kernel per policy combination ------------------------------------------------------------------
+
+def test_gather_kernels_are_cached_per_policy():
+    for coalesce in ("row", "elem"):
+        kernels = {}
+        for oob in ("undefined", "clamp", "wrap", "zero"):
+            a = resolve_mgather(gather_plan(2, 8, coalesce, oob, dtype="int8"))
+            b = resolve_mgather(gather_plan(3, 40, coalesce, oob, dtype="float32"))    # other shape, other width
+            assert a.kernel is b.kernel and a.policy == b.policy
+            assert resolve_mgather(gather_plan(2, 8, coalesce, oob)).kernel is a.kernel   # resolve twice
+            kernels[oob] = a.kernel
+        assert len({id(k) for k in kernels.values()}) == 4, "one kernel per GatherOOB rule"
+        # Undefined with strict=False is Zero's memory-safe masking: the same compiled rule.
+        assert resolve_mgather(gather_plan(2, 8, coalesce, "undefined", strict=False)).kernel is kernels["zero"]
+
+
+def test_scatter_kernels_are_cached_per_policy():
+    seen = {}
+    for coalesce in ("row", "elem"):
+        for oob in ("undefined", "skip", "clamp", "wrap"):
+            for atomic, dtype in [("none", "int8"), ("none", "float32"), ("add", "int32"), ("add", "float32"),
+                                  ("add", "float16"), ("add", "bfloat16"), ("max", "uint32"), ("max", "float32"),
+                                  ("min", "int32"), ("min", "float32")]:
+                for conflict in ("last", "default"):
+                    a = resolve_mscatter(scatter_plan(2, 8, coalesce, atomic, conflict, oob, dtype))
+                    b = resolve_mscatter(scatter_plan(3, 24, coalesce, atomic, conflict, oob, dtype, table_rows=5,
+                                                      table_size=50))
+                    assert a.kernel is b.kernel and a.policy == b.policy
+                    seen.setdefault((a.name, a.policy), set()).add(id(a.kernel))
+    assert all(len(ids) == 1 for ids in seen.values())
+    # Distinct policies compile to distinct kernels.
+    kernels = {next(iter(ids)) for ids in seen.values()}
+    assert len(kernels) == len(seen)
+
+
+def test_scatter_element_format_splits_kernels():
+    """The store differs by element format: int32 / uint32 / float32 Add share the native atomicAdd kernel;
+    float16 and bfloat16 Add (CAS on the 32-bit word) and float32 Max / Min (integer atomics on the bits)
+    each get their own."""
+    def k(atomic, dtype):
+        return resolve_mscatter(scatter_plan(2, 8, "elem", atomic, "last", "wrap", dtype)).kernel
+
+    assert k("add", "int32") is k("add", "uint32") is k("add", "float32")
+    assert len({id(k("add", "int32")), id(k("add", "float16")), id(k("add", "bfloat16"))}) == 3
+    assert k("max", "int32") is k("max", "uint32")
+    assert k("max", "float32") is not k("max", "int32")
+    assert k("min", "float32") is not k("min", "int32") and k("min", "float32") is not k("max", "float32")
+
+
+# -- the capability tables the A5 test matrices are built from -----------------------------------------------------
+
+def test_a5_dtype_tables_match_the_spec():
+    """MGATHER.md / MSCATTER.md "Tile Constraints (A5)" and MSCATTER.md "Atomic Type Support"."""
+    names = {d.name for d in pto.dtypes.ELEMENT_DTYPES["a5"]}
+    assert names == {"int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "bfloat16", "float32",
+                     "hifloat8", "float8_e4m3", "float8_e5m2"}
+    atomic = {op: {d.name for d in pto.dtypes.ATOMIC_DTYPES[("a5", op)]} for op in
+              (pto.ScatterAtomicOp.ADD, pto.ScatterAtomicOp.MAX, pto.ScatterAtomicOp.MIN)}
+    assert atomic == {pto.ScatterAtomicOp.ADD: {"int32", "uint32", "float32", "float16", "bfloat16"},
+                      pto.ScatterAtomicOp.MAX: {"int32", "uint32", "float32"},
+                      pto.ScatterAtomicOp.MIN: {"int32", "uint32", "float32"}}
+
+
+# -- the resolved launch is the one that runs ----------------------------------------------------------------------
+
+def test_resolved_launch_runs_the_op():
+    """Running the KernelLaunch by hand gives the gather: dst[r, :] = table[idx[r], :] (3 x 40: kWarpsPerRow 2)."""
+    table_vals = np.arange(5 * 40, dtype=np.float32).reshape(5, 40)
+    dst = pto.Tile("float32", 4, 40, valid=(3, 40))
+    idx = make_tile("int32", 1, 8, valid=(1, 3), logical_bits=np.array([[4, 0, 2]], np.uint32))
+    plan = constraints.plan_mgather("a5", dst, pto.GlobalTensor(table_vals), idx, pto.Coalesce.ROW,
+                                    pto.GatherOOB.UNDEFINED, pto.GatherExec.SCALAR, None, True, None)
+    launch = resolve_mgather(plan)
+    assert (launch.geometry.row_warps, launch.geometry.warps_per_row) == (3, 2)
+    launch.run()
+    np.testing.assert_array_equal(dst.valid_numpy(), table_vals[[4, 0, 2]])
