@@ -206,8 +206,49 @@ def _scalar_scatter():
     return Case("(1, 1) degenerate scatter", "MSCATTER Elem (1, 1): scalar path", build, run, expected)
 
 
+def _l1_tile(dtype, rows, cols):
+    """An L1 (``TileType::Mat``) NZ tile: ColMajor + SLayout RowMajor + 512 B fractals."""
+    return pto.Tile(dtype, rows, cols, loc="mat", blayout="col_major", slayout="row_major")
+
+
+def _l1_row():
+    def build(rng):
+        return dict(table=_table(rng, 64, 64, np.float16), idx=rng.integers(-4, 72, 16).astype(np.int32))
+
+    def run(d, target):
+        dst = _l1_tile(np.float16, 16, 64)
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.GlobalTensor(d["idx"]), coalesce="row", oob="zero",
+                    target=target)
+        return dst.numpy()
+
+    def expected(d):
+        out = np.zeros((16, 64), np.float16)
+        for r, i in enumerate(d["idx"].astype(np.int64) & 0xFFFFFFFF):
+            if i < 64:
+                out[r] = d["table"][i]
+        return out
+    return Case("L1 row gather (NZ)", "MGATHER GM -> L1 Row, Zero, half 16x64", build, run, expected)
+
+
+def _l1_elem():
+    def build(rng):
+        return dict(table=rng.random(256).astype(np.float32), idx=rng.integers(-300, 600, (16, 16)).astype(np.int32))
+
+    def run(d, target):
+        dst = _l1_tile(np.float32, 16, 16)
+        scratch = pto.GlobalTensor(np.zeros(16 * 16, np.float32))
+        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.GlobalTensor(d["idx"]), coalesce="elem", oob="wrap",
+                    exec="simt" if target == "a5" else "scalar", scratch=scratch, target=target)
+        return dst.numpy()
+
+    def expected(d):
+        return d["table"][(d["idx"].astype(np.int64) & 0xFFFFFFFF) % 256]
+    return Case("L1 elem gather (scratch)", "MGATHER GM -> L1 Elem, Wrap, float 16x16 (SIMT on a5)", build, run,
+                expected)
+
+
 CASES = (_embedding_lookup, _elem_2d, _row_colmajor_idx, _gather_zero, _scalar_gather, _embedding_scatter,
-         _row_atomic_add, _sparse_update, _deterministic_last, _scalar_scatter)
+         _row_atomic_add, _sparse_update, _deterministic_last, _scalar_scatter, _l1_row, _l1_elem)
 
 
 def available_targets() -> list[str]:

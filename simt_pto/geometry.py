@@ -74,3 +74,15 @@ def last_geometry(slots: int) -> LaunchGeometry:
     """Conflict::Last: sized by the destination (Row: tableRows; Elem: tableSize). Each lane owns one
     slot at a time and reverse-scans the index tile for its largest flat writer."""
     return LaunchGeometry("last", min(_ceil_div(slots, WARP), MAX_WARPS), work_items=slots)
+
+
+def l1_elem_geometry(rows: int, cols: int) -> LaunchGeometry:
+    """GM -> L1 Elem, ``GatherExec::Simt`` (``simt_mgather_l1_elem_kernel``; MGATHER.md, "A5 only — SIMT
+    executor for Elem GM → L1"): sized by the whole padded NZ tile, not its valid region::
+
+        kLaunchWarps = min(ceil(Rows * Cols / 32), 32)
+
+    Thread ``tid = ty * 32 + tx`` walks linear NZ offsets ``tid, tid + launchThreads, ...`` of the
+    ``Rows * Cols`` scratch; ``rows`` / ``cols`` are the tile's padded (compile-time) extents."""
+    total = rows * cols
+    return LaunchGeometry("l1_elem", min(_ceil_div(total, WARP), MAX_WARPS), work_items=total)

@@ -656,9 +656,3 @@ def test_reject_row_nz_tile_narrower_than_logical_row():
     dst = nz_tile(d, 16, 16, valid=(2, 16))
     with pytest.raises(pto.ConstraintError, match="whole logical row"):
         pto.mgather(dst, tensor, row_idx_tile([0, 1]), target="a2a3")
-
-
-def test_l1_destination_not_implemented():
-    from simt_pto.kernels.a2a3 import run_mgather
-    with pytest.raises(NotImplementedError):
-        run_mgather(types.SimpleNamespace(l1=True))

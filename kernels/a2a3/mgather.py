@@ -169,8 +169,9 @@ def index_bits(plan):
 
 
 def run_mgather(plan) -> None:
-    if plan.l1:
-        raise NotImplementedError("a2a3: the GM -> L1 (MAT destination) gather is not implemented yet")
+    if plan.l1:  # GM -> L1 (MAT destination): MGATHER.md, "GM → L1 Gather"
+        from .l1 import run_mgather_l1
+        return run_mgather_l1(plan)
     dst = plan.tile
     dbits = dst.data.view(plan.dtype.bits)
     table = plan.table.host_flat().view(plan.dtype.bits)

@@ -11,11 +11,12 @@ import numpy as np
 from numba import cuda
 
 from simt_pto import geometry
-from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
+from simt_pto.enums import Coalesce, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
 from . import BACKEND
 from .device import BF16, F16, F32_ORDER, NATIVE
+from .l1 import simt_mgather_l1_elem_kernel
 from .mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
 from .mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel, simt_mscatter_row_kernel,
                        simt_mscatter_row_last_kernel)
@@ -71,6 +72,13 @@ def _table_memory(plan, dtype):
     return plan.table.flat.view(dtype)
 
 
+def _gm_memory(tensor, dtype):
+    """A GM tensor's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
+    if tensor.on_device:
+        return cuda.as_cuda_array(tensor.array).reshape(tensor.size).view(dtype)
+    return tensor.flat.view(dtype)
+
+
 def _tile_bits(tile):
     return tile.data.view(tile.dtype.bits)
 
@@ -79,8 +87,33 @@ def _row_idx_args(plan):
     return plan.idx.data, plan.idx_step
 
 
+def resolve_mgather_l1(plan) -> KernelLaunch | None:
+    """The launch for a GM -> L1 MGATHER (MAT destination): ``simt_mgather_l1_elem_kernel`` for
+    ``GatherExec::Simt`` (Elem only), sized by :func:`geometry.l1_elem_geometry` over the padded NZ tile;
+    None for ``GatherExec::Scalar`` (the cube core's scalar walk, no SIMT launch).
+
+    The launch writes the GM scratch; its ``finish`` is the AIC's bulk ``copy_gm_to_cbuf`` of the first
+    ``Rows * Cols`` scratch elements onto the L1 tile."""
+    if plan.exec != GatherExec.SIMT:
+        return None
+    dst, bits, n = plan.tile, plan.dtype.bits, plan.tile_elems
+    scratch = _gm_memory(plan.scratch, bits)
+    geo = geometry.l1_elem_geometry(dst.rows, dst.cols)
+    args = [scratch, _table_memory(plan, bits), _gm_memory(plan.idx, np.uint32), plan.idx_step, plan.rows,
+            plan.cols, plan.capacity, dst.rows, n, plan.kc0]
+
+    def copy_gm_to_cbuf():
+        staged = scratch[:n].copy_to_host() if plan.scratch.on_device else scratch[:n]
+        _tile_bits(dst)[:] = staged
+    return KernelLaunch("simt_mgather_l1_elem_kernel", simt_mgather_l1_elem_kernel, (plan.rule,), geo, args,
+                        write_back=[] if plan.scratch.on_device else [(0, scratch)], finish=copy_gm_to_cbuf)
+
+
 def resolve_mgather(plan) -> KernelLaunch | None:
-    """The launch for a VEC MGATHER; None for the ``(1, 1)`` Elem case (``MGatherScalarImpl``)."""
+    """The launch for an MGATHER; None for the ``(1, 1)`` Elem case (``MGatherScalarImpl``) and for the
+    scalar GM -> L1 walk (see :func:`resolve_mgather_l1`)."""
+    if plan.l1:
+        return resolve_mgather_l1(plan)
     dst, table = plan.tile, _table_memory(plan, plan.dtype.bits)
     dst_bits = _tile_bits(dst)
     rs, cs = dst.strides
@@ -198,6 +231,16 @@ def _scalar_combine(plan, old_bits, new_bits):
         return add_f16_bits(int(old_bits), int(new_bits))
     if plan.dtype.name == "bfloat16":
         return add_bf16_bits(int(old_bits), int(new_bits))
+    if plan.dtype.name == "float32" and atomic != ScatterAtomicOp.ADD:
+        # The order of store_max_f32 / store_min_f32: int32 compare for a non-negative value,
+        # uint32 compare for a negative one (-0.0 below +0.0, NaN by its sign bit).
+        as_i32 = lambda b: int(np.array([b], np.uint32).view(np.int32)[0])  # noqa: E731
+        o, v = int(old_bits), int(new_bits)
+        if as_i32(v) >= 0:
+            pick = max if atomic == ScatterAtomicOp.MAX else min
+            return new_bits if pick(as_i32(o), as_i32(v)) == as_i32(v) and as_i32(o) != as_i32(v) else old_bits
+        pick = min if atomic == ScatterAtomicOp.MAX else max
+        return new_bits if pick(o, v) == v and o != v else old_bits
     t = plan.dtype.numpy.type
     old, new = np.array([old_bits]).view(t)[0], np.array([new_bits]).view(t)[0]
     with np.errstate(over="ignore"):
