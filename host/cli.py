@@ -9,6 +9,7 @@ import sys
 SUBCOMMANDS = (
     "simt_pto.host.demo",        # simt-pto demo
     "simt_pto.host.inspect",     # simt-pto inspect
+    "simt_pto.host.coalesce",    # simt-pto coalesce
     "simt_pto.host.validate",    # simt-pto validate-last
 )
 

@@ -9,6 +9,7 @@ from .backend import a5_backend, set_a5_backend
 a5_backend()  # choose GPU or CUDA simulator before anything can import numba.cuda
 
 from . import dtypes, nz  # noqa: E402
+from . import coalescing  # noqa: E402
 from .dtypes import DType
 from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict, ScatterOOB,
                     SLayout, TileType, TARGETS)
@@ -25,6 +26,6 @@ __version__ = "0.1.0"
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
     "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
-    "Tile", "TileType", "a5_backend", "dtypes", "elem_geometry", "gather", "scatter", "last_geometry", "mgather", "mscatter", "nz",
-    "row_geometry", "set_a5_backend", "tload", "tstore",
+    "Tile", "TileType", "a5_backend", "dtypes", "elem_geometry", "gather", "inspect_kernel", "scatter", "last_geometry", "mgather", "mscatter", "nz",
+    "coalescing", "row_geometry", "set_a5_backend", "tload", "tstore",
 ]

@@ -7,7 +7,6 @@ not with simt_pto.nz).
 """
 from __future__ import annotations
 
-import types
 import zlib
 
 import ml_dtypes

@@ -179,7 +179,8 @@ def resolve_mscatter(plan) -> KernelLaunch | None:
     if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
         return None
     table, finish = _scatter_table(plan, fmt)
-    write_back = [(0, table)] if isinstance(table, (np.ndarray, tuple)) and not plan.table.on_device else []
+    # Host memory (a host table, or the 16-bit atomic staging words) comes back after a GPU launch.
+    write_back = [(0, table)] if isinstance(table[0] if isinstance(table, tuple) else table, np.ndarray) else []
     if plan.coalesce == Coalesce.ROW:
         idx, step = _row_idx_args(plan)
         if last:

@@ -1,0 +1,94 @@
+"""``simt-pto coalesce``: the coalescing analyzer (:mod:`simt_pto.coalescing`) on the command line.
+
+    simt-pto coalesce --op mgather --coalesce elem --idx idx.npy --table 65536x64 --dtype float16 [--tile RxC]
+                      [--atomic add] [--json]
+
+Prints, per warp-level memory instruction of the A5 kernel that call launches, the GM segments and sectors
+touched, bytes requested vs moved, efficiency and the UB access regularity (``--json``: the report as JSON,
+with ``gm_loads`` / ``gm_stores`` / ``gm_atomics`` summaries). Nothing runs on a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from simt_pto import coalescing
+from simt_pto.errors import ConstraintError, OutOfBoundsError
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        parts = tuple(int(p) for p in text.lower().replace("*", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS (or N), got {text!r}") from None
+    if not 1 <= len(parts) <= 2 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS (or N) with positive extents, got {text!r}")
+    return parts
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "coalesce", help="predict the memory coalescing of an A5 MGATHER / MSCATTER call (no GPU needed)",
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", required=True, choices=("mgather", "mscatter"))
+    p.add_argument("--coalesce", default="row", choices=("row", "elem"))
+    p.add_argument("--idx", required=True, metavar="FILE.npy",
+                   help="the indices (.npy): Row 1-D row indices; Elem 1-D or 2-D element indices")
+    p.add_argument("--table", required=True, type=_shape, metavar="ROWSxCOLS", help="the GM table's shape")
+    p.add_argument("--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--tile", type=_shape, metavar="RxC",
+                   help="valid shape of one dst / src tile (default: 256 rows Row, 4096 positions Elem, "
+                        "halved until the tiles fit the UB budget)")
+    p.add_argument("--tile-layout", choices=("row_major", "col_major"), help="the dst / src tile's BLayout")
+    p.add_argument("--idx-layout", choices=("row", "col", "row_major", "col_major"),
+                   help="Row: [1, R] RowMajor (row) or [R, 1] ColMajor (col); Elem: the index tile's BLayout")
+    p.add_argument("--atomic", default="none", choices=("none", "add", "max", "min"), help="MSCATTER atomic op")
+    p.add_argument("--conflict", default="last", choices=("last", "default"), help="MSCATTER conflict policy")
+    p.add_argument("--oob", default="undefined",
+                   help="GatherOOB (undefined, clamp, wrap, zero) or ScatterOOB (undefined, skip, clamp, wrap)")
+    p.add_argument("--no-strict", dest="strict", action="store_false",
+                   help="UNDEFINED masks out-of-range indices instead of refusing them")
+    p.add_argument("--base-offset", type=int, default=0, metavar="BYTES",
+                   help="GM table start address modulo 128 (a multiple of the element size)")
+    p.add_argument("--dyn-ubuf-size", type=int, default=None, metavar="BYTES", help="A5 dynamic UB size")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    try:
+        idx = np.load(args.idx, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        print(f"simt-pto coalesce: cannot read --idx {args.idx}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = coalescing.analyze(
+            args.op, args.coalesce, idx, args.table, args.tile, args.dtype, atomic=args.atomic,
+            conflict=args.conflict, oob=args.oob, strict=args.strict, base_offset_bytes=args.base_offset,
+            tile_layout=args.tile_layout, idx_layout=args.idx_layout, dyn_ubuf_size=args.dyn_ubuf_size)
+    except (ConstraintError, OutOfBoundsError, ValueError, TypeError) as exc:
+        print(f"simt-pto coalesce: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report.as_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(report.format())
+    return 0
+
+
+def main(argv=None) -> int:
+    """Run ``simt-pto coalesce`` alone (``python -m simt_pto.host.coalesce ...``)."""
+    parser = argparse.ArgumentParser(prog="simt-pto")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(["coalesce", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
