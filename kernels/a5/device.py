@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 from numba import cuda
 
-from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
+from simt_pto.kernels.softfloat import _add_bits as add_bits
 
 NATIVE = 0
 """Element arithmetic the hardware atomics do directly (int32, uint32, float32 add)."""
@@ -29,18 +29,16 @@ def tile_offset_2d(r, c, row_stride, col_stride):
 
 
 @cuda.jit(device=True, inline="always")
-def atomic_add_half(words, e, v_bits, fmt):
-    """``table[e] += v`` for a 16-bit float held in a uint32 view of the table, rounded in the element
-    type (round-to-nearest-even), as a compare-and-swap loop on the aligned 32-bit word."""
+def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
+    """``table[e] += v`` for a 16-bit float (``exp_bits`` / ``man_bits`` fields) held in a uint32 view of
+    the table, rounded in the element type (round-to-nearest-even), as a compare-and-swap loop on the
+    aligned 32-bit word. The format is passed as field widths so one adder is inlined, not two."""
     w = e >> 1
     shift = (e & 1) * 16
     old = numba.int64(words[w])
     while True:
         cur = (old >> shift) & 0xFFFF
-        if fmt == F16:
-            res = add_f16_bits(cur, numba.int64(v_bits))
-        else:
-            res = add_bf16_bits(cur, numba.int64(v_bits))
+        res = add_bits(cur, numba.int64(v_bits), exp_bits, man_bits)
         new = (old & ~(numba.int64(0xFFFF) << shift)) | (res << shift)
         prev = numba.int64(cuda.atomic.cas(words, w, numba.uint32(old), numba.uint32(new)))
         if prev == old:
@@ -99,13 +97,13 @@ def store_min_f32(views, e, v_bits):
 @cuda.jit(device=True, inline="always")
 def store_add_f16(words, e, v_bits):
     """ScatterAtomicOp ADD on float16 (uint32 word view of the table, value as raw bits)."""
-    atomic_add_half(words, e, v_bits, F16)
+    atomic_add_half(words, e, v_bits, 5, 10)
 
 
 @cuda.jit(device=True, inline="always")
 def store_add_bf16(words, e, v_bits):
     """ScatterAtomicOp ADD on bfloat16 (uint32 word view of the table, value as raw bits)."""
-    atomic_add_half(words, e, v_bits, BF16)
+    atomic_add_half(words, e, v_bits, 8, 7)
 
 
 SCATTER_STORES = {

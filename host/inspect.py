@@ -1,0 +1,475 @@
+"""``simt-pto inspect``: compile one A5 kernel specialization without a GPU and report what it became.
+
+The call is built and validated exactly as the API does it (:func:`simt_pto.constraints.plan_mgather` /
+:func:`~simt_pto.constraints.plan_mscatter` with target ``"a5"``, so a call the spec forbids raises the
+same :class:`~simt_pto.ConstraintError`), the launch is chosen by the A5 dispatch itself
+(:func:`resolve_mgather` / :func:`resolve_mscatter`), then the kernel is compiled to PTX with
+``numba.cuda.compile_ptx`` for the requested compute capability and assembled with the CUDA wheels'
+``ptxas -v``. The report names the kernel, its launch geometry, registers, spill and shared-memory
+bytes, and the global-memory instructions of the PTX (and, with ``sass``, of the machine code).
+
+Tiles and table for ``rows x cols`` (R x C):
+
+* Row: data tile ``[R, C]``, index tile ``[1, R]`` RowMajor, table ``(64, C)`` packed ND (Shape[4] == C);
+* Elem: data tile ``[R, C]``, index tile ``[R, C]``, a flat table of ``64 * C`` elements.
+
+Padded tile extents are rounded up to the 32-byte rule; the indices are zeros (valid under every policy).
+
+Compiling needs ``numba.cuda`` in real (non-simulator) mode. A process that has not imported it and
+was started as ``simt-pto`` / ``python -m simt_pto.host.inspect`` switches itself to that mode; any
+other process (a test run on the simulator, an interactive session) keeps its mode and the compile
+runs in a subprocess, ``python -m simt_pto.host.inspect ... --json``.
+
+Toolchain: ``pip install "simt_pto[toolchain]"`` (``numba-cuda[cu13]``, ``nvidia-cuda-nvcc``,
+``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``); ``ptxas``, ``cuobjdump`` and ``nvdisasm`` are
+found inside the installed ``nvidia`` wheels, then on ``PATH``.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+from simt_pto import constraints
+from simt_pto import dtypes as _dt
+from simt_pto.enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
+                            from_any)
+from simt_pto.errors import ConstraintError
+from simt_pto.tensor import GlobalTensor
+from simt_pto.tile import Tile
+
+TABLE_ROWS = 64
+"""Rows of the Row-mode table (and ``TABLE_ROWS * cols`` elements of the flat Elem table)."""
+
+DEFAULT_CC = 90
+FORMAT_NAMES = {0: "native", 1: "float16-cas", 2: "bfloat16-cas", 3: "float32-order"}
+"""``kernels.a5.device`` element formats (NATIVE, F16, BF16, F32_ORDER) by value."""
+SCALAR_FALLBACK = {"MGATHER": "MGatherScalarImpl", "MSCATTER": "MScatterScalarImpl"}
+
+_MODULE = "simt_pto.host.inspect"
+
+
+class ToolchainError(RuntimeError):
+    """The CUDA toolchain (numba-cuda NVVM, ptxas, cuobjdump) is missing or failed."""
+
+
+# -- the call: tiles, table, plan, launch --------------------------------------------------------------
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _tile(dtype, rows, cols) -> Tile:
+    """A RowMajor tile whose valid region is ``rows x cols``, padded Cols rounded up to 32 bytes."""
+    d = _dt.resolve(dtype)
+    return Tile(d, rows, _round_up(cols, max(1, 32 // d.itemsize)), valid=(rows, cols))
+
+
+def normalise_cc(cc) -> int:
+    """``90``, ``"90"``, ``"9.0"``, ``"sm_90"``, ``(9, 0)`` -> ``90``."""
+    if isinstance(cc, (tuple, list)) and len(cc) == 2:
+        return int(cc[0]) * 10 + int(cc[1])
+    text = str(cc).strip().lower().removeprefix("sm_").removeprefix("compute_")
+    if re.fullmatch(r"\d+\.\d", text):
+        major, minor = text.split(".")
+        return int(major) * 10 + int(minor)
+    if re.fullmatch(r"\d{2,3}", text):
+        return int(text)
+    raise ValueError(f"cc: expected a compute capability such as 90, 9.0 or sm_90, got {cc!r}")
+
+
+def build_plan(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="float32", index_dtype="int32",
+               rows=8, cols=64, strict=True):
+    """Build the tiles and table for the call and validate it for target ``a5``: the :class:`Plan`.
+
+    ``op`` is ``"mgather"`` or ``"mscatter"``; ``atomic`` and ``conflict`` apply to MSCATTER only
+    (defaults: NONE, LAST); ``oob`` defaults to UNDEFINED. Raises :class:`ConstraintError` for a call
+    the spec forbids, ValueError / TypeError for a malformed one.
+    """
+    op = str(op).strip().lower()
+    if op not in ("mgather", "mscatter"):
+        raise ValueError(f"op: expected mgather or mscatter, got {op!r}")
+    coalesce = from_any(Coalesce, coalesce, "coalesce")
+    rows, cols = int(rows), int(cols)
+    d = _dt.resolve(dtype)
+    data = _tile(d, rows, cols)
+    idx = _tile(index_dtype, 1, rows) if coalesce == Coalesce.ROW else _tile(index_dtype, rows, cols)
+    if coalesce == Coalesce.ROW:
+        memory = _zeros(d, (TABLE_ROWS, cols))
+    else:
+        memory = _zeros(d, (TABLE_ROWS * cols,))
+    table = GlobalTensor(memory, dtype=d)
+    if op == "mgather":
+        for name, value in (("atomic", atomic), ("conflict", conflict)):
+            if value is not None and not (name == "atomic" and _is_none_atomic(value)):
+                raise ValueError(f"{name} applies to mscatter only")
+        return constraints.plan_mgather("a5", data, table, idx, coalesce,
+                                        from_any(GatherOOB, "undefined" if oob is None else oob, "oob"),
+                                        GatherExec.SCALAR, None, strict, None)
+    return constraints.plan_mscatter(
+        "a5", table, data, idx, coalesce,
+        from_any(ScatterAtomicOp, "none" if atomic is None else atomic, "atomic"),
+        from_any(ScatterOOB, "undefined" if oob is None else oob, "oob"),
+        from_any(ScatterConflict, "last" if conflict is None else conflict, "conflict"), strict, None)
+
+
+def _is_none_atomic(value) -> bool:
+    try:
+        return from_any(ScatterAtomicOp, value, "atomic") == ScatterAtomicOp.NONE
+    except (TypeError, ValueError):
+        return False
+
+
+def _zeros(d, shape):
+    import numpy as np
+    return np.zeros(shape, dtype=d.numpy)
+
+
+def resolve_launch(plan):
+    """The A5 dispatch's :class:`KernelLaunch` for ``plan``; None for the ``(1, 1)`` Elem scalar fallback.
+
+    Imports ``simt_pto.kernels.a5``: call it in a process whose ``numba.cuda`` is in real mode
+    (see :func:`compile_here`)."""
+    from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
+    return (resolve_mgather if plan.op == "MGATHER" else resolve_mscatter)(plan)
+
+
+def signature(launch) -> tuple:
+    """The Numba argument types the dispatcher specialises ``launch.kernel`` on."""
+    import numba
+    return tuple(numba.types.int64 if isinstance(a, int) and not isinstance(a, bool) else numba.typeof(a)
+                 for a in launch.args)
+
+
+def policy_dict(launch) -> dict:
+    """The compile-time policy of a launch, by name."""
+    from simt_pto.kernels.index_policy import RULE_NAMES
+    out = {"rule": RULE_NAMES.get(launch.policy[0], launch.policy[0])}
+    if len(launch.policy) == 3:
+        out["atomic"] = ScatterAtomicOp(launch.policy[1]).name.lower()
+        out["format"] = FORMAT_NAMES.get(launch.policy[2], launch.policy[2])
+    return out
+
+
+# -- the toolchain --------------------------------------------------------------------------------------
+
+def find_tool(name: str) -> str:
+    """``ptxas`` / ``cuobjdump`` / ``nvdisasm`` from the installed ``nvidia`` wheels, else from PATH."""
+    candidates = []
+    try:
+        import nvidia
+        for root in list(nvidia.__path__):
+            candidates += sorted(glob.glob(os.path.join(root, "cu*", "bin", name)), reverse=True)
+            candidates += sorted(glob.glob(os.path.join(root, "*", "bin", name)))
+    except ImportError:
+        pass
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    found = shutil.which(name)
+    if found:
+        return found
+    raise ToolchainError(f"{name} not found: pip install 'simt_pto[toolchain]' (the nvidia-cuda-nvcc, "
+                         f"nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)")
+
+
+def compile_here() -> bool:
+    """True when this process's ``numba.cuda`` is imported in real (non-simulator) mode."""
+    if "numba.cuda" not in sys.modules:
+        return False
+    from numba.cuda.core import config
+    return not config.ENABLE_CUDASIM
+
+
+def _owns_process() -> bool:
+    """True when this process was started as ``simt-pto`` or ``python -m simt_pto.host.inspect``/``.cli``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name in (_MODULE, "simt_pto.host.cli"):
+        return True
+    return os.path.basename(sys.argv[0] if sys.argv else "") in ("simt-pto", "simt-pto.exe")
+
+
+def _claim_real_mode(own_process: bool) -> bool:
+    """Switch this process to real-CUDA mode if nothing has imported numba.cuda yet and we own it."""
+    if compile_here():
+        return True
+    if "numba.cuda" in sys.modules or not own_process:
+        return False
+    from simt_pto.backend import set_a5_backend
+    os.environ["SIMT_PTO_A5_BACKEND"] = "gpu"
+    return set_a5_backend("gpu") == "gpu"
+
+
+_PTX_MEM = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:ld|st|atom|red)(?:\.[a-z0-9_]+)+)\s", re.M)
+_NOT_GLOBAL = ("param", "shared", "local", "const")
+_SASS_MEM = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?((?:LDG|STG|ATOMG|ATOM|REDG|RED|LD|ST)(?:\.[A-Z0-9_]+)*)"
+                       r"[\s;]")
+
+
+def ptx_memory_instructions(ptx: str) -> Counter:
+    """Global-memory instructions of a PTX text by mnemonic (``ld.global.u32``, ``atom.global.add.f32``);
+    generic-address ones (``ld.u32``: no state space) are counted too, as they appear."""
+    found = Counter()
+    for m in _PTX_MEM.finditer(ptx):
+        mnemonic = m.group(1)
+        if mnemonic.split(".")[1] not in _NOT_GLOBAL:
+            found[mnemonic] += 1
+    return found
+
+
+def classify(mnemonics) -> dict:
+    """``{"global_loads": [...], "global_stores": [...], "global_atomics": [...]}`` (sorted, unique)."""
+    out = {"global_loads": set(), "global_stores": set(), "global_atomics": set()}
+    for m in mnemonics:
+        head = m.split(".")[0].upper()
+        key = {"LD": "global_loads", "LDG": "global_loads", "ST": "global_stores", "STG": "global_stores"}.get(
+            head, "global_atomics")
+        out[key].add(m)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def parse_ptxas(log: str) -> dict:
+    def num(pattern, default=0):
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else default
+    spill_stores = num(r"(\d+) bytes spill stores")
+    spill_loads = num(r"(\d+) bytes spill loads")
+    return {"registers": num(r"Used (\d+) registers", None), "spill_stores": spill_stores,
+            "spill_loads": spill_loads, "spill_bytes": spill_stores + spill_loads,
+            "stack_bytes": num(r"(\d+) bytes stack frame"), "shared_bytes": num(r"(\d+) bytes smem")}
+
+
+def sass_memory_instructions(sass: str) -> Counter:
+    return Counter(m.group(1) for m in _SASS_MEM.finditer(sass))
+
+
+def _run_tool(argv, what, env=None):
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise ToolchainError(f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout + proc.stderr
+
+
+def compile_ptx(launch, cc) -> str:
+    """PTX of ``launch.kernel`` for its argument types at compute capability ``cc`` (needs real mode)."""
+    from numba import cuda
+    cc = normalise_cc(cc)
+    ptx, _ = cuda.compile_ptx(launch.kernel.py_func, signature(launch), cc=(cc // 10, cc % 10))
+    return ptx
+
+
+def assemble(ptx: str, cc, sass: bool = False) -> dict:
+    """``ptxas -v`` (and with ``sass`` ``cuobjdump -sass``) of one PTX text: the resource report."""
+    cc = normalise_cc(cc)
+    ptxas = find_tool("ptxas")
+    with tempfile.TemporaryDirectory(prefix="simt_pto_inspect_") as tmp:
+        src, cubin = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = parse_ptxas(_run_tool([ptxas, f"-arch=sm_{cc}", "-v", src, "-o", cubin], "ptxas"))
+        if sass:
+            cuobjdump = find_tool("cuobjdump")
+            env = dict(os.environ)
+            env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")
+            try:  # cuobjdump -sass runs nvdisasm: look for it beside cuobjdump first
+                env.setdefault("NVDISASM_PATH", os.path.dirname(find_tool("nvdisasm")))
+            except ToolchainError:
+                pass
+            text = _run_tool([cuobjdump, "-sass", cubin], "cuobjdump -sass", env=env)
+            out["sass_counts"] = dict(sorted(sass_memory_instructions(text).items()))
+            out["sass_memory"] = sorted(out["sass_counts"])
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------------------
+
+def _call_dict(plan) -> dict:
+    call = {"op": plan.op.lower(), "coalesce": plan.coalesce.name.lower(), "dtype": plan.dtype.name,
+            "index_dtype": plan.idx.dtype.name, "rows": plan.rows, "cols": plan.cols,
+            "oob": plan.oob.name.lower(), "capacity": plan.capacity}
+    if plan.op == "MSCATTER":
+        call.update(atomic=plan.atomic.name.lower(), conflict=plan.conflict.name.lower())
+    return call
+
+
+def inspect_plan(plan, cc=DEFAULT_CC, sass=False) -> dict:
+    """The report for a validated plan, compiled in this process (needs real mode: :func:`compile_here`)."""
+    cc = normalise_cc(cc)
+    report = {"call": _call_dict(plan), "cc": cc, "arch": f"sm_{cc}"}
+    launch = resolve_launch(plan)
+    if launch is None:
+        impl = SCALAR_FALLBACK[plan.op]
+        report.update(kernel=None, scalar_fallback=impl, geometry=None, policy=None, signature=None,
+                      registers=None, spill_bytes=None, spill_stores=None, spill_loads=None, stack_bytes=None,
+                      shared_bytes=None, global_loads=[], global_stores=[], global_atomics=[], ptx_counts={},
+                      note=f"(1, 1) Elem: {impl} on the AIV scalar pipe; no SIMT kernel is launched")
+        return report
+    ptx = compile_ptx(launch, cc)
+    counts = ptx_memory_instructions(ptx)
+    report.update(kernel=launch.name, scalar_fallback=None, geometry=launch.geometry.as_dict(),
+                  policy=policy_dict(launch), signature=[str(t) for t in signature(launch)])
+    report.update(assemble(ptx, cc, sass=sass))
+    report.update(classify(counts))
+    report["ptx_counts"] = dict(sorted(counts.items()))
+    return report
+
+
+def _cli_args(op, coalesce, atomic, oob, conflict, dtype, index_dtype, rows, cols, cc, sass, strict):
+    argv = ["--op", str(op), "--coalesce", _name(coalesce, Coalesce), "--dtype", _dt.resolve(dtype).name,
+            "--index-dtype", _dt.resolve(index_dtype).name, "--rows", str(int(rows)), "--cols", str(int(cols)),
+            "--cc", str(normalise_cc(cc)), "--json"]
+    if atomic is not None:
+        argv += ["--atomic", _name(atomic, ScatterAtomicOp)]
+    if oob is not None:
+        argv += ["--oob", _name(oob, GatherOOB if str(op).lower() == "mgather" else ScatterOOB)]
+    if conflict is not None:
+        argv += ["--conflict", _name(conflict, ScatterConflict)]
+    if sass:
+        argv.append("--sass")
+    if not strict:
+        argv.append("--no-strict")
+    return argv
+
+
+def _name(value, enum_cls) -> str:
+    return from_any(enum_cls, value).name.lower()
+
+
+_SUBPROCESS_MAIN = f"import sys; from {_MODULE} import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _inspect_in_subprocess(argv) -> dict:
+    env = dict(os.environ)
+    env["SIMT_PTO_A5_BACKEND"] = "gpu"
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.run([sys.executable, "-c", _SUBPROCESS_MAIN, *argv], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise ToolchainError(f"python -m {_MODULE} {' '.join(argv)} failed (exit {proc.returncode}):\n"
+                             f"{proc.stderr.strip() or proc.stdout.strip()}")
+    return json.loads(proc.stdout)
+
+
+def inspect_kernel(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="float32", index_dtype="int32",
+                   rows=8, cols=64, cc=DEFAULT_CC, sass=False, strict=True) -> dict:
+    """Compile the A5 kernel one MGATHER / MSCATTER call launches, without a GPU; return the report.
+
+    ``simt_pto.inspect_kernel("mgather", "row", dtype="float32", rows=8, cols=64)`` ->
+    ``{"kernel": "simt_mgather_row_kernel", "cc": 90, "registers": ..., "spill_bytes": 0,
+    "global_loads": ["ld.global.u32"], "global_stores": ["st.global.u32"], "global_atomics": [],
+    "geometry": {...}, ...}``. A call the spec forbids raises :class:`ConstraintError` (validated in this
+    process). When this process runs ``numba.cuda`` on the simulator (or has not chosen), the compile
+    runs in a ``python -m simt_pto.host.inspect`` subprocess, so this process's backend is untouched.
+    """
+    plan = build_plan(op, coalesce, atomic=atomic, oob=oob, conflict=conflict, dtype=dtype,
+                      index_dtype=index_dtype, rows=rows, cols=cols, strict=strict)
+    if compile_here():
+        return inspect_plan(plan, cc, sass)
+    return _inspect_in_subprocess(_cli_args(op, coalesce, atomic, oob, conflict, dtype, index_dtype, rows, cols,
+                                            cc, sass, strict))
+
+
+# -- text form ------------------------------------------------------------------------------------------
+
+def format_report(r: dict) -> str:
+    c = r["call"]
+    what = f"{c['op'].upper()} {c['coalesce']}, {c['dtype']}, index {c['index_dtype']}, {c['rows']}x{c['cols']}"
+    what += f", oob {c['oob']}"
+    if c["op"] == "mscatter":
+        what += f", atomic {c['atomic']}, conflict {c['conflict']}"
+    lines = [f"call       {what} (target a5, capacity {c['capacity']})"]
+    if r["kernel"] is None:
+        lines += [f"kernel     none: {r['note']}"]
+        return "\n".join(lines)
+    g = r["geometry"]
+    policy = ", ".join(f"{k}={v}" for k, v in r["policy"].items())
+    lines += [
+        f"kernel     {r['kernel']} [{policy}]",
+        f"arch       {r['arch']}",
+        "geometry   " + ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}" for k, v in g.items()),
+        f"registers  {r['registers']}",
+        f"spill      {r['spill_bytes']} bytes (stores {r['spill_stores']}, loads {r['spill_loads']}); "
+        f"stack frame {r['stack_bytes']} bytes",
+        f"shared     {r['shared_bytes']} bytes",
+        "PTX global memory instructions:",
+    ]
+    lines += [f"  {m:<28} x{n}" for m, n in r["ptx_counts"].items()] or ["  (none)"]
+    if "sass_counts" in r:
+        lines.append("SASS memory instructions:")
+        lines += [f"  {m:<28} x{n}" for m, n in r["sass_counts"].items()] or ["  (none)"]
+    return "\n".join(lines)
+
+
+# -- command line ---------------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--op", required=True, choices=("mgather", "mscatter"))
+    p.add_argument("--coalesce", required=True, choices=("row", "elem"))
+    p.add_argument("--atomic", help="mscatter: none | add | max | min (default none)")
+    p.add_argument("--oob", help="mgather: undefined | clamp | wrap | zero; mscatter: undefined | skip | clamp | wrap")
+    p.add_argument("--conflict", help="mscatter: last | default (default last)")
+    p.add_argument("--dtype", default="float32", help="element dtype (default float32)")
+    p.add_argument("--index-dtype", default="int32", help="int32 | uint32 (default int32)")
+    p.add_argument("--rows", type=int, default=8, help="valid rows R (default 8)")
+    p.add_argument("--cols", type=int, default=64, help="valid cols C (default 64)")
+    p.add_argument("--cc", default=str(DEFAULT_CC), help="compute capability (default 90: sm_90)")
+    p.add_argument("--sass", action="store_true", help="also list the SASS memory instructions (cuobjdump -sass)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-strict", dest="strict", action="store_false",
+                   help="oob undefined masks out-of-range indices (strict=False)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("inspect", help="compile one A5 kernel specialization (no GPU) and report it",
+                              description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args, own_process: bool | None = None) -> int:
+    """``simt-pto inspect``: 0 on success, 2 for a call the spec forbids or a bad argument, 1 for a toolchain failure.
+
+    ``own_process``: this process runs only this command, so it may switch ``numba.cuda`` to real mode
+    (default: guessed from how the process was started); otherwise the compile runs in a subprocess."""
+    kwargs = dict(atomic=args.atomic, oob=args.oob, conflict=args.conflict, dtype=args.dtype,
+                  index_dtype=args.index_dtype, rows=args.rows, cols=args.cols, strict=args.strict)
+    try:
+        cc = normalise_cc(args.cc)
+        plan = build_plan(args.op, args.coalesce, **kwargs)
+    except ConstraintError as e:
+        print(f"simt-pto inspect: ConstraintError: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as e:
+        print(f"simt-pto inspect: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    try:
+        if _claim_real_mode(_owns_process() if own_process is None else own_process):
+            report = inspect_plan(plan, cc, args.sass)
+        else:
+            report = _inspect_in_subprocess(_cli_args(args.op, args.coalesce, cc=cc, sass=args.sass, **kwargs))
+    except ToolchainError as e:
+        print(f"simt-pto inspect: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a compile failure in Numba / NVVM: report it, do not hide it
+        print(f"simt-pto inspect: compiling failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m simt_pto.host.inspect ...``: the ``simt-pto inspect`` command in a process of its own."""
+    parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv), own_process=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Compile every kernel specialization the A5 target can launch, for sm_80 and sm_90, without a GPU.
+
+Run by ``tests/test_compile_a5.py`` in ONE subprocess with ``numba.cuda`` in real (non-simulator) mode
+(the test process keeps the simulator):
+
+    SIMT_PTO_A5_BACKEND=gpu python tests/compile_a5_matrix.py --out report.json [--jobs 2] [--slow-per-group K]
+
+The specializations are derived from the dispatch, not listed by hand:
+
+* the tile ops: every element dtype of ``ELEMENT_DTYPES["a5"]`` (``atomic_dtypes("a5", op)`` for each
+  ScatterAtomicOp), both index dtypes, Row / Elem, every OOB policy, strict on and off, both
+  ScatterConflict values; each call is validated by ``constraints.plan_*`` (target ``a5``) and its launch
+  chosen by ``resolve_mgather`` / ``resolve_mscatter``;
+* the GM -> L1 gathers (a MAT NZ destination, GM index and scratch tensors), both GatherExec values, through
+  the same ``plan_mgather`` / ``resolve_mgather`` (``GatherExec::Scalar`` launches no SIMT kernel);
+* the whole-array ops (``simt_pto.gather`` / ``simt_pto.scatter``, ``host/large_a5.py``), over the same
+  matrix with ``last_path`` ``"slot"`` and ``"owner"``: their kernel launches are recorded (the kernel
+  factories in ``large_a5`` are swapped for recorders, nothing runs);
+* ``kernels/a5/validate.count_out_of_range``, which ``host/large.py`` launches on device index arrays
+  only, with the argument types it passes there.
+
+Launches are deduplicated by (kernel name, compile-time policy, Numba argument types): exactly what the
+dispatcher compiles separately. Each is compiled with ``numba.cuda.compile_ptx`` and assembled with the
+wheel's ``ptxas -v`` for every cc; the JSON report holds, per specialization and cc, the PTX global-memory
+instruction counts, registers, spill bytes, or the error.
+
+Cost (2 cores, 2 workers): the 32 float16 / bfloat16 atomic-add specializations take ~6-7 s each per cc
+(Numba inlines the softfloat adder at IR level), ~430 of the ~600 CPU seconds of the full matrix (~300 s
+wall). ``--slow-per-group K`` compiles K of them (fixed seed) per (kernel, format) group and all others
+(~150 s wall for K = 2); ``--slow-per-group 0`` compiles everything.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+
+CCS = (80, 90)
+
+
+def _expect_real_mode():
+    os.environ.setdefault("SIMT_PTO_A5_BACKEND", "gpu")
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    import simt_pto  # noqa: F401  (resolves the backend)
+    from simt_pto.host.inspect import compile_here
+    from numba import cuda  # noqa: F401
+    if not compile_here():
+        raise SystemExit("compile_a5_matrix: numba.cuda is in simulator mode; set SIMT_PTO_A5_BACKEND=gpu")
+
+
+class Spec:
+    """One specialization: a kernel (factory + policy), its argument types, and the calls that reach it."""
+
+    def __init__(self, name, factory, policy, args, kind, source):
+        import numba
+        self.name, self.factory, self.policy, self.kind = name, factory, tuple(policy), kind
+        self.sig = tuple(numba.types.int64 if isinstance(a, int) and not isinstance(a, bool) else numba.typeof(a)
+                         for a in args)
+        self.calls = []
+        self.sources = {source}
+        self.dtypes = set()
+        self.atomic = None
+
+    @property
+    def key(self):
+        return (self.name, self.policy, tuple(str(t) for t in self.sig))
+
+    def describe(self) -> dict:
+        return {"name": self.name, "policy": list(self.policy), "signature": [str(t) for t in self.sig],
+                "kind": self.kind, "atomic": self.atomic, "dtypes": sorted(self.dtypes),
+                "sources": sorted(self.sources), "calls": len(self.calls), "example": self.calls[0]}
+
+
+def _kind(name, atomic):
+    if name.endswith("_owner_claim_kernel"):
+        return "owner-claim"
+    if name.endswith("_owner_write_kernel"):
+        return "owner-write"
+    if name.endswith("_last_kernel"):
+        return "last"
+    if name == "count_out_of_range":
+        return "validate"
+    if name.startswith("simt_mgather"):
+        return "gather"
+    return "scatter-plain" if atomic in (None, "none") else "scatter-atomic"
+
+
+def _calls():
+    """Every (op, keyword arguments) the matrix covers, in a fixed order."""
+    from simt_pto import dtypes as dt
+    from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB
+    for coalesce in Coalesce:
+        for index_dtype in dt.INDEX_DTYPES:
+            for dtype in dt.ELEMENT_DTYPES["a5"]:
+                for oob in GatherOOB:
+                    for strict in (True, False):
+                        yield "mgather", dict(coalesce=coalesce.name.lower(), dtype=dtype.name,
+                                              index_dtype=index_dtype.name, oob=oob.name.lower(), strict=strict)
+            for atomic in ScatterAtomicOp:
+                for dtype in dt.atomic_dtypes("a5", atomic):
+                    for conflict in ScatterConflict:
+                        for oob in ScatterOOB:
+                            for strict in (True, False):
+                                yield "mscatter", dict(coalesce=coalesce.name.lower(), dtype=dtype.name,
+                                                       index_dtype=index_dtype.name, oob=oob.name.lower(),
+                                                       strict=strict, atomic=atomic.name.lower(),
+                                                       conflict=conflict.name.lower())
+
+
+def _l1_plan(kw, exec_):
+    """A GM -> L1 MGATHER (MAT NZ destination) for the call ``kw``, validated by ``plan_mgather``."""
+    import numpy as np
+    from simt_pto import constraints, dtypes as dt, nz
+    from simt_pto.enums import Coalesce, GatherOOB
+    from simt_pto.tensor import GlobalTensor
+    from simt_pto.tile import Tile
+    d, rows, cols = dt.resolve(kw["dtype"]), 8, 64
+    kc0 = nz.c0(d.itemsize)
+    dst = Tile(d, -(-rows // 16) * 16, -(-cols // kc0) * kc0, loc="mat", blayout="col_major", slayout="row_major",
+               valid=(rows, cols))
+    row = kw["coalesce"] == "row"
+    idx_np = dt.resolve(kw["index_dtype"]).numpy
+    idx = GlobalTensor(np.zeros(rows if row else (rows, cols), dtype=idx_np))
+    table = GlobalTensor(np.zeros((64, cols) if row else (64 * cols,), dtype=d.numpy), dtype=d)
+    scratch = None if row else GlobalTensor(np.zeros(dst.rows * dst.cols, dtype=d.numpy), dtype=d)
+    return constraints.plan_mgather("a5", dst, table, idx, Coalesce[kw["coalesce"].upper()],
+                                    GatherOOB[kw["oob"].upper()], exec_, scratch, kw["strict"], None)
+
+
+class _Recorder:
+    """Stands in for a kernel factory of ``large_a5``: ``factory(*policy)[grid, block](*args)`` records."""
+
+    def __init__(self, factory, sink):
+        self.factory, self.sink = factory, sink
+
+    def __call__(self, *policy):
+        factory, sink = self.factory, self.sink
+
+        class _Configured:
+            def __getitem__(self, config):
+                return lambda *args: sink.append((factory, policy, args))
+        return _Configured()
+
+
+def _whole_array_launches(op, kw):
+    """The kernel launches of ``simt_pto.gather`` / ``scatter`` for one call (recorded, not run)."""
+    import numpy as np
+    import simt_pto
+    from simt_pto import dtypes as dt
+    from simt_pto.host import large_a5
+    d = dt.resolve(kw["dtype"])
+    rows, cols = 8, 64
+    idx_np = dt.resolve(kw["index_dtype"]).numpy
+    row = kw["coalesce"] == "row"
+    table = np.zeros((64, cols) if row else (64 * cols,), dtype=d.numpy)
+    idx = np.zeros(rows if row else (rows, cols), dtype=idx_np)
+    common = dict(coalesce=kw["coalesce"], oob=kw["oob"], target="a5", strict=kw["strict"], dtype=d.name)
+    sink = []
+    saved = {n: getattr(large_a5, n) for n in dir(large_a5) if n.startswith("simt_")}
+    saved_on_gpu = large_a5.ON_GPU
+    try:
+        for n, f in saved.items():
+            setattr(large_a5, n, _Recorder(f, sink))
+        large_a5.ON_GPU = False  # host arrays, no copies, no synchronize: nothing touches a device
+        if op == "mgather":
+            simt_pto.gather(table, idx, **common)
+        else:
+            src = np.zeros((rows, cols), dtype=d.numpy)
+            paths = ("slot", "owner") if kw["atomic"] == "none" and kw["conflict"] == "last" else ("auto",)
+            for path in paths:
+                simt_pto.scatter(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"], last_path=path,
+                                 **common)
+    finally:
+        for n, f in saved.items():
+            setattr(large_a5, n, f)
+        large_a5.ON_GPU = saved_on_gpu
+    return [(f.__name__, f, p, a) for f, p, a in sink]
+
+
+def enumerate_specs(include_whole_array=True):
+    """{key: Spec} for every launchable specialization, plus the count of calls that launch no SIMT kernel
+    (the (1, 1) Elem scalar fallbacks, the scalar GM -> L1 walk)."""
+    from simt_pto.host.inspect import build_plan, resolve_launch
+    specs, fallbacks = {}, 0
+
+    def add(name, factory, policy, args, source, op, kw):
+        spec = Spec(name, factory, policy, args, _kind(name, kw.get("atomic")), source)
+        spec = specs.setdefault(spec.key, spec)
+        spec.sources.add(source)
+        spec.calls.append(dict(kw, op=op, source=source))
+        spec.dtypes.add(kw["dtype"])
+        spec.atomic = kw.get("atomic", "none") if spec.kind == "scatter-atomic" else None
+
+    from simt_pto.enums import GatherExec
+    for op, kw in _calls():
+        plan = build_plan(op, **kw)
+        launch = resolve_launch(plan)
+        add(launch.name, launch.factory, launch.policy, launch.args, "tile", op, kw)
+        if op == "mgather":  # the same call into an L1 (MAT) tile
+            for exec_ in GatherExec:
+                if exec_ == GatherExec.SIMT and kw["coalesce"] == "row":
+                    continue  # the SIMT executor is Elem only (a ConstraintError)
+                launch = resolve_launch(_l1_plan(kw, exec_))
+                if launch is None:
+                    fallbacks += 1  # GatherExec::Scalar: the cube core's scalar walk
+                else:
+                    add(launch.name, launch.factory, launch.policy, launch.args, "l1", op, dict(kw, exec="simt"))
+        if kw["coalesce"] == "elem":  # the (1, 1) Elem call takes the scalar pipe: no launch
+            fallbacks += resolve_launch(build_plan(op, **dict(kw, rows=1, cols=1))) is None
+        if include_whole_array:
+            for name, factory, policy, args in _whole_array_launches(op, kw):
+                add(name, factory, policy, args, "whole-array", op, kw)
+    _add_validate(specs)
+    return specs, fallbacks
+
+
+def _add_validate(specs):
+    """``count_out_of_range(idx, capacity, out)`` as ``host/large.py`` launches it (1-D device views)."""
+    import numpy as np
+    from simt_pto import dtypes as dt
+    from simt_pto.kernels.a5 import validate
+    for index_dtype in dt.INDEX_DTYPES:
+        args = (np.zeros(8, dtype=index_dtype.numpy), 64, np.zeros(2, dtype=np.int64))
+        spec = Spec("count_out_of_range", lambda: validate.count_out_of_range, (), args, "validate", "whole-array")
+        spec.calls.append({"op": "validate", "index_dtype": index_dtype.name, "source": "whole-array"})
+        specs.setdefault(spec.key, spec)
+
+
+_SPECS: list = []
+
+
+def _compile_one(i, ccs):
+    """Compile spec ``i`` for every cc: {cc: result}. Runs in a forked worker."""
+    from numba import cuda
+    from simt_pto.host.inspect import assemble, classify, ptx_memory_instructions
+    spec = _SPECS[i]
+    kernel = spec.factory(*spec.policy)
+    out = {}
+    for cc in ccs:
+        t0 = time.perf_counter()
+        try:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, spec.sig, cc=(cc // 10, cc % 10))
+            t1 = time.perf_counter()
+            res = assemble(ptx, cc)
+            counts = ptx_memory_instructions(ptx)
+            res.update(classify(counts), ptx_counts=dict(sorted(counts.items())),
+                       compile_s=round(t1 - t0, 3), ptxas_s=round(time.perf_counter() - t1, 3), error=None)
+        except Exception:
+            res = {"error": traceback.format_exc(limit=8), "compile_s": round(time.perf_counter() - t0, 3)}
+        out[str(cc)] = res
+    return i, out
+
+
+def _slow(spec) -> bool:
+    """The 16-bit float CAS-loop adds (element format F16 / BF16): softfloat inlined, ~20x the compile time."""
+    return spec.kind == "scatter-atomic" and spec.policy[-1] in (1, 2)
+
+
+def _cost(spec) -> int:
+    return 10 if _slow(spec) else 1
+
+
+def choose(specs, slow_per_group, seed):
+    """All specs, except only ``slow_per_group`` (fixed seed) of each (kernel, format) group of slow ones."""
+    if not slow_per_group:
+        return list(specs)
+    groups = {}
+    for s in specs:
+        if _slow(s):
+            groups.setdefault((s.name, s.policy[-1]), []).append(s)
+    rng = random.Random(seed)
+    keep = {id(s) for g in sorted(groups) for s in rng.sample(sorted(groups[g], key=lambda x: str(x.key)),
+                                                               min(slow_per_group, len(groups[g])))}
+    return [s for s in specs if not _slow(s) or id(s) in keep]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--slow-per-group", type=int, default=2,
+                    help="float16/bfloat16 atomic adds: compile this many per (kernel, format), fixed seed; 0: all")
+    ap.add_argument("--seed", type=int, default=20240531)
+    ap.add_argument("--cc", type=int, nargs="+", default=list(CCS))
+    args = ap.parse_args(argv)
+    _expect_real_mode()
+    t0 = time.perf_counter()
+    specs, fallbacks = enumerate_specs()
+    t_enum = time.perf_counter() - t0
+    all_specs = list(specs.values())
+    chosen = choose(all_specs, args.slow_per_group, args.seed)
+    _SPECS[:] = sorted(chosen, key=_cost, reverse=True)
+    results = [None] * len(_SPECS)
+    t1 = time.perf_counter()
+    if args.jobs > 1:
+        import multiprocessing
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            for i, out in pool.map(_compile_one, range(len(_SPECS)), [args.cc] * len(_SPECS), chunksize=1):
+                results[i] = out
+    else:
+        for i in range(len(_SPECS)):
+            results[i] = _compile_one(i, args.cc)[1]
+    report = {
+        "ccs": args.cc, "enumerated": len(all_specs), "compiled": len(_SPECS), "sampled": len(_SPECS) < len(all_specs),
+        "calls": sum(len(s.calls) for s in all_specs), "scalar_fallbacks": fallbacks,
+        "enumerate_s": round(t_enum, 2), "compile_wall_s": round(time.perf_counter() - t1, 2), "jobs": args.jobs,
+        "slow_per_group": args.slow_per_group, "seed": args.seed,
+        "specs": [dict(s.describe(), results=r) for s, r in zip(_SPECS, results)],
+        "not_compiled": [s.describe() for s in all_specs if s not in _SPECS],
+    }
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
