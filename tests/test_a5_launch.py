@@ -286,3 +286,21 @@ def test_resolved_launch_runs_the_op():
     assert (launch.geometry.row_warps, launch.geometry.warps_per_row) == (3, 2)
     launch.run()
     np.testing.assert_array_equal(dst.valid_numpy(), table_vals[[4, 0, 2]])
+
+
+def test_kernel_factories_close_over_integers_only():
+    """Numba's on-disk cache key hashes a kernel's closure cells: integers hash the same in every
+    process, a captured function does not (and would recompile every kernel in every process)."""
+    import inspect
+    from simt_pto.kernels.a5 import l1, mgather, mscatter
+    made = 0
+    for module in (mgather, mscatter, l1):
+        for name, factory in vars(module).items():
+            if not (name.startswith("simt_") and name.endswith("_kernel") and callable(factory)):
+                continue
+            arity = len(inspect.signature(factory).parameters)
+            kernel = factory(*([1] * arity))
+            cells = [c.cell_contents for c in (kernel.py_func.__closure__ or ())]
+            assert cells and all(type(c) is int for c in cells), (name, cells)
+            made += 1
+    assert made >= 11

@@ -1,9 +1,8 @@
 """Device helpers shared by the A5 kernels.
 
 Every helper is ``inline="always"``: it is inlined into the kernel's IR, policy constants fold, and
-the kernels compile (``numba.cuda.compile_ptx``) without a GPU present. Kernel factories pick one
-``store_*`` function per (atomic op, element format) from :data:`SCATTER_STORES`, so a kernel
-carries the code of its own store only.
+the kernels compile (``numba.cuda.compile_ptx``) without a GPU present. Kernel factories close over
+integers only (never over functions), so Numba's on-disk cache key is the same in every process.
 """
 from __future__ import annotations
 
@@ -46,31 +45,7 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
         old = prev
 
 
-# -- the store of one scatter element, one function per (ScatterAtomicOp, element format) -------------
-
-@cuda.jit(device=True, inline="always")
-def store_plain(table, e, v):
-    """ScatterAtomicOp NONE: a plain (racing) store."""
-    table[e] = v
-
-
-@cuda.jit(device=True, inline="always")
-def store_add(table, e, v):
-    """ScatterAtomicOp ADD on int32 / uint32 / float32: ``atomicAdd``."""
-    cuda.atomic.add(table, e, v)
-
-
-@cuda.jit(device=True, inline="always")
-def store_max(table, e, v):
-    """ScatterAtomicOp MAX on int32 / uint32: ``atomicMax``."""
-    cuda.atomic.max(table, e, v)
-
-
-@cuda.jit(device=True, inline="always")
-def store_min(table, e, v):
-    """ScatterAtomicOp MIN on int32 / uint32: ``atomicMin``."""
-    cuda.atomic.min(table, e, v)
-
+# -- the store of one scatter element ------------------------------------------------------------------
 
 @cuda.jit(device=True, inline="always")
 def store_max_f32(views, e, v_bits):
@@ -92,28 +67,3 @@ def store_min_f32(views, e, v_bits):
         cuda.atomic.min(views[0], e, v_bits)
     else:
         cuda.atomic.max(views[1], e, numba.uint32(v_bits))
-
-
-@cuda.jit(device=True, inline="always")
-def store_add_f16(words, e, v_bits):
-    """ScatterAtomicOp ADD on float16 (uint32 word view of the table, value as raw bits)."""
-    atomic_add_half(words, e, v_bits, 5, 10)
-
-
-@cuda.jit(device=True, inline="always")
-def store_add_bf16(words, e, v_bits):
-    """ScatterAtomicOp ADD on bfloat16 (uint32 word view of the table, value as raw bits)."""
-    atomic_add_half(words, e, v_bits, 8, 7)
-
-
-SCATTER_STORES = {
-    (0, NATIVE): store_plain,
-    (1, NATIVE): store_add,
-    (2, NATIVE): store_max,
-    (3, NATIVE): store_min,
-    (2, F32_ORDER): store_max_f32,
-    (3, F32_ORDER): store_min_f32,
-    (1, F16): store_add_f16,
-    (1, BF16): store_add_bf16,
-}
-"""(ScatterAtomicOp value, element format) -> the device store function."""

@@ -19,14 +19,13 @@ import functools
 from numba import cuda
 
 from simt_pto.kernels.index_policy import remap_index
-from .device import SCATTER_STORES, tile_offset_2d
+from .device import BF16, F16, F32_ORDER, atomic_add_half, store_max_f32, store_min_f32, tile_offset_2d
 
 
 @functools.cache
 def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
     """Row coalesce, ``table[remap(idx[r]), :] op= src[r, :]``; the walk of ``simt_mgather_row_kernel``.
     Masked (Skip) rows issue no store; the predicate is per row, so it is warp-uniform."""
-    store = SCATTER_STORES[(atomic, fmt)]
 
     @cuda.jit(cache=True)
     def simt_mscatter_row_kernel(table, src, src_rs, src_cs, idx, idx_step, table_rows,
@@ -45,7 +44,28 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
                 dst_row = slot * valid_cols
                 c = col_begin
                 while c < valid_cols:
-                    store(table, dst_row + c, src[tile_offset_2d(gr, c, src_rs, src_cs)])
+                    e = dst_row + c
+                    v = src[tile_offset_2d(gr, c, src_rs, src_cs)]
+                    # ``atomic`` and ``fmt`` are closure constants: one branch survives. Written out in the
+                    # kernel, not a helper: Numba prunes a kernel's own dead branches before it inlines
+                    # callees, so only 16-bit float adds carry the soft-float.
+                    if atomic == 0:
+                        table[e] = v
+                    elif fmt == F16:
+                        atomic_add_half(table, e, v, 5, 10)
+                    elif fmt == BF16:
+                        atomic_add_half(table, e, v, 8, 7)
+                    elif fmt == F32_ORDER:
+                        if atomic == 2:
+                            store_max_f32(table, e, v)
+                        else:
+                            store_min_f32(table, e, v)
+                    elif atomic == 1:
+                        cuda.atomic.add(table, e, v)
+                    elif atomic == 2:
+                        cuda.atomic.max(table, e, v)
+                    else:
+                        cuda.atomic.min(table, e, v)
                     c += col_step
             r += row_warps
 
@@ -55,7 +75,6 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
 @functools.cache
 def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
     """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the walk of ``simt_mgather_elem_kernel``."""
-    store = SCATTER_STORES[(atomic, fmt)]
 
     @cuda.jit(cache=True)
     def simt_mscatter_elem_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
@@ -69,7 +88,25 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
             c = p % valid_cols
             slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
             if in_range:
-                store(table, slot, src[tile_offset_2d(r, c, src_rs, src_cs)])
+                v = src[tile_offset_2d(r, c, src_rs, src_cs)]
+                # One branch survives (see simt_mscatter_row_kernel).
+                if atomic == 0:
+                    table[slot] = v
+                elif fmt == F16:
+                    atomic_add_half(table, slot, v, 5, 10)
+                elif fmt == BF16:
+                    atomic_add_half(table, slot, v, 8, 7)
+                elif fmt == F32_ORDER:
+                    if atomic == 2:
+                        store_max_f32(table, slot, v)
+                    else:
+                        store_min_f32(table, slot, v)
+                elif atomic == 1:
+                    cuda.atomic.add(table, slot, v)
+                elif atomic == 2:
+                    cuda.atomic.max(table, slot, v)
+                else:
+                    cuda.atomic.min(table, slot, v)
             p += step
 
     return simt_mscatter_elem_kernel
