@@ -8,24 +8,23 @@ from .backend import a5_backend, set_a5_backend
 
 a5_backend()  # choose GPU or CUDA simulator before anything can import numba.cuda
 
-from . import dtypes, nz  # noqa: E402
-from . import coalescing  # noqa: E402
-from .dtypes import DType
-from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict, ScatterOOB,
-                    SLayout, TileType, TARGETS)
-from .errors import ConstraintError, OutOfBoundsError
-from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
-from .host.inspect import inspect_kernel
-from .ops import mgather, mscatter, tload, tstore
-from .tensor import GlobalTensor
-from .tile import Tile
-from simt_pto.host.large import gather, scatter
+from . import coalescing, dtypes, nz  # noqa: E402
+from .dtypes import DType  # noqa: E402
+from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,  # noqa: E402
+                    ScatterOOB, SLayout, TileType, TARGETS)
+from .errors import ConstraintError, OutOfBoundsError  # noqa: E402
+from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry  # noqa: E402
+from .host.inspect import inspect_kernel  # noqa: E402
+from .host.large import gather, scatter  # noqa: E402
+from .ops import mgather, mscatter, tload, tstore  # noqa: E402
+from .tensor import GlobalTensor  # noqa: E402
+from .tile import Tile  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
     "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
-    "Tile", "TileType", "a5_backend", "dtypes", "elem_geometry", "gather", "inspect_kernel", "scatter", "last_geometry", "mgather", "mscatter", "nz",
-    "coalescing", "row_geometry", "set_a5_backend", "tload", "tstore",
+    "Tile", "TileType", "a5_backend", "coalescing", "dtypes", "elem_geometry", "gather", "inspect_kernel",
+    "last_geometry", "mgather", "mscatter", "nz", "row_geometry", "scatter", "set_a5_backend", "tload", "tstore",
 ]
