@@ -76,7 +76,6 @@ def main(argv=None) -> int:
         if cols == 512:
             rows.append((f"row gather f32 x{cols} vs copy", nbytes / ours / 1e9, copy_gbs, nbytes / ours / 1e9 / copy_gbs,
                          "D2D copy"))
-        del table
 
     n = n_rows * 16
     flat = torch.rand(n, device=dev)

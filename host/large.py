@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simt_pto import constraints, dtypes as _dt, geometry, ub
+from simt_pto import constraints, dtypes as _dt, ub
 from simt_pto.enums import (BLayout, Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
 from simt_pto.errors import ConstraintError, OutOfBoundsError

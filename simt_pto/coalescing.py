@@ -75,7 +75,27 @@ def _ceil_to(a: int, b: int) -> int:
 
 # -- per-stream accounting ---------------------------------------------------------------------------------
 
-class Stream:
+class _Traffic:
+    """Derived figures of anything counting ``requests``, ``segments``, ``sectors`` and ``bytes_requested``."""
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.sectors * SECTOR
+
+    @property
+    def efficiency(self) -> float | None:
+        return _ratio(self.bytes_requested, self.bytes_moved)
+
+    @property
+    def sectors_per_request(self) -> float | None:
+        return _ratio(self.sectors, self.requests)
+
+    @property
+    def segments_per_request(self) -> float | None:
+        return _ratio(self.segments, self.requests)
+
+
+class Stream(_Traffic):
     """The warp-level requests of one memory instruction stream, e.g. MGATHER's GM loads of the table.
 
     ``space`` is "gm" or "ub"; ``kind`` "load", "store" or "atomic". For UB streams ``sectors`` counts
@@ -177,21 +197,6 @@ class Stream:
         self.strides["irregular"] += int((has & (lo != hi)).sum())
 
     # -- results ---------------------------------------------------------------------------------------------
-    @property
-    def bytes_moved(self) -> int:
-        return self.sectors * SECTOR
-
-    @property
-    def efficiency(self) -> float | None:
-        return _ratio(self.bytes_requested, self.bytes_moved)
-
-    @property
-    def sectors_per_request(self) -> float | None:
-        return _ratio(self.sectors, self.requests)
-
-    @property
-    def segments_per_request(self) -> float | None:
-        return _ratio(self.segments, self.requests)
 
     def lane_trace(self) -> np.ndarray:
         """``(n, 4)`` int64 rows ``(block, warp, lane, byte address)`` of every active lane access
@@ -226,7 +231,7 @@ def _ratio(a, b):
 
 
 @dataclass
-class Summary:
+class Summary(_Traffic):
     """Totals over several streams (e.g. every GM load of a call)."""
 
     requests: int = 0
@@ -248,21 +253,6 @@ class Summary:
             s.hist = s.hist + st.hist
         return s
 
-    @property
-    def bytes_moved(self) -> int:
-        return self.sectors * SECTOR
-
-    @property
-    def efficiency(self) -> float | None:
-        return _ratio(self.bytes_requested, self.bytes_moved)
-
-    @property
-    def sectors_per_request(self) -> float | None:
-        return _ratio(self.sectors, self.requests)
-
-    @property
-    def segments_per_request(self) -> float | None:
-        return _ratio(self.segments, self.requests)
 
     def histogram(self) -> dict[int, int]:
         return {int(k): int(v) for k, v in enumerate(self.hist) if v}

@@ -12,8 +12,8 @@ import numpy as np
 
 from . import dtypes as _dt
 from . import nz, ub
-from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,
-                    ScatterOOB, SLayout, TileType)
+from .enums import (BLayout, Coalesce, GatherExec, Layout, ScatterAtomicOp, ScatterConflict, ScatterOOB,
+                    TileType)
 from .errors import ConstraintError, OutOfBoundsError
 from .tensor import GlobalTensor
 from .tile import Tile

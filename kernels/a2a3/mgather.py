@@ -29,7 +29,6 @@ import numba
 from numba import njit
 
 from simt_pto.enums import Coalesce, GatherOOB
-from simt_pto.errors import ConstraintError
 from simt_pto.kernels.index_policy import MASK, remap_index
 
 U = numba.uint64
