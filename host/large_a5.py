@@ -47,6 +47,23 @@ def _tile_grid(rows, tile_rows):
     return -(-rows // tile_rows)
 
 
+def _address(array) -> int:
+    if isinstance(array, np.ndarray):
+        return array.ctypes.data
+    return array.device_ctypes_pointer.value
+
+
+def row_move_unit(itemsize: int, cols: int, table_flat) -> int:
+    """Bytes each lane moves per access in a whole-array Row gather: the widest of 8, 4, 2, 1 that
+    divides the row and the table's base address. A row is a plain bit copy, so moving it in wider
+    units changes nothing but the instruction width; warps still own rows as in the A5 mapping."""
+    row_bytes = itemsize * cols
+    for unit in (8, 4, 2):
+        if unit > itemsize and row_bytes % unit == 0 and _address(table_flat) % unit == 0:
+            return unit
+    return itemsize
+
+
 def gather(plan, table, idx, tile_rows, out_shape, out_cols):
     bits = plan.dtype.bits
     table_flat, idx_flat = _flat(table, bits), _flat(idx, idx.dtype.numpy)
@@ -54,10 +71,13 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
     out = cuda.device_array(rows * out_cols, dtype=bits) if ON_GPU else np.zeros(rows * out_cols, dtype=bits)
     grid = _tile_grid(rows, tile_rows)
     if plan.coalesce == Coalesce.ROW:
-        geo = geometry.row_geometry(tile_rows, out_cols)
+        unit = row_move_unit(plan.dtype.itemsize, out_cols, table_flat)
+        unit_dtype = np.dtype(f"uint{8 * unit}")
+        units = out_cols * plan.dtype.itemsize // unit
+        geo = geometry.row_geometry(tile_rows, units)
         simt_mgather_row_kernel(plan.rule)[grid, geo.block](
-            out, out_cols, 1, idx_flat, 1, table_flat, plan.capacity, rows, out_cols, tile_rows,
-            geo.row_warps, geo.warps_per_row)
+            out.view(unit_dtype), units, 1, idx_flat, 1, table_flat.view(unit_dtype), plan.capacity, rows, units,
+            tile_rows, geo.row_warps, geo.warps_per_row)
     else:
         geo = geometry.elem_geometry(tile_rows, out_cols)
         simt_mgather_elem_kernel(plan.rule)[grid, geo.block](

@@ -202,3 +202,18 @@ def test_validate_last_command(capsys):
     out = capsys.readouterr().out
     assert "DETERMINISTIC" in out and "NOT DETERMINISTIC" not in out
     assert "0 mismatches against the golden" in out
+
+
+def test_row_gather_moves_rows_in_the_widest_unit_that_divides_them(rng):
+    from simt_pto.host.large_a5 import row_move_unit
+    aligned = np.zeros(64, np.uint64).view(np.uint8)
+    assert row_move_unit(4, 64, aligned) == 8        # 256-byte rows: 8-byte moves
+    assert row_move_unit(4, 3, aligned) == 4         # 12-byte rows: 4-byte moves
+    assert row_move_unit(1, 6, aligned) == 2         # 6-byte int8 rows: 2-byte moves
+    assert row_move_unit(2, 4, aligned[4:]) == 4     # base only 4-byte aligned
+    # results do not depend on the unit: odd widths and an offset table base agree with numpy
+    for dtype, cols in (("int8", 3), ("float16", 6), ("float32", 5), ("float32", 64)):
+        buf = rng.integers(0, 100, 40 * cols + 1).astype(pto.dtypes.resolve(dtype).numpy)
+        table = buf[1:].reshape(40, cols)  # a view one element past the buffer's start
+        idx = rng.integers(0, 40, 50).astype(np.int32)
+        assert np.array_equal(pto.gather(np.ascontiguousarray(table), idx), table[idx])
