@@ -174,7 +174,7 @@ class _Job:
         return -(-self.idx.rows // self.tile_rows)
 
 
-def _prepare(op, target, table, data, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype):
+def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype):
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     table_a = _wrap(table, "table", dtype, two_d_only=coalesce == Coalesce.ROW)
@@ -184,13 +184,9 @@ def _prepare(op, target, table, data, idx, coalesce, tile_rows, dyn_ubuf_size, s
     cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols
     data_tile, idx_tile, tile_rows = _tiles_for(op, target, coalesce, table_a.dtype, idx_a.dtype, idx_a.rows, cols,
                                                 tile_rows, dyn_ubuf_size)
-    if table_a.device:
-        gt = GlobalTensor(table_a.obj, shape=table_a.shape, dtype=table_a.dtype)
-    else:
-        gt = GlobalTensor(table_a.obj, dtype=table_a.dtype)
-    if coalesce == Coalesce.ELEM:  # a flat table
-        gt = GlobalTensor(table_a.obj, shape=(table_a.size,), dtype=table_a.dtype) if not table_a.device else \
-            GlobalTensor(table_a.obj, shape=(table_a.size,), stride=(1,), dtype=table_a.dtype)
+    # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
+    shape = table_a.shape if coalesce == Coalesce.ROW else (table_a.size,)
+    gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
     plan = plan_fn(target, gt, data_tile, idx_tile, coalesce, strict, dyn_ubuf_size)
     _check_indices(op, target, idx_a, plan.capacity, plan.rule, strict)
     return target, coalesce, table_a, idx_a, tile_rows, plan
@@ -212,7 +208,7 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
                                         constraints.GatherExec.SCALAR, None, strict, dyn)
 
     target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
-        "MGATHER", target, table, None, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
+        "MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
     out_shape = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else idx_a.shape
     out_cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols
     if target == "a5":
@@ -247,7 +243,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
         return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict, dyn)
 
     target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
-        "MSCATTER", target, table, src, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
+        "MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
     src_a = _wrap(src, "src", dtype)
     want = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else (idx_a.rows, idx_a.cols)
     if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:

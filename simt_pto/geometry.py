@@ -28,7 +28,7 @@ class LaunchGeometry:
     warps_per_row: int = 0
     """Row: kWarpsPerRow; warp ty takes column segment ty // kRowWarps, lanes step kWarpsPerRow * 32."""
     work_items: int = 0
-    """Elem: validRows * validCols positions; Last: destination slots (tableRows or tableSize)."""
+    """Row: validRows; Elem: validRows * validCols positions; Last: destination slots (tableRows or tableSize)."""
 
     @property
     def block(self) -> tuple[int, int]:
@@ -41,9 +41,8 @@ class LaunchGeometry:
     @property
     def rows_per_warp(self) -> int:
         """Row scheme: how many rows the busiest warp walks for the tile it was sized for."""
-        return 0 if not self.row_warps else _ceil_div(self._rows, self.row_warps)
+        return 0 if not self.row_warps else _ceil_div(self.work_items, self.row_warps)
 
-    _rows: int = 0
 
     def as_dict(self) -> dict:
         return {"scheme": self.scheme, "block": list(self.block), "launch_warps": self.launch_warps,
@@ -60,7 +59,7 @@ def row_geometry(valid_rows: int, valid_cols: int) -> LaunchGeometry:
     """
     row_warps = min(valid_rows, MAX_WARPS)
     warps_per_row = max(1, min(MAX_WARPS // row_warps, _ceil_div(valid_cols, WARP)))
-    return LaunchGeometry("row", row_warps * warps_per_row, row_warps, warps_per_row, valid_rows, valid_rows)
+    return LaunchGeometry("row", row_warps * warps_per_row, row_warps, warps_per_row, valid_rows)
 
 
 def elem_geometry(valid_rows: int, valid_cols: int) -> LaunchGeometry:
