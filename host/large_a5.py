@@ -15,8 +15,9 @@ from simt_pto.kernels.a5.device import F32_ORDER, NATIVE
 from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
 from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
                                           simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
-                                          simt_mscatter_row_kernel, simt_mscatter_row_last_kernel,
-                                          simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel)
+                                          simt_mscatter_owner_reset_kernel, simt_mscatter_row_kernel,
+                                          simt_mscatter_row_last_kernel, simt_mscatter_row_owner_claim_kernel,
+                                          simt_mscatter_row_owner_write_kernel)
 from .large import SLOT_PATH_MAX_WORK, _host
 
 ON_GPU = _launch.ON_GPU
@@ -53,13 +54,14 @@ def _address(array) -> int:
     return array.device_ctypes_pointer.value
 
 
-def row_move_unit(itemsize: int, cols: int, table_flat) -> int:
-    """Bytes each lane moves per access in a whole-array Row gather: the widest of 8, 4, 2, 1 that
-    divides the row and the table's base address. A row is a plain bit copy, so moving it in wider
-    units changes nothing but the instruction width; warps still own rows as in the A5 mapping."""
+def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
+    """Bytes each lane moves per access in a whole-array row copy (the Row gather, the owner-based Last
+    write): the widest of 8, 4, 2, 1 that divides the row and every array's base address. A row is a
+    plain bit copy, so moving it in wider units changes nothing but the instruction width; warps still
+    own rows as in the A5 mapping."""
     row_bytes = itemsize * cols
     for unit in (8, 4, 2):
-        if unit > itemsize and row_bytes % unit == 0 and _address(table_flat) % unit == 0:
+        if unit > itemsize and row_bytes % unit == 0 and all(_address(a) % unit == 0 for a in arrays):
             return unit
     return itemsize
 
@@ -155,22 +157,28 @@ def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
 
 
 def _last_owner(plan, table_arg, src, idx, rows, cols, tile_rows):
-    """Owner-based Last: claim each slot for its largest flat source index, then write from the owner."""
-    owner_host = np.full(plan.capacity, -1, dtype=np.int64)
-    owner = cuda.to_device(owner_host) if ON_GPU else owner_host
+    """Owner-based Last: mark every slot unowned, claim each slot for its largest flat source index, then
+    write each owned slot from its owner (three launches, all on the device)."""
+    cap = plan.capacity
+    owner = cuda.device_array(cap, dtype=np.int64) if ON_GPU else np.empty(cap, dtype=np.int64)
     block = (geometry.WARP, geometry.MAX_WARPS)
-    sources = rows if plan.coalesce == Coalesce.ROW else rows * cols
-    claim_grid = min(MAX_GRID, max(1, -(-sources // (geometry.WARP * geometry.MAX_WARPS))))
-    grid = _tile_grid(rows, tile_rows)
+    simt_mscatter_owner_reset_kernel()[_flat_grid(cap), block](owner)
     if plan.coalesce == Coalesce.ROW:
-        simt_mscatter_row_owner_claim_kernel(plan.rule)[claim_grid, block](owner, idx, 1, plan.capacity, rows)
-        geo = geometry.row_geometry(tile_rows, cols)
-        simt_mscatter_row_owner_write_kernel(plan.rule)[grid, geo.block](
-            table_arg, src, cols, 1, idx, 1, owner, plan.capacity, rows, cols, tile_rows,
+        simt_mscatter_row_owner_claim_kernel(plan.rule)[_flat_grid(rows), block](owner, idx, 1, cap, rows)
+        unit = row_move_unit(plan.dtype.itemsize, cols, table_arg, src)
+        unit_dtype = np.dtype(f"uint{8 * unit}")
+        units = cols * plan.dtype.itemsize // unit
+        slots_per_block = min(tile_rows, cap)
+        geo = geometry.row_geometry(slots_per_block, units)
+        simt_mscatter_row_owner_write_kernel()[_tile_grid(cap, slots_per_block), geo.block](
+            table_arg.view(unit_dtype), src.view(unit_dtype), units, 1, owner, cap, units, slots_per_block,
             geo.row_warps, geo.warps_per_row)
     else:
-        simt_mscatter_elem_owner_claim_kernel(plan.rule)[claim_grid, block](
-            owner, idx, cols, 1, plan.capacity, rows, cols)
-        geo = geometry.elem_geometry(tile_rows, cols)
-        simt_mscatter_elem_owner_write_kernel(plan.rule)[grid, geo.block](
-            table_arg, src, cols, 1, idx, cols, 1, owner, plan.capacity, rows, cols, tile_rows)
+        simt_mscatter_elem_owner_claim_kernel(plan.rule)[_flat_grid(rows * cols), block](
+            owner, idx, cols, 1, cap, rows, cols)
+        simt_mscatter_elem_owner_write_kernel()[_flat_grid(cap), block](table_arg, src, cols, 1, owner, cap, cols)
+
+
+def _flat_grid(work_items: int) -> int:
+    """Blocks of a flat grid-stride launch of ``dim3(32, 32)`` over ``work_items``."""
+    return min(MAX_GRID, max(1, -(-work_items // (geometry.WARP * geometry.MAX_WARPS))))

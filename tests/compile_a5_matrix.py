@@ -81,6 +81,8 @@ def _kind(name, atomic):
         return "owner-claim"
     if name.endswith("_owner_write_kernel"):
         return "owner-write"
+    if name.endswith("_owner_reset_kernel"):
+        return "owner-reset"
     if name.endswith("_last_kernel"):
         return "last"
     if name == "count_out_of_range":

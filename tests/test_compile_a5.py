@@ -76,7 +76,8 @@ def test_matrix_reaches_every_kernel(report):
     assert "count_out_of_range" in seen
     assert report["scalar_fallbacks"] > 0  # (1, 1) Elem calls resolve to the scalar pipe, no kernel
     kinds = {s["kind"] for s in report["specs"]}
-    assert {"gather", "scatter-plain", "scatter-atomic", "last", "owner-claim", "owner-write", "validate"} <= kinds
+    assert {"gather", "scatter-plain", "scatter-atomic", "last", "owner-claim", "owner-write", "owner-reset",
+            "validate"} <= kinds
 
 
 def test_every_enumerated_specialization_is_compiled(report):
@@ -157,7 +158,7 @@ _WIDTH = re.compile(r"array\(u?int(\d+), 1d, [CA]\)")
 
 def test_plain_and_last_kernels_hold_no_atomics_and_store_the_element_width(report):
     wrong = []
-    for s in _specs(report, "gather", "scatter-plain", "last", "owner-write"):
+    for s in _specs(report, "gather", "scatter-plain", "last", "owner-write", "owner-reset"):
         bits = _WIDTH.fullmatch(s["signature"][0]).group(1)  # dst (gather) or table (scatter): raw bits
         for cc in CCS:
             r = s["results"][cc]

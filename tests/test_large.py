@@ -76,15 +76,19 @@ def test_tiled_gather_equals_the_single_tile_op(rng):
 
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 @pytest.mark.parametrize("oob", ["undefined", "skip", "clamp", "wrap"])
-def test_last_paths_agree_with_the_serial_loop(rng, coalesce, oob):
+@pytest.mark.parametrize("dtype, cols", [("float32", 12), ("float16", 3), ("int8", 6), ("uint32", 1)])
+def test_last_paths_agree_with_the_serial_loop(rng, coalesce, oob, dtype, cols):
+    """Both a5 Last paths and a2a3 against the serial loop; the table has slots nobody writes, and Row
+    widths whose bytes divide by 8, 4, 2 or nothing (the owner write moves rows in those units)."""
+    np_dtype = pto.dtypes.resolve(dtype).numpy
     if coalesce == "row":
-        table = np.full((9, 12), -1.0, np.float32)
-        src = rng.random((70, 12)).astype(np.float32)
-        idx = rng.integers(0, 12 if oob != "undefined" else 9, 70).astype(np.int32)
+        table = np.full((9, cols), 7, np_dtype)
+        src = rng.integers(0, 100, (70, cols)).astype(np_dtype)
+        idx = rng.integers(0, 12 if oob != "undefined" else 7, 70).astype(np.int32)  # rows 7, 8 stay unwritten
     else:
-        table = np.full(23, -1.0, np.float32)
-        src = rng.random(90).astype(np.float32)
-        idx = rng.integers(-1 if oob != "undefined" else 0, 27 if oob != "undefined" else 23, 90).astype(np.int32)
+        table = np.full(23, 7, np_dtype)
+        src = rng.integers(0, 100, 90).astype(np_dtype)
+        idx = rng.integers(-1 if oob != "undefined" else 0, 27 if oob != "undefined" else 20, 90).astype(np.int32)
     want = serial_scatter(table, src, idx, coalesce, oob)
     results = {}
     for target, path in (("a5", "slot"), ("a5", "owner"), ("a2a3", "auto")):

@@ -28,6 +28,30 @@ def tile_offset_2d(r, c, row_stride, col_stride):
 
 
 @cuda.jit(device=True, inline="always")
+def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step):
+    """``dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]`` for ``j = c, c + step, ... < stop``:
+    one lane's share of a row copy, in the lane order of the Row kernels.
+
+    Four loads are issued ahead of their stores. The destination and the source never overlap (UB and GM,
+    or two GM arrays), but the compiler cannot know that: written one element at a time, every store
+    waits for its load and a lane keeps a single load in flight, which caps a wide-row copy well below
+    the memory bandwidth."""
+    while c + 3 * step < stop:
+        v0 = src[src_base + c * src_cs]
+        v1 = src[src_base + (c + step) * src_cs]
+        v2 = src[src_base + (c + 2 * step) * src_cs]
+        v3 = src[src_base + (c + 3 * step) * src_cs]
+        dst[dst_base + c * dst_cs] = v0
+        dst[dst_base + (c + step) * dst_cs] = v1
+        dst[dst_base + (c + 2 * step) * dst_cs] = v2
+        dst[dst_base + (c + 3 * step) * dst_cs] = v3
+        c += 4 * step
+    while c < stop:
+        dst[dst_base + c * dst_cs] = src[src_base + c * src_cs]
+        c += step
+
+
+@cuda.jit(device=True, inline="always")
 def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
     """``table[e] += v`` for a 16-bit float (``exp_bits`` / ``man_bits`` fields) held in a uint32 view of
     the table, rounded in the element type (round-to-nearest-even), as a compare-and-swap loop on the

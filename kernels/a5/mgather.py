@@ -15,7 +15,7 @@ import functools
 from numba import cuda
 
 from simt_pto.kernels.index_policy import remap_index
-from .device import tile_offset_2d
+from .device import copy_row_segment, tile_offset_2d
 
 
 @functools.cache
@@ -41,12 +41,9 @@ def simt_mgather_row_kernel(rule: int):
         while r < rows:
             gr = row0 + r
             slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
-            src_row = slot * valid_cols
             c = col_begin
             if in_range:
-                while c < valid_cols:
-                    dst[tile_offset_2d(gr, c, dst_rs, dst_cs)] = table[src_row + c]
-                    c += col_step
+                copy_row_segment(dst, gr * dst_rs, dst_cs, table, slot * valid_cols, 1, c, valid_cols, col_step)
             else:
                 while c < valid_cols:
                     dst[tile_offset_2d(gr, c, dst_rs, dst_cs)] = 0

@@ -19,7 +19,8 @@ import functools
 from numba import cuda
 
 from simt_pto.kernels.index_policy import remap_index
-from .device import BF16, F16, F32_ORDER, atomic_add_half, store_max_f32, store_min_f32, tile_offset_2d
+from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, store_max_f32, store_min_f32,
+                     tile_offset_2d)
 
 
 @functools.cache
@@ -167,9 +168,26 @@ def simt_mscatter_elem_last_kernel(rule: int):
 
 
 # -- Conflict::Last at scale: the owner-based path (host/large.py) ------------------------------------------
-# Pass 1 claims each destination slot for the largest flat source index that writes it (an atomic max);
-# pass 2 walks the sources like the Default kernels and stores only where the source owns its slot.
-# Bitwise identical to the slot-centric kernels and to the sequential order, in O(sources) work.
+# Pass 0 marks every destination slot unowned (-1) on the device; pass 1 claims each slot for the largest
+# flat source index that writes it (an atomic max, after the OOB remap); pass 2 walks the destination and
+# writes each owned slot from its owner. Bitwise identical to the slot-centric kernels and to the
+# sequential order, in O(sources + slots) work, with no host round trip.
+
+@functools.cache
+def simt_mscatter_owner_reset_kernel():
+    """``owner[:] = -1`` (no writer), on the device before a claim pass (a flat grid)."""
+
+    @cuda.jit(cache=True)
+    def simt_mscatter_owner_reset_kernel(owner):
+        threads = cuda.blockDim.x * cuda.blockDim.y
+        s = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = threads * cuda.gridDim.x
+        while s < owner.size:
+            owner[s] = -1
+            s += step
+
+    return simt_mscatter_owner_reset_kernel
+
 
 @functools.cache
 def simt_mscatter_row_owner_claim_kernel(rule: int):
@@ -190,28 +208,28 @@ def simt_mscatter_row_owner_claim_kernel(rule: int):
 
 
 @functools.cache
-def simt_mscatter_row_owner_write_kernel(rule: int):
-    """Row: the walk of ``simt_mscatter_row_kernel``, storing row ``r`` only where ``owner[slot] == r``."""
+def simt_mscatter_row_owner_write_kernel():
+    """Row: every owned table row takes source row ``owner[slot]``. Block ``b`` covers table rows
+    ``[b * tile_rows, ...)`` with the Row geometry: warps own rows, lanes walk columns, as in
+    ``simt_mscatter_row_kernel`` (one destination row is one plain row copy, so the caller may move
+    it in units wider than the element)."""
 
     @cuda.jit(cache=True)
-    def simt_mscatter_row_owner_write_kernel(table, src, src_rs, src_cs, idx, idx_step, owner, table_rows,
-                                             valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
+    def simt_mscatter_row_owner_write_kernel(table, src, src_rs, src_cs, owner, table_rows, valid_cols, tile_rows,
+                                             row_warps, warps_per_row):
         row0 = cuda.blockIdx.x * tile_rows
-        rows = min(tile_rows, valid_rows - row0)
+        rows = min(tile_rows, table_rows - row0)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         col_begin = (ty // row_warps) * 32 + tx
         col_step = warps_per_row * 32
         r = ty % row_warps
         while r < rows:
-            gr = row0 + r
-            slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
-            if in_range and owner[slot] == gr:
-                dst_row = slot * valid_cols
-                c = col_begin
-                while c < valid_cols:
-                    table[dst_row + c] = src[tile_offset_2d(gr, c, src_rs, src_cs)]
-                    c += col_step
+            slot = row0 + r
+            src_row = owner[slot]
+            if src_row >= 0:
+                copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs, col_begin, valid_cols,
+                                 col_step)
             r += row_warps
 
     return simt_mscatter_row_owner_write_kernel
@@ -238,22 +256,19 @@ def simt_mscatter_elem_owner_claim_kernel(rule: int):
 
 
 @functools.cache
-def simt_mscatter_elem_owner_write_kernel(rule: int):
-    """Elem: the walk of ``simt_mscatter_elem_kernel``, storing ``src[p]`` only where ``owner[slot] == p``."""
+def simt_mscatter_elem_owner_write_kernel():
+    """Elem: every owned slot takes ``src[owner[slot]]``; a thread per slot, in a flat grid, like the
+    slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
 
     @cuda.jit(cache=True)
-    def simt_mscatter_elem_owner_write_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, owner, table_size,
-                                              valid_rows, valid_cols, tile_rows):
-        row0 = cuda.blockIdx.x * tile_rows
-        total = min(tile_rows, valid_rows - row0) * valid_cols
-        p = cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = cuda.blockDim.x * cuda.blockDim.y
-        while p < total:
-            r = row0 + p // valid_cols
-            c = p % valid_cols
-            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
-            if in_range and owner[slot] == r * valid_cols + c:
-                table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
-            p += step
+    def simt_mscatter_elem_owner_write_kernel(table, src, src_rs, src_cs, owner, table_size, valid_cols):
+        threads = cuda.blockDim.x * cuda.blockDim.y
+        s = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
+        step = threads * cuda.gridDim.x
+        while s < table_size:
+            p = owner[s]
+            if p >= 0:
+                table[s] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+            s += step
 
     return simt_mscatter_elem_owner_write_kernel
