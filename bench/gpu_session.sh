@@ -1,36 +1,67 @@
 #!/usr/bin/env bash
-# One command for a session lent the GPU machine (see ../shared/gpu.md): the GPU tests, the tests under
-# compute-sanitizer, and the benchmarks, with every log written to $OUT (or ./gpu-out).
+# The GPU work of a session lent the GPU machine (see ../shared/gpu.md), in stages that each fit one
+# device command (10 minutes at most), with every log written to $OUT (or ./gpu-out):
+#
+#   bash bench/gpu_session.sh tests      # the A5 test modules on the GPU (compiles every kernel once)
+#   bash bench/gpu_session.sh sanitize   # the same under compute-sanitizer memcheck (a float32 / int8 subset)
+#   bash bench/gpu_session.sh bench      # bench_large.py, coalescing_bench.py --quick, validate-last
+#   bash bench/gpu_session.sh all        # all three, for a machine without the 10-minute limit
+#
+# Numba's on-disk cache (kernels/**/__pycache__) stays on a warm machine between commands, so run `tests`
+# first: later stages then reuse its compiled kernels.
 #
 # Beforehand, on the development machine, fetch the wheels the GPU machine lacks into .whl/ (ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl numpy==2.4.6 nvidia-cuda-sanitizer-api
-# then run this script there with .whl carried:  bash bench/gpu_session.sh [--quick]
+# and carry .whl with every command.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+stage=${1:-all}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site && python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 export SIMT_PTO_A5_BACKEND=gpu PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-date -u | tee -a "$out/gpu.txt"
 
-gpu_tests="tests/test_a5_gather.py tests/test_a5_scatter.py tests/test_a5_launch.py tests/test_large.py tests/test_l1.py"
-python3 -m pytest -q -p no:cacheprovider $gpu_tests 2>&1 | tail -5 | tee "$out/gpu_tests.txt"
+gpu_tests="tests/test_a5_gather.py tests/test_a5_scatter.py tests/test_a5_launch.py tests/test_large.py
+           tests/test_l1.py tests/test_device_arrays.py"
 
-san=$(ls /tmp/site/nvidia/cu*/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -n "$san" ]; then
+run_tests() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+  date -u | tee -a "$out/gpu.txt"
+  timeout 560 python3 -m pytest -q -p no:cacheprovider -rs --durations=15 $gpu_tests > "$out/gpu_tests.log" 2>&1
+  echo "pytest rc=$?" >> "$out/gpu_tests.log"
+  tail -40 "$out/gpu_tests.log"
+}
+
+run_sanitize() {
+  local san
+  san=$(ls /tmp/site/nvidia/cu*/bin/compute-sanitizer 2>/dev/null | head -1)
+  if [ -z "$san" ]; then
+    echo "compute-sanitizer: not found (carry the nvidia-cuda-sanitizer-api wheel)" | tee "$out/sanitizer.txt"
+    return
+  fi
   chmod +x "$san"
-  "$san" --tool memcheck --error-exitcode 99 --print-limit 20 --target-processes all \
-    python3 -m pytest -q -p no:cacheprovider -x $gpu_tests > "$out/sanitizer_memcheck.log" 2>&1
-  echo "memcheck rc=$?" | tee -a "$out/gpu_tests.txt"
-  tail -3 "$out/sanitizer_memcheck.log" | tee -a "$out/gpu_tests.txt"
-else
-  echo "compute-sanitizer: not found (carry the nvidia-cuda-sanitizer-api wheel)" | tee -a "$out/gpu_tests.txt"
-fi
+  timeout 560 "$san" --tool memcheck --error-exitcode 99 --print-limit 20 --target-processes all \
+    python3 -m pytest -q -p no:cacheprovider $gpu_tests -k "float32 or int8 or device or last or owner" \
+    > "$out/sanitizer_memcheck.log" 2>&1
+  echo "memcheck rc=$?" | tee "$out/sanitizer.txt"
+  grep -E "ERROR SUMMARY|passed|failed" "$out/sanitizer_memcheck.log" | tail -5 | tee -a "$out/sanitizer.txt"
+}
 
-python3 bench/bench_large.py "$@" 2>&1 | tee "$out/bench_large.md"
-python3 bench/coalescing_bench.py --quick --out "$out" 2>&1 | tail -40 | tee "$out/coalescing_bench.txt"
-python3 -m simt_pto.host.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
+run_bench() {
+  timeout 300 python3 bench/bench_large.py 2>&1 | tee "$out/bench_large.md"
+  timeout 180 python3 bench/coalescing_bench.py --quick --out "$out" > "$out/coalescing_bench.txt" 2>&1
+  echo "coalescing_bench rc=$?" >> "$out/coalescing_bench.txt"
+  tail -30 "$out/coalescing_bench.txt"
+  timeout 100 python3 -m simt_pto.host.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
+}
+
+case "$stage" in
+  tests) run_tests ;;
+  sanitize) run_sanitize ;;
+  bench) run_bench ;;
+  all) run_tests; run_sanitize; run_bench ;;
+  *) echo "usage: bash bench/gpu_session.sh tests|sanitize|bench|all" >&2; exit 2 ;;
+esac

@@ -32,26 +32,26 @@ def _flat(a, dtype):
     return cuda.to_device(host) if ON_GPU else host
 
 
-def _wrap_like(template, dev_out, host_shape):
-    """A device result in the kind of array the caller passed (CuPy, PyTorch, else Numba)."""
-    module = type(template).__module__.split(".")[0]
+def _empty_device(template, n, dtype):
+    """(array, kernel view): ``n`` uninitialised ``dtype`` elements on the device, from the allocator of the
+    caller's array kind (CuPy's memory pool, PyTorch's caching allocator: no ``cudaMalloc`` per call),
+    else Numba's. ``array`` is of the caller's kind; the kernel view is a Numba device array over it."""
+    module = type(template).__module__.split(".")[0] if template is not None else None
     if module == "cupy":
         import cupy
-        return cupy.asarray(dev_out).reshape(host_shape)
-    if module == "torch":
+        array = cupy.empty(n, dtype=dtype)
+    elif module == "torch":
         import torch
-        return torch.as_tensor(dev_out, device="cuda").reshape(host_shape)
-    return dev_out.reshape(host_shape)
+        torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        array = torch.empty(n, dtype=torch_dtype, device=template.device)
+    else:
+        array = cuda.device_array(n, dtype=dtype)
+        return array, array
+    return array, cuda.as_cuda_array(array)
 
 
 def _tile_grid(rows, tile_rows):
     return -(-rows // tile_rows)
-
-
-def _address(array) -> int:
-    if isinstance(array, np.ndarray):
-        return array.ctypes.data
-    return array.device_ctypes_pointer.value
 
 
 def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
@@ -61,19 +61,27 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
     own rows as in the A5 mapping."""
     row_bytes = itemsize * cols
     for unit in (8, 4, 2):
-        if unit > itemsize and row_bytes % unit == 0 and all(_address(a) % unit == 0 for a in arrays):
+        if unit > itemsize and row_bytes % unit == 0 and all(_launch.base_address(a) % unit == 0 for a in arrays):
             return unit
     return itemsize
 
 
 def gather(plan, table, idx, tile_rows, out_shape, out_cols):
-    bits = plan.dtype.bits
+    """A device table gathers into a new device array of its own kind and dtype; a host table into a host
+    array (through device memory on the GPU backend)."""
+    bits, n = plan.dtype.bits, idx.rows * out_cols
     table_flat, idx_flat = _flat(table, bits), _flat(idx, idx.dtype.numpy)
-    rows = idx.rows
-    out = cuda.device_array(rows * out_cols, dtype=bits) if ON_GPU else np.zeros(rows * out_cols, dtype=bits)
-    grid = _tile_grid(rows, tile_rows)
+    result = None
+    if not ON_GPU:
+        out = np.zeros(n, dtype=bits)
+    elif table.device:
+        result, out = _empty_device(table.obj, n, np.dtype(table.obj.__cuda_array_interface__["typestr"]))
+        out = out.view(bits)
+    else:
+        out = cuda.device_array(n, dtype=bits)
+    rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
     if plan.coalesce == Coalesce.ROW:
-        unit = row_move_unit(plan.dtype.itemsize, out_cols, table_flat)
+        unit = row_move_unit(plan.dtype.itemsize, out_cols, table_flat, out)
         unit_dtype = np.dtype(f"uint{8 * unit}")
         units = out_cols * plan.dtype.itemsize // unit
         geo = geometry.row_geometry(tile_rows, units)
@@ -84,11 +92,10 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
         geo = geometry.elem_geometry(tile_rows, out_cols)
         simt_mgather_elem_kernel(plan.rule)[grid, geo.block](
             out, out_cols, 1, idx_flat, out_cols, 1, table_flat, plan.capacity, rows, out_cols, tile_rows)
-    if not ON_GPU:
-        return out.view(plan.dtype.numpy).reshape(out_shape)
-    if table.device:
-        return _wrap_like(table.obj, out.view(plan.dtype.bits), out_shape)
-    return out.copy_to_host().view(plan.dtype.numpy).reshape(out_shape)
+    if result is not None:
+        return result.reshape(out_shape)
+    host = out.copy_to_host() if ON_GPU else out
+    return host.view(plan.dtype.numpy).reshape(out_shape)
 
 
 def _scatter_operands(plan, table, src):
@@ -119,7 +126,7 @@ def scatter(plan, table, src, idx, tile_rows, last_path):
         if last_path == "slot" or (last_path == "auto" and slot_work <= SLOT_PATH_MAX_WORK):
             _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
         else:
-            _last_owner(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
+            _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
     if ON_GPU:
         cuda.synchronize()
     if copy_back is not None:
@@ -156,11 +163,14 @@ def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
                 plan.capacity, n, cols)
 
 
-def _last_owner(plan, table_arg, src, idx, rows, cols, tile_rows):
+def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows):
     """Owner-based Last: mark every slot unowned, claim each slot for its largest flat source index, then
     write each owned slot from its owner (three launches, all on the device)."""
     cap = plan.capacity
-    owner = cuda.device_array(cap, dtype=np.int64) if ON_GPU else np.empty(cap, dtype=np.int64)
+    if ON_GPU:
+        owner = _empty_device(table.obj if table.device else None, cap, np.dtype(np.int64))[1]
+    else:
+        owner = np.empty(cap, dtype=np.int64)
     block = (geometry.WARP, geometry.MAX_WARPS)
     simt_mscatter_owner_reset_kernel()[_flat_grid(cap), block](owner)
     if plan.coalesce == Coalesce.ROW:

@@ -357,6 +357,32 @@ def test_add_half_small_integers_exact(kernel, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("lead, n, tail", [(12, 6, 2), (12, 5, 2), (13, 6, 2), (12, 6, 1), (12, 5, 0)],
+                         ids=["whole-words", "odd-table", "mid-word-start", "mid-word-end", "odd-end-of-buffer"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_add_half_on_any_word_alignment(coalesce, dtype, lead, n, tail):
+    """The CAS loop works on whole 32-bit words: memory that covers whole words is used in place, memory
+    that starts or ends mid-word is staged. Either way every slot gets its exact sum (small integers) and
+    the elements around the table, inside and outside the wrapped memory, keep their bits."""
+    init = np.arange(n) % 3 + 1.0
+    indices = [i % n for i in range(2 * n)]            # every slot twice, the first and the last included
+    vals = (np.arange(2 * n) % 5 - 2).astype(np.float64)
+    want = init.copy()
+    np.add.at(want, indices, vals)
+    src_bits = to_bits(vals, dtype)
+    if coalesce == "row":
+        table = GuardedTable(dtype, to_bits(init, dtype), shape=(n, 1), lead=lead, tail=tail)
+        src, idx = make_tile(dtype, 16, 16, valid=(2 * n, 1), logical_bits=src_bits.reshape(-1, 1)), index_tile(indices)
+    else:
+        table = GuardedTable(dtype, to_bits(init, dtype), shape=(n,), lead=lead, tail=tail)
+        src, idx = make_tile(dtype, 1, 32, valid=(1, 2 * n), logical_bits=src_bits.reshape(1, -1)), \
+            index_tile([indices], "elem")
+    pto.mscatter(table.tensor, src, idx, coalesce=coalesce, atomic="add")
+    np.testing.assert_array_equal(from_bits(table.core(), dtype).astype(np.float64), want)
+    assert table.guards_intact()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 def test_add_half_random_values(coalesce, dtype):
     """Random values, rounded at every add: within HALF_ADD_TOL of the sequential float32-rounded oracle."""

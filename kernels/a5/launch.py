@@ -144,28 +144,47 @@ def _element_format(plan) -> int:
 
 def _scatter_table(plan, fmt):
     """(table argument, finish) for a scatter: raw bits for stores, the typed element for native atomics,
-    and for 16-bit float atomics a uint32 word view of a 4-byte padded staging copy (so no CAS ever
-    touches a byte outside the tensor), which ``finish`` copies back into the table."""
+    the (int32, uint32) views for float32 Max / Min, and uint32 words for 16-bit float atomics
+    (:func:`_half_atomic_words`)."""
     if fmt == NATIVE:
         dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
         return _table_memory(plan, dtype), None
     if fmt == F32_ORDER:
         return (_table_memory(plan, np.int32), _table_memory(plan, np.uint32)), None
+    return _half_atomic_words(plan)
+
+
+def _half_atomic_words(plan):
+    """(uint32 words, finish) for a float16 / bfloat16 atomicAdd, whose CAS loop works on the aligned
+    32-bit word that holds the element.
+
+    The words are the table's own memory when it starts on a 4-byte boundary and holds an even number of
+    elements. Otherwise the last (or first) word would reach past the tensor, so the CAS runs on a padded
+    staging copy, on the device for a device table (no host round trip), which ``finish`` copies back:
+    no CAS ever touches a byte outside the tensor."""
     n = plan.table.size
+    bits = _table_memory(plan, np.uint16)
+    if n % 2 == 0 and base_address(bits) % 4 == 0:
+        return bits.view(np.uint32), None
+    if plan.table.on_device:
+        words = cuda.device_array((n + 1) // 2, dtype=np.uint32)
+        staged = words.view(np.uint16)[:n]
+        staged.copy_to_device(bits)
+        return words, lambda: bits.copy_to_device(staged)
     words = np.zeros((n + 1) // 2, dtype=np.uint32)
-    words.view(np.uint16)[:n] = plan.table.host_flat().view(np.uint16)
+    staged = words.view(np.uint16)[:n]
+    staged[:] = bits
 
     def finish():
-        _store_table_bits(plan, words.view(np.uint16)[:n])
+        bits[:] = staged
     return words, finish
 
 
-def _store_table_bits(plan, bits):
-    if plan.table.on_device:
-        dev = cuda.as_cuda_array(plan.table.array).reshape(plan.table.size).view(bits.dtype)
-        dev.copy_to_device(np.ascontiguousarray(bits))
-    else:
-        plan.table.flat.view(bits.dtype)[:] = bits
+def base_address(array) -> int:
+    """The address of a host (numpy) or device (Numba) array's first element."""
+    if isinstance(array, np.ndarray):
+        return array.ctypes.data
+    return array.device_ctypes_pointer.value
 
 
 def resolve_mscatter(plan) -> KernelLaunch | None:
