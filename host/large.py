@@ -63,7 +63,7 @@ def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
     device = is_device_array(obj)
     if device:
         info = obj.__cuda_array_interface__
-        np_dtype, shape = np.dtype(info["typestr"]), tuple(info["shape"])
+        np_dtype, shape = _dt.from_typestr(info["typestr"]), tuple(info["shape"])
     elif isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
             raise ConstraintError("whole-array op", None, "C-contiguous arrays", f"{what} is not C-contiguous")

@@ -32,20 +32,21 @@ def _flat(a, dtype):
     return cuda.to_device(host) if ON_GPU else host
 
 
-def _empty_device(template, n, dtype):
-    """(array, kernel view): ``n`` uninitialised ``dtype`` elements on the device, from the allocator of the
-    caller's array kind (CuPy's memory pool, PyTorch's caching allocator: no ``cudaMalloc`` per call),
-    else Numba's. ``array`` is of the caller's kind; the kernel view is a Numba device array over it."""
+def _empty_device(template, n, dtype=None):
+    """(array, kernel view): ``n`` uninitialised elements on the device, of ``dtype`` or else of the
+    template's own dtype, from the allocator of the template's library (CuPy's memory pool, PyTorch's
+    caching allocator: no ``cudaMalloc`` per call), else Numba's. ``array`` is of the template's kind;
+    the kernel view is a Numba device array over the same memory."""
     module = type(template).__module__.split(".")[0] if template is not None else None
     if module == "cupy":
         import cupy
-        array = cupy.empty(n, dtype=dtype)
+        array = cupy.empty(n, dtype=template.dtype if dtype is None else dtype)
     elif module == "torch":
         import torch
-        torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        torch_dtype = template.dtype if dtype is None else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
         array = torch.empty(n, dtype=torch_dtype, device=template.device)
     else:
-        array = cuda.device_array(n, dtype=dtype)
+        array = cuda.device_array(n, dtype=cuda.as_cuda_array(template).dtype if dtype is None else dtype)
         return array, array
     return array, cuda.as_cuda_array(array)
 
@@ -75,7 +76,7 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
     if not ON_GPU:
         out = np.zeros(n, dtype=bits)
     elif table.device:
-        result, out = _empty_device(table.obj, n, np.dtype(table.obj.__cuda_array_interface__["typestr"]))
+        result, out = _empty_device(table.obj, n)
         out = out.view(bits)
     else:
         out = cuda.device_array(n, dtype=bits)

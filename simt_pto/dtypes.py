@@ -127,5 +127,13 @@ def resolve(dtype) -> DType:
     raise TypeError(f"dtype: {npd} is not a PTO element dtype; expected one of {names}")
 
 
+def from_typestr(typestr: str) -> np.dtype:
+    """The numpy dtype of a ``__cuda_array_interface__`` typestr. ``"<V2"`` is bfloat16: PyTorch exports its
+    bfloat16 tensors so, after ``ml_dtypes.bfloat16.dtype.str``."""
+    if typestr == "<V2":
+        return BY_NAME["bfloat16"].numpy
+    return np.dtype(typestr)
+
+
 def names(dtypes) -> str:
     return ", ".join(d.name for d in dtypes)

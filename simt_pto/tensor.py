@@ -51,7 +51,7 @@ class GlobalTensor:
         self.on_device = is_device_array(array)
         if self.on_device:
             info = array.__cuda_array_interface__
-            np_dtype = np.dtype(info["typestr"])
+            np_dtype = _dt.from_typestr(info["typestr"])
             arr_shape = tuple(info["shape"])
             if info.get("strides") is not None:
                 expected = nz.packed_strides(arr_shape) if arr_shape else ()

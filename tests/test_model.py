@@ -322,3 +322,24 @@ def test_tload_tstore_errors():
     # same width, different type: TLOAD moves the bits
     ints = pto.tload(pto.Tile("int32", 1, 8), pto.GlobalTensor(np.array([1.0] * 8, np.float32)))
     assert ints.numpy()[0, 0] == np.float32(1.0).view(np.int32)
+
+
+class _DeviceArrayStandIn:
+    """Only the ``__cuda_array_interface__`` of a device array: what GlobalTensor reads at construction."""
+
+    def __init__(self, typestr, shape, strides=None):
+        self.__cuda_array_interface__ = dict(typestr=typestr, shape=shape, strides=strides, data=(0, False),
+                                             version=2)
+
+
+@pytest.mark.parametrize("typestr, name", [("<f4", "float32"), ("<f2", "float16"), ("|i1", "int8"),
+                                           ("<V2", "bfloat16")])
+def test_device_array_dtype_from_its_interface(typestr, name):
+    """``<V2`` is how PyTorch exports bfloat16 (after ml_dtypes); the rest are numpy typestrs."""
+    t = pto.GlobalTensor(_DeviceArrayStandIn(typestr, (4, 8)))
+    assert t.on_device and t.dtype.name == name and t.shape == (1, 1, 1, 4, 8)
+
+
+def test_device_array_must_be_c_contiguous():
+    with pytest.raises(pto.ConstraintError, match="C-contiguous"):
+        pto.GlobalTensor(_DeviceArrayStandIn("<f4", (4, 8), strides=(4, 16)))
