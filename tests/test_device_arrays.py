@@ -164,3 +164,16 @@ def test_l1_simt_gather_with_device_scratch():
         scratches.append(st.numpy())
     np.testing.assert_array_equal(tiles[1], table[idx])
     assert tiles[0].tobytes() == tiles[1].tobytes() and scratches[0].tobytes() == scratches[1].tobytes()
+
+
+def test_torch_bfloat16_tensors_are_read_as_bfloat16():
+    """PyTorch exports bfloat16 as ``<V2``: a gather keeps the dtype, a scatter-add rounds in bfloat16."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    table = torch.arange(64 * 8, device="cuda").reshape(64, 8).to(torch.bfloat16)
+    idx = torch.randint(0, 64, (100,), device="cuda", dtype=torch.int32)
+    out = pto.gather(table, idx)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, table[idx.long()])
+    acc = torch.zeros(16, device="cuda", dtype=torch.bfloat16)
+    slots = torch.arange(64, device="cuda", dtype=torch.int32) % 16
+    pto.scatter(acc, torch.ones(64, device="cuda", dtype=torch.bfloat16), slots, coalesce="elem", atomic="add")
+    assert torch.equal(acc, torch.full_like(acc, 4))
