@@ -32,10 +32,10 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
     """``dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]`` for ``j = c, c + step, ... < stop``:
     one lane's share of a row copy, in the lane order of the Row kernels.
 
-    Four loads are issued ahead of their stores. The destination and the source never overlap (UB and GM,
-    or two GM arrays), but the compiler cannot know that: written one element at a time, every store
-    waits for its load and a lane keeps a single load in flight, which caps a wide-row copy well below
-    the memory bandwidth."""
+    Loads are issued four (then two) ahead of their stores. The destination and the source never overlap
+    (UB and GM, or two GM arrays), but the compiler cannot know that: written one element at a time, every
+    store waits for its load and a lane keeps a single load in flight, which caps a wide-row copy well
+    below the memory bandwidth."""
     while c + 3 * step < stop:
         v0 = src[src_base + c * src_cs]
         v1 = src[src_base + (c + step) * src_cs]
@@ -46,9 +46,14 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
         dst[dst_base + (c + 2 * step) * dst_cs] = v2
         dst[dst_base + (c + 3 * step) * dst_cs] = v3
         c += 4 * step
-    while c < stop:
+    if c + step < stop:
+        v0 = src[src_base + c * src_cs]
+        v1 = src[src_base + (c + step) * src_cs]
+        dst[dst_base + c * dst_cs] = v0
+        dst[dst_base + (c + step) * dst_cs] = v1
+        c += 2 * step
+    if c < stop:
         dst[dst_base + c * dst_cs] = src[src_base + c * src_cs]
-        c += step
 
 
 @cuda.jit(device=True, inline="always")
