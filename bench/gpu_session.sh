@@ -2,7 +2,7 @@
 # The GPU work of a session lent the GPU machine (see ../shared/gpu.md), in stages that each fit one
 # device command (10 minutes at most), with every log written to $OUT (or ./gpu-out):
 #
-#   bash bench/gpu_session.sh tests      # the A5 test modules on the GPU (compiles every kernel once)
+#   bash bench/gpu_session.sh tests [F]  # the A5 test modules (or the files F) on the GPU (compiles each kernel once)
 #   bash bench/gpu_session.sh sanitize   # the same under compute-sanitizer memcheck (a float32 / int8 subset)
 #   bash bench/gpu_session.sh bench      # bench_large.py, coalescing_bench.py --quick, validate-last
 #   bash bench/gpu_session.sh all        # all three, for a machine without the 10-minute limit
@@ -18,6 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-all}
+shift || true
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -26,6 +27,7 @@ export SIMT_PTO_A5_BACKEND=gpu PYTHONUNBUFFERED=1
 
 gpu_tests="tests/test_a5_gather.py tests/test_a5_scatter.py tests/test_a5_launch.py tests/test_large.py
            tests/test_l1.py tests/test_device_arrays.py"
+if [ $# -gt 0 ]; then gpu_tests="$*"; fi
 
 run_tests() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
