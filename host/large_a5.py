@@ -67,6 +67,12 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
     return itemsize
 
 
+def _row_units(plan, cols, *arrays):
+    """(unit dtype, units per row) of a whole-array row copy: see :func:`row_move_unit`."""
+    unit = row_move_unit(plan.dtype.itemsize, cols, *arrays)
+    return np.dtype(f"uint{8 * unit}"), cols * plan.dtype.itemsize // unit
+
+
 def gather(plan, table, idx, tile_rows, out_shape, out_cols):
     """A device table gathers into a new device array of its own kind and dtype; a host table into a host
     array (through device memory on the GPU backend)."""
@@ -82,9 +88,7 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
         out = cuda.device_array(n, dtype=bits)
     rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
     if plan.coalesce == Coalesce.ROW:
-        unit = row_move_unit(plan.dtype.itemsize, out_cols, table_flat, out)
-        unit_dtype = np.dtype(f"uint{8 * unit}")
-        units = out_cols * plan.dtype.itemsize // unit
+        unit_dtype, units = _row_units(plan, out_cols, table_flat, out)
         geo = geometry.row_geometry(tile_rows, units)
         simt_mgather_row_kernel(plan.rule)[grid, geo.block](
             out.view(unit_dtype), units, 1, idx_flat, 1, table_flat.view(unit_dtype), plan.capacity, rows, units,
@@ -176,9 +180,7 @@ def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows):
     simt_mscatter_owner_reset_kernel()[_flat_grid(cap), block](owner)
     if plan.coalesce == Coalesce.ROW:
         simt_mscatter_row_owner_claim_kernel(plan.rule)[_flat_grid(rows), block](owner, idx, 1, cap, rows)
-        unit = row_move_unit(plan.dtype.itemsize, cols, table_arg, src)
-        unit_dtype = np.dtype(f"uint{8 * unit}")
-        units = cols * plan.dtype.itemsize // unit
+        unit_dtype, units = _row_units(plan, cols, table_arg, src)
         slots_per_block = min(tile_rows, cap)
         geo = geometry.row_geometry(slots_per_block, units)
         simt_mscatter_row_owner_write_kernel()[_tile_grid(cap, slots_per_block), geo.block](
