@@ -1,0 +1,77 @@
+"""Numba's on-disk cache must notice an edit to a helper in another file (simt_pto.kernels.cache).
+
+Plain Numba stamps a cache entry with the defining file alone: a kernel that inlines a helper from
+another file keeps running the old helper after an edit. Each step below is a fresh process, as
+a user's next run would be.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import simt_pto  # noqa: F401  (installs the locators)
+from simt_pto.kernels import cache
+
+HELPER = "from numba import njit\n\n@njit(inline='always', cache=True)\ndef bump(x):\n    return x + {step}\n"
+KERNEL = "from numba import njit\nfrom helper import bump\n\n@njit(cache=True)\ndef kernel(x):\n    return bump(x)\n"
+RUN = textwrap.dedent("""
+    import sys
+    from simt_pto.kernels import cache
+    if sys.argv[2] == "watch":
+        cache.watch(sys.argv[1])
+    sys.path.insert(0, sys.argv[1])
+    import kernel
+    print(kernel.kernel(10), sum(kernel.kernel.stats.cache_hits.values()))
+""")
+
+
+def _run(folder: Path, mode: str) -> tuple[int, int]:
+    p = subprocess.run([sys.executable, "-c", RUN, str(folder), mode], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    value, hits = p.stdout.split()
+    return int(value), int(hits)
+
+
+def _project(folder: Path, step: int) -> None:
+    (folder / "helper.py").write_text(HELPER.format(step=step))
+    (folder / "kernel.py").write_text(KERNEL)
+
+
+def test_edit_to_an_inlined_helper_recompiles_the_kernel(tmp_path):
+    _project(tmp_path, step=1)
+    assert _run(tmp_path, "watch") == (11, 0)  # compiled and saved
+    assert _run(tmp_path, "watch") == (11, 1)  # loaded from the disk cache: the stamp is stable
+    (tmp_path / "helper.py").write_text(HELPER.format(step=2))
+    assert _run(tmp_path, "watch") == (12, 0)  # the helper's edit is seen: recompiled
+    assert _run(tmp_path, "watch") == (12, 1)
+
+
+def test_unwatched_code_keeps_numbas_own_stamp(tmp_path):
+    """The control: outside the watched folders Numba's locator stands, and it misses the edit."""
+    _project(tmp_path, step=1)
+    assert _run(tmp_path, "plain") == (11, 0)
+    (tmp_path / "helper.py").write_text(HELPER.format(step=2))
+    assert _run(tmp_path, "plain") == (11, 1)  # stale: exactly what the package's own kernels are spared
+
+
+def test_package_kernels_are_watched():
+    kernels = Path(cache.__file__).parent
+    for module in ("a2a3/mgather.py", "a2a3/mscatter.py", "a5/mgather.py", "a5/mscatter.py", "a5/l1.py"):
+        assert cache.watched(kernels / module)
+    assert cache.watched(Path(simt_pto.__file__).parent / "enums.py")  # policy constants frozen at compile
+    assert not cache.watched(Path(subprocess.__file__))
+
+
+def test_locators_are_installed_for_cpu_and_cuda_caches():
+    import simt_pto.kernels.a5  # noqa: F401  (installs the CUDA one, before any kernel is defined)
+    from numba.core import caching as core_caching
+    from numba.cuda.core import caching as cuda_caching
+
+    for impl in (core_caching.CacheImpl, cuda_caching.CacheImpl):
+        first = impl._locator_classes[0]
+        assert issubclass(first, cache._SourceDigestLocator)
+        assert list(first.fallbacks) == impl._locator_classes[1:]
+        cache.install(impl)  # idempotent
+        assert impl._locator_classes[1] is not first and impl._locator_classes[0] is first
