@@ -59,17 +59,17 @@ class Plan:
     def l1(self) -> bool:
         return self.tile.loc == TileType.MAT
 
+    def index_bits(self) -> np.ndarray:
+        """The indices the op reads after the uint32 cast, as a uint32 view where the layout allows:
+        ``(rows,)`` for Row, ``(rows, cols)`` for Elem (the GM index tensor of the L1 path: see
+        :class:`simt_pto.l1.L1Plan`)."""
+        if self.coalesce == Coalesce.ROW and not (self.op == "MSCATTER" and self.target == "cpu"):
+            return self.idx.data.view(np.uint32)[: self.rows * self.idx_step: self.idx_step]
+        return self.idx.grid()[: self.rows, : self.cols].view(np.uint32)
+
     def raw_indices(self) -> np.ndarray:
-        """The indices the op reads, as int64 after the uint32 cast: ``(rows,)`` for Row, ``(rows, cols)`` for Elem."""
-        if isinstance(self.idx, GlobalTensor):
-            flat = self.idx.host_flat()
-            vals = flat[: self.rows] if self.coalesce == Coalesce.ROW else flat[: self.rows * self.cols].reshape(
-                self.rows, self.cols)
-        elif self.coalesce == Coalesce.ROW and not (self.op == "MSCATTER" and self.target == "cpu"):
-            vals = self.idx.data[np.arange(self.rows) * self.idx_step]
-        else:
-            vals = self.idx.data[self.idx.offsets()[: self.rows, : self.cols]]
-        return vals.astype(np.int64) & 0xFFFFFFFF
+        """:meth:`index_bits` as int64 (a copy)."""
+        return self.index_bits().astype(np.int64)
 
 
 def _fail(op, target, rule, detail):
@@ -227,10 +227,11 @@ def check_oob(plan: Plan) -> None:
     """Under a policy that leaves out-of-range indices undefined, refuse them (``strict``) before any write."""
     if plan.rule != IDENTITY:
         return
-    raw = plan.raw_indices()
-    bad = raw >= plan.capacity
-    if not bad.any():
+    bits = plan.index_bits()
+    if bits.size == 0 or int(bits.max()) < plan.capacity:
         return
+    raw = bits.astype(np.int64)
+    bad = raw >= plan.capacity
     pos = np.argwhere(bad)[:5]
     positions = [tuple(int(x) for x in p) if len(p) > 1 else int(p[0]) for p in pos]
     values = [int(raw[tuple(p)]) for p in pos]

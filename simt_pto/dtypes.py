@@ -13,7 +13,7 @@ import numpy as np
 from .enums import ScatterAtomicOp
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DType:
     """An element type as the ISA names it.
 
@@ -32,13 +32,22 @@ class DType:
 
     @property
     def bits(self) -> np.dtype:
-        return np.dtype(f"uint{8 * self.itemsize}")
+        return _UNSIGNED_OF_SIZE[self.numpy.itemsize]
+
+    def __eq__(self, other) -> bool:  # names are unique: no need to compare numpy dtypes on every check
+        return self is other or (isinstance(other, DType) and self.name == other.name)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
     def __str__(self) -> str:
         return self.name
 
     def __repr__(self) -> str:
         return f"DType({self.name})"
+
+
+_UNSIGNED_OF_SIZE = {size: np.dtype(f"uint{8 * size}") for size in (1, 2, 4, 8)}
 
 
 def _d(name, np_type, kind):

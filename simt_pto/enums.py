@@ -6,6 +6,7 @@ string ("row", "Clamp", "none_box"); :func:`from_any` is the one place strings b
 from __future__ import annotations
 
 import enum
+import functools
 
 import numpy as np
 
@@ -122,6 +123,11 @@ def _norm(text: str) -> str:
     return text.strip().lower().replace("-", "").replace("_", "").replace(" ", "")
 
 
+@functools.cache
+def _members_by_name(enum_cls: type[enum.IntEnum]) -> dict:
+    return {_norm(member.name): member for member in enum_cls}
+
+
 def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> enum.IntEnum:
     """Turn a member, its integer value, or a case-insensitive name into a member of ``enum_cls``.
 
@@ -133,10 +139,9 @@ def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> en
     if isinstance(value, enum.Enum):
         raise TypeError(f"{what}: expected a {enum_cls.__name__}, got {value!r}")
     if isinstance(value, str):
-        key = _norm(value)
-        for member in enum_cls:
-            if _norm(member.name) == key:
-                return member
+        member = _members_by_name(enum_cls).get(_norm(value))
+        if member is not None:
+            return member
         names = ", ".join(m.name.lower() for m in enum_cls)
         raise ValueError(f"{what}: unknown value {value!r}; expected one of {names}")
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):

@@ -74,9 +74,9 @@ class L1Plan(Plan):
         r = np.arange(self.rows, dtype=np.int64)[:, None]
         return r * self.idx_step + np.arange(self.cols, dtype=np.int64)[None, :]
 
-    def raw_indices(self) -> np.ndarray:
-        """The indices the op reads, as int64 after the uint32 cast (see the module docstring)."""
-        return self.idx.host_flat()[self.index_offsets()].astype(np.int64) & 0xFFFFFFFF
+    def index_bits(self) -> np.ndarray:
+        """The indices the op reads after the uint32 cast (see the module docstring)."""
+        return self.idx.host_flat().view(np.uint32)[self.index_offsets()]
 
 
 def _fail(target, rule, detail):

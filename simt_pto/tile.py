@@ -106,6 +106,15 @@ class Tile:
             raise ValueError("strides: NZ tiles have no 2-D strides; use offsets()")
         return (self.cols, 1) if self.blayout == BLayout.ROW_MAJOR else (1, self.rows)
 
+    def grid(self) -> np.ndarray:
+        """The padded tile as a ``(rows, cols)`` view of its storage (no copy): writes go to the tile.
+        NoneBox layouts only; an NZ tile's elements do not form a strided grid (use :meth:`offsets`)."""
+        if self.slayout != SLayout.NONE_BOX:
+            raise ValueError("grid: NZ tiles have no strided 2-D view; use offsets()")
+        if self.blayout == BLayout.ROW_MAJOR:
+            return self.data.reshape(self.rows, self.cols)
+        return self.data.reshape(self.cols, self.rows).T
+
     def offsets(self) -> np.ndarray:
         """Storage offset of every ``(r, c)`` of the padded tile, shape ``(rows, cols)``."""
         if self.is_nz:
@@ -132,11 +141,13 @@ class Tile:
     # -- contents -----------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The logical ``(rows, cols)`` contents of the whole padded tile (a copy)."""
-        return self.data[self.offsets()]
+        return self.data[self.offsets()] if self.is_nz else self.grid().copy()
 
     def valid_numpy(self) -> np.ndarray:
         """The logical ``(valid_rows, valid_cols)`` contents (a copy)."""
-        return self.numpy()[: self.valid_rows, : self.valid_cols]
+        if self.is_nz:
+            return self.numpy()[: self.valid_rows, : self.valid_cols]
+        return self.grid()[: self.valid_rows, : self.valid_cols].copy()
 
     def fill(self, value) -> "Tile":
         """Set every element of the padded tile to ``value`` (converted to the element dtype)."""

@@ -231,6 +231,25 @@ def test_gather_row_capacity_is_shape3():
 
 # -- Undefined: refused out-of-range indices; strict=False gives zeros ---------------------------------------------
 
+@pytest.mark.parametrize("layout", ["row", "col", "elem", "elem_col"])
+def test_gather_undefined_names_the_logical_position_in_any_index_layout(layout):
+    """The refusal reads the index tile through its layout: the position it names is the logical one,
+    and the sentinel padding around the valid region (far out of range) is never read."""
+    cap, R = 6, 3
+    if layout in ("row", "col"):
+        values, bad_at = [0, 5, 9], 2
+        dst = make_tile("float32", 8, 8, valid=(R, 8))
+    else:
+        values = np.arange(R * 5).reshape(R, 5) % cap
+        values[2, 1], bad_at = 7, (2, 1)
+        dst = make_tile("float32", 8, 8, valid=(R, 5))
+    table = GuardedTable("float32", np.arange(cap * 8, dtype=np.float32), shape=(cap, 8) if layout in (
+        "row", "col") else (cap,))
+    with pytest.raises(pto.OutOfBoundsError) as info:
+        pto.mgather(dst, table.tensor, index_tile(values, layout), coalesce="row" if layout in ("row", "col") else "elem")
+    assert (info.value.positions, info.value.values, info.value.count) == ([bad_at], [values[bad_at]], 1)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("index_dtype", ["int32", "uint32"])
 def test_gather_undefined_out_of_range_raises(kernel, index_dtype):

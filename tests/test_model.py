@@ -71,6 +71,22 @@ def test_tile_numpy_reads_storage_through_the_layout(dtype, rows, cols, layout, 
 
 
 @pytest.mark.parametrize("dtype, rows, cols, layout", LAYOUT_CASES)
+def test_tile_grid_is_a_view_through_the_layout(dtype, rows, cols, layout, rng):
+    tile = make_tile(dtype, rows, cols, layout)
+    if layout == "nz":
+        with pytest.raises(ValueError, match="NZ"):
+            tile.grid()
+        return
+    tile.data[:] = random_values(rng, tile.data.shape, dtype)
+    grid = tile.grid()
+    assert grid.shape == (rows, cols)
+    r, c = rows - 1, cols // 2
+    assert as_bits(grid[r:r + 1, c:c + 1])[0, 0] == as_bits(tile.data)[expected_offset(tile, r, c, layout)]
+    grid[r, c] = tile.data[0]  # a view: the write lands in storage at the layout's offset
+    assert as_bits(tile.data)[expected_offset(tile, r, c, layout)] == as_bits(tile.data)[0]
+
+
+@pytest.mark.parametrize("dtype, rows, cols, layout", LAYOUT_CASES)
 def test_tile_from_array_places_each_element_and_zero_pads(dtype, rows, cols, layout, rng):
     arr_rows, arr_cols = max(1, rows - 1), max(1, cols - 1)
     array = random_values(rng, (arr_rows, arr_cols), dtype)

@@ -30,5 +30,4 @@ def run_mgather(plan) -> None:
     if plan.l1:
         raise NotImplementedError("the CPU simulator has no L1 / MAT gather path")
     dst = plan.tile
-    offs = dst.offsets()[: plan.rows, : plan.cols]
-    dst.data.view(plan.dtype.bits)[offs] = gather_values(plan)
+    dst.grid().view(plan.dtype.bits)[: plan.rows, : plan.cols] = gather_values(plan)

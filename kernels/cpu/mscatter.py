@@ -13,7 +13,7 @@ from .common import remap, table_bits, write_back
 
 def run_mscatter(plan) -> None:
     src = plan.tile
-    values = src.data.view(plan.dtype.bits)[src.offsets()[: plan.rows, : plan.cols]].reshape(-1)
+    values = src.grid().view(plan.dtype.bits)[: plan.rows, : plan.cols].reshape(-1)
     slots, ok = remap(plan.raw_indices().reshape(-1), plan.capacity, plan.rule)
     order = np.flatnonzero(ok)
     # Last writer in row-major order: the last occurrence of each slot.
