@@ -6,6 +6,7 @@ a user's next run would be.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -75,3 +76,31 @@ def test_locators_are_installed_for_cpu_and_cuda_caches():
         assert list(first.fallbacks) == impl._locator_classes[1:]
         cache.install(impl)  # idempotent
         assert impl._locator_classes[1] is not first and impl._locator_classes[0] is first
+
+
+REAL_MODE = textwrap.dedent("""
+    import sys
+    from numba.cuda.dispatcher import CUDACache
+    from simt_pto.kernels import cache
+    from simt_pto.kernels.a5.mgather import simt_mgather_row_kernel
+    from simt_pto.kernels.index_policy import IDENTITY
+    py_func = simt_mgather_row_kernel(IDENTITY).py_func
+    first = CUDACache(py_func)
+    locator = first._impl.locator
+    assert isinstance(locator, cache._SourceDigestLocator), type(locator)
+    assert locator.get_source_stamp()[1] == cache.source_digest()
+    assert first.cache_path.startswith(sys.argv[1]), first.cache_path   # Numba's NUMBA_CACHE_DIR locator, wrapped
+    first._cache_file.save(("probe",), {"payload": 42})
+    print(CUDACache(py_func)._cache_file.load(("probe",)))              # a new process-level cache reads it back
+""")
+
+
+def test_real_cuda_cache_uses_the_locator(tmp_path):
+    """numba-cuda in real (non-simulator) mode, no GPU needed: its kernel cache picks the source-digest
+    locator, stores its index where Numba's own locator would, and reads back what it saved."""
+    env = dict(os.environ, SIMT_PTO_A5_BACKEND="gpu", NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    p = subprocess.run([sys.executable, "-c", REAL_MODE, str(tmp_path)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[-2] == "{'payload': 42}"
