@@ -145,9 +145,8 @@ class Tile:
 
     def valid_numpy(self) -> np.ndarray:
         """The logical ``(valid_rows, valid_cols)`` contents (a copy)."""
-        if self.is_nz:
-            return self.numpy()[: self.valid_rows, : self.valid_cols]
-        return self.grid()[: self.valid_rows, : self.valid_cols].copy()
+        whole = self.data[self.offsets()] if self.is_nz else self.grid()
+        return whole[: self.valid_rows, : self.valid_cols].copy()
 
     def fill(self, value) -> "Tile":
         """Set every element of the padded tile to ``value`` (converted to the element dtype)."""
