@@ -161,8 +161,11 @@ class Tile:
         if array.ndim != 2 or array.shape[0] > self.rows or array.shape[1] > self.cols:
             raise ConstraintError("Tile.set", None, "array fits the padded tile",
                                   f"array of shape {array.shape} does not fit tile ({self.rows}, {self.cols})")
-        offs = self.offsets()[: array.shape[0], : array.shape[1]]
-        self.data[offs] = _cast(array, self.dtype)
+        rows, cols = array.shape
+        if self.is_nz:
+            self.data[self.offsets()[:rows, :cols]] = _cast(array, self.dtype)
+        else:
+            self.grid()[:rows, :cols] = _cast(array, self.dtype)
         return self
 
     @classmethod
