@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from simt_pto import geometry
+from simt_pto import dtypes, geometry
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels.a5 import launch as _launch
 from simt_pto.kernels.a5.device import F32_ORDER, NATIVE
@@ -70,7 +70,7 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
 def _row_units(plan, cols, *arrays):
     """(unit dtype, units per row) of a whole-array row copy: see :func:`row_move_unit`."""
     unit = row_move_unit(plan.dtype.itemsize, cols, *arrays)
-    return np.dtype(f"uint{8 * unit}"), cols * plan.dtype.itemsize // unit
+    return dtypes.unsigned(unit), cols * plan.dtype.itemsize // unit
 
 
 def gather(plan, table, idx, tile_rows, out_shape, out_cols):

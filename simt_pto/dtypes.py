@@ -32,7 +32,7 @@ class DType:
 
     @property
     def bits(self) -> np.dtype:
-        return _UNSIGNED_OF_SIZE[self.numpy.itemsize]
+        return unsigned(self.numpy.itemsize)
 
     def __eq__(self, other) -> bool:  # names are unique: no need to compare numpy dtypes on every check
         return self is other or (isinstance(other, DType) and self.name == other.name)
@@ -48,6 +48,11 @@ class DType:
 
 
 _UNSIGNED_OF_SIZE = {size: np.dtype(f"uint{8 * size}") for size in (1, 2, 4, 8)}
+
+
+def unsigned(itemsize: int) -> np.dtype:
+    """The unsigned integer dtype of ``itemsize`` bytes (1, 2, 4 or 8): how kernels move raw bits."""
+    return _UNSIGNED_OF_SIZE[itemsize]
 
 
 def _d(name, np_type, kind):
