@@ -142,10 +142,10 @@ def resolve_launch(plan):
 
 
 def signature(launch) -> tuple:
-    """The Numba argument types the dispatcher specialises ``launch.kernel`` on."""
-    import numba
-    return tuple(numba.types.int64 if isinstance(a, int) and not isinstance(a, bool) else numba.typeof(a)
-                 for a in launch.args)
+    """The Numba argument types the dispatcher specialises ``launch.kernel`` on: the ``launch`` tuple
+    ``(block_lo, block_hi, grid, kLaunchWarps)``, then the launch's arguments."""
+    from simt_pto.kernels.a5.simt import argument_types
+    return argument_types(launch.args)
 
 
 def policy_dict(launch) -> dict:
@@ -262,7 +262,8 @@ def compile_ptx(launch, cc) -> str:
     """PTX of ``launch.kernel`` for its argument types at compute capability ``cc`` (needs real mode)."""
     from numba import cuda
     cc = normalise_cc(cc)
-    ptx, _ = cuda.compile_ptx(launch.kernel.py_func, signature(launch), cc=(cc // 10, cc % 10))
+    from simt_pto.kernels.a5.simt import cuda_source
+    ptx, _ = cuda.compile_ptx(cuda_source(launch.kernel), signature(launch), cc=(cc // 10, cc % 10))
     return ptx
 
 

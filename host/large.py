@@ -141,10 +141,11 @@ def _check_indices(op, target, idx: _Array, capacity, rule, strict):
             host = _host(idx).reshape(-1)
             raise OutOfBoundsError(op, target, capacity, [first], [int(host[first]) & 0xFFFFFFFF], bad_count)
         return
-    raw = _host(idx).reshape(-1).astype(np.int64) & 0xFFFFFFFF
+    raw = _host(idx).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
+    if int(raw.max()) < capacity:  # one pass, no temporaries: positions are built only on failure
+        return
     bad = np.flatnonzero(raw >= capacity)
-    if bad.size:
-        raise OutOfBoundsError(op, target, capacity, bad[:5].tolist(), raw[bad[:5]].tolist(), int(bad.size))
+    raise OutOfBoundsError(op, target, capacity, bad[:5].tolist(), raw[bad[:5]].tolist(), int(bad.size))
 
 
 def _device_bad_indices(idx: _Array, capacity):

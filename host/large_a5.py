@@ -6,11 +6,11 @@ are staged on the device once per call (device arrays are used in place).
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
 from simt_pto import dtypes, geometry
+from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
-from simt_pto.kernels.a5 import launch as _launch
+from simt_pto.kernels.a5 import launch as _launch, simt
 from simt_pto.kernels.a5.device import F32_ORDER, NATIVE
 from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
 from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
@@ -20,16 +20,25 @@ from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatt
                                           simt_mscatter_row_owner_write_kernel)
 from .large import SLOT_PATH_MAX_WORK, _host
 
-ON_GPU = _launch.ON_GPU
 MAX_GRID = 65535
 
 
-def _flat(a, dtype):
-    """The array's memory as a flat ``dtype`` view: on the device (GPU backend) or host (simulator)."""
+def _cuda():
+    from numba import cuda
+    return cuda
+
+
+def run_kernel(factory, policy, grid, warps, args):
+    """Launch ``factory(*policy)`` over ``grid`` blocks of ``dim3(32, warps)`` on the current A5 backend."""
+    simt.launch(factory(*policy), grid, warps, args, a5_backend())
+
+
+def _flat(a, dtype, gpu):
+    """The array's memory as a flat ``dtype`` view: on the device (GPU backend) or host (cpu, simulator)."""
     if a.device:
-        return cuda.as_cuda_array(a.obj).reshape(a.size).view(dtype)
+        return _cuda().as_cuda_array(a.obj).reshape(a.size).view(dtype)
     host = _host(a).reshape(-1).view(dtype)
-    return cuda.to_device(host) if ON_GPU else host
+    return _cuda().to_device(host) if gpu else host
 
 
 def _empty_device(template, n, dtype=None):
@@ -46,9 +55,10 @@ def _empty_device(template, n, dtype=None):
         torch_dtype = template.dtype if dtype is None else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
         array = torch.empty(n, dtype=torch_dtype, device=template.device)
     else:
+        cuda = _cuda()
         array = cuda.device_array(n, dtype=cuda.as_cuda_array(template).dtype if dtype is None else dtype)
         return array, array
-    return array, cuda.as_cuda_array(array)
+    return array, _cuda().as_cuda_array(array)
 
 
 def _tile_grid(rows, tile_rows):
@@ -77,51 +87,53 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
     """A device table gathers into a new device array of its own kind and dtype; a host table into a host
     array (through device memory on the GPU backend)."""
     bits, n = plan.dtype.bits, idx.rows * out_cols
-    table_flat, idx_flat = _flat(table, bits), _flat(idx, idx.dtype.numpy)
+    gpu = a5_backend() == "gpu"
+    table_flat, idx_flat = _flat(table, bits, gpu), _flat(idx, idx.dtype.numpy, gpu)
     result = None
-    if not ON_GPU:
-        out = np.zeros(n, dtype=bits)
+    if not gpu:
+        out = np.empty(n, dtype=bits)  # the kernels write every element (the gather or T(0))
     elif table.device:
         result, out = _empty_device(table.obj, n)
         out = out.view(bits)
     else:
-        out = cuda.device_array(n, dtype=bits)
+        out = _cuda().device_array(n, dtype=bits)
     rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
     if plan.coalesce == Coalesce.ROW:
         unit_dtype, units = _row_units(plan, out_cols, table_flat, out)
         geo = geometry.row_geometry(tile_rows, units)
-        simt_mgather_row_kernel(plan.rule)[grid, geo.block](
+        run_kernel(simt_mgather_row_kernel, (plan.rule,), grid, geo.launch_warps, (
             out.view(unit_dtype), units, 1, idx_flat, 1, table_flat.view(unit_dtype), plan.capacity, rows, units,
-            tile_rows, geo.row_warps, geo.warps_per_row)
+            tile_rows, geo.row_warps, geo.warps_per_row))
     else:
         geo = geometry.elem_geometry(tile_rows, out_cols)
-        simt_mgather_elem_kernel(plan.rule)[grid, geo.block](
-            out, out_cols, 1, idx_flat, out_cols, 1, table_flat, plan.capacity, rows, out_cols, tile_rows)
+        run_kernel(simt_mgather_elem_kernel, (plan.rule,), grid, geo.launch_warps, (
+            out, out_cols, 1, idx_flat, out_cols, 1, table_flat, plan.capacity, rows, out_cols, tile_rows))
     if result is not None:
         return result.reshape(out_shape)
-    host = out.copy_to_host() if ON_GPU else out
+    host = out.copy_to_host() if gpu else out
     return host.view(plan.dtype.numpy).reshape(out_shape)
 
 
-def _scatter_operands(plan, table, src):
+def _scatter_operands(plan, table, src, gpu):
     """(table argument, src flat, finish): the table in the form the store needs (see
     :func:`simt_pto.kernels.a5.launch._scatter_table`), staged on the device."""
     fmt = _launch._element_format(plan)
     table_arg, finish = _launch._scatter_table(plan, fmt)
     copy_back = None
-    if ON_GPU and isinstance(table_arg, (np.ndarray, tuple)) and not table.device:
+    if gpu and isinstance(table_arg, (np.ndarray, tuple)) and not table.device:
         host = table_arg
         table_arg = _launch._to_device(table_arg)
         base_dev, base_host = (table_arg[0], host[0]) if isinstance(host, tuple) else (table_arg, host)
         copy_back = lambda: base_dev.copy_to_host(base_host)  # noqa: E731
     src_dtype = np.int32 if fmt == F32_ORDER else (
         plan.dtype.bits if fmt != NATIVE or plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy)
-    return fmt, table_arg, _flat(src, src_dtype), copy_back, finish
+    return fmt, table_arg, _flat(src, src_dtype, gpu), copy_back, finish
 
 
 def scatter(plan, table, src, idx, tile_rows, last_path):
-    fmt, table_arg, src_flat, copy_back, finish = _scatter_operands(plan, table, src)
-    idx_flat = _flat(idx, idx.dtype.numpy)
+    gpu = a5_backend() == "gpu"
+    fmt, table_arg, src_flat, copy_back, finish = _scatter_operands(plan, table, src, gpu)
+    idx_flat = _flat(idx, idx.dtype.numpy, gpu)
     rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
     last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
     if not last:
@@ -131,9 +143,9 @@ def scatter(plan, table, src, idx, tile_rows, last_path):
         if last_path == "slot" or (last_path == "auto" and slot_work <= SLOT_PATH_MAX_WORK):
             _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
         else:
-            _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
-    if ON_GPU:
-        cuda.synchronize()
+            _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows, gpu)
+    if gpu:
+        _cuda().synchronize()
     if copy_back is not None:
         copy_back()
     if finish is not None:
@@ -145,12 +157,12 @@ def _scatter_tiles(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     policy = (plan.rule, int(plan.atomic), fmt)
     if plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(tile_rows, cols)
-        simt_mscatter_row_kernel(*policy)[grid, geo.block](
-            table_arg, src, cols, 1, idx, 1, plan.capacity, rows, cols, tile_rows, geo.row_warps, geo.warps_per_row)
+        run_kernel(simt_mscatter_row_kernel, policy, grid, geo.launch_warps, (
+            table_arg, src, cols, 1, idx, 1, plan.capacity, rows, cols, tile_rows, geo.row_warps, geo.warps_per_row))
     else:
         geo = geometry.elem_geometry(tile_rows, cols)
-        simt_mscatter_elem_kernel(*policy)[grid, geo.block](
-            table_arg, src, cols, 1, idx, cols, 1, plan.capacity, rows, cols, tile_rows)
+        run_kernel(simt_mscatter_elem_kernel, policy, grid, geo.launch_warps, (
+            table_arg, src, cols, 1, idx, cols, 1, plan.capacity, rows, cols, tile_rows))
 
 
 def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
@@ -160,36 +172,39 @@ def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
     for r0 in range(0, rows, tile_rows):
         n = min(tile_rows, rows - r0)
         if plan.coalesce == Coalesce.ROW:
-            simt_mscatter_row_last_kernel(plan.rule)[grid, geo.block](
-                table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0:r0 + n], 1, plan.capacity, n, cols)
+            run_kernel(simt_mscatter_row_last_kernel, (plan.rule,), grid, geo.launch_warps, (
+                table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0:r0 + n], 1, plan.capacity, n, cols))
         else:
-            simt_mscatter_elem_last_kernel(plan.rule)[grid, geo.block](
+            run_kernel(simt_mscatter_elem_last_kernel, (plan.rule,), grid, geo.launch_warps, (
                 table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0 * cols:(r0 + n) * cols], cols, 1,
-                plan.capacity, n, cols)
+                plan.capacity, n, cols))
 
 
-def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows):
+def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
     """Owner-based Last: mark every slot unowned, claim each slot for its largest flat source index, then
     write each owned slot from its owner (three launches, all on the device)."""
     cap = plan.capacity
-    if ON_GPU:
-        owner = _empty_device(table.obj if table.device else None, cap, np.dtype(np.int64))[1]
+    # a flat source index per slot: int32 while every index fits (half the memory traffic of int64)
+    owner_dtype = np.dtype(np.int32 if rows * cols < 2 ** 31 else np.int64)
+    if gpu:
+        owner = _empty_device(table.obj if table.device else None, cap, owner_dtype)[1]
     else:
-        owner = np.empty(cap, dtype=np.int64)
-    block = (geometry.WARP, geometry.MAX_WARPS)
-    simt_mscatter_owner_reset_kernel()[_flat_grid(cap), block](owner)
+        owner = np.empty(cap, dtype=owner_dtype)
+    warps = geometry.MAX_WARPS
+    run_kernel(simt_mscatter_owner_reset_kernel, (), _flat_grid(cap), warps, (owner,))
     if plan.coalesce == Coalesce.ROW:
-        simt_mscatter_row_owner_claim_kernel(plan.rule)[_flat_grid(rows), block](owner, idx, 1, cap, rows)
+        run_kernel(simt_mscatter_row_owner_claim_kernel, (plan.rule,), _flat_grid(rows), warps, (owner, idx, 1, cap, rows))
         unit_dtype, units = _row_units(plan, cols, table_arg, src)
         slots_per_block = min(tile_rows, cap)
         geo = geometry.row_geometry(slots_per_block, units)
-        simt_mscatter_row_owner_write_kernel()[_tile_grid(cap, slots_per_block), geo.block](
+        run_kernel(simt_mscatter_row_owner_write_kernel, (), _tile_grid(cap, slots_per_block), geo.launch_warps, (
             table_arg.view(unit_dtype), src.view(unit_dtype), units, 1, owner, cap, units, slots_per_block,
-            geo.row_warps, geo.warps_per_row)
+            geo.row_warps, geo.warps_per_row))
     else:
-        simt_mscatter_elem_owner_claim_kernel(plan.rule)[_flat_grid(rows * cols), block](
-            owner, idx, cols, 1, cap, rows, cols)
-        simt_mscatter_elem_owner_write_kernel()[_flat_grid(cap), block](table_arg, src, cols, 1, owner, cap, cols)
+        run_kernel(simt_mscatter_elem_owner_claim_kernel, (plan.rule,), _flat_grid(rows * cols), warps, (
+            owner, idx, cols, 1, cap, rows, cols))
+        run_kernel(simt_mscatter_elem_owner_write_kernel, (), _flat_grid(cap), warps, (
+            table_arg, src, cols, 1, owner, cap, cols))
 
 
 def _flat_grid(work_items: int) -> int:

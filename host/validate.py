@@ -50,6 +50,16 @@ def make_workload(coalesce, rows, cols, n, seed=0) -> Workload:
     return Workload(coalesce, table, src, idx)
 
 
+def backend_description(backend: str) -> str:
+    """The A5 backend in words, for reports: ``cpu (2 worker threads)``, ``simulator``, ``gpu``."""
+    if backend == "cpu":
+        from simt_pto.kernels.a5.simt import cpu_workers
+        return f"cpu (the A5 kernels compiled for the CPU, {cpu_workers()} worker threads)"
+    if backend == "simulator":
+        return "simulator (Numba's CUDA simulator)"
+    return "gpu"
+
+
 def _run(w: Workload, target, conflict, last_path="auto"):
     table = w.table.copy()
     start = time.perf_counter()
@@ -63,7 +73,9 @@ def _mismatches(a, b) -> int:
 
 def validate_last(coalesce="row", rows=65536, cols=64, n=16_000_000, repeat=5, seed=0, last_path="auto",
                   out=print) -> int:
-    if pto.a5_backend() == "simulator":
+    backend = pto.a5_backend()
+    out(f"A5 backend: {backend_description(backend)}")
+    if backend == "simulator":
         scaled = {k: min(v, SIM_LIMITS[k]) for k, v in dict(rows=rows, cols=cols, n=n).items()}
         if scaled != dict(rows=rows, cols=cols, n=n):
             out(f"CUDA simulator (no GPU): scaled down from rows={rows} cols={cols} n={n} to "

@@ -1,13 +1,11 @@
 """simt_pto: an emulator of the PTO ISA memory instructions MGATHER and MSCATTER.
 
-Three targets behind one tile / tensor API: ``a5`` (the A5 SIMT kernels as Numba CUDA kernels, on a
-GPU or Numba's CUDA simulator), ``a2a3`` (the sequential vector-core paths as Numba-jitted loops) and
-``cpu`` (the CPU simulator's reference semantics in numpy, the golden).
+Three targets behind one tile / tensor API: ``a5`` (the A5 SIMT kernels, one Numba source compiled for a
+CUDA GPU, for the CPU on all cores, or run on Numba's CUDA simulator), ``a2a3`` (the sequential
+vector-core paths as Numba-jitted loops) and ``cpu`` (the CPU simulator's reference semantics in numpy,
+the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (``simt_pto.backend``).
 """
-from .backend import a5_backend, set_a5_backend
-
-a5_backend()  # choose GPU or CUDA simulator before anything can import numba.cuda
-
+from .backend import a5_backend, a5_backends, set_a5_backend
 from . import coalescing, dtypes, nz  # noqa: E402
 from .dtypes import DType  # noqa: E402
 from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,  # noqa: E402
@@ -25,6 +23,6 @@ __version__ = "0.1.0"
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
     "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
-    "Tile", "TileType", "a5_backend", "coalescing", "dtypes", "elem_geometry", "gather", "inspect_kernel",
+    "Tile", "TileType", "a5_backend", "a5_backends", "coalescing", "dtypes", "elem_geometry", "gather", "inspect_kernel",
     "last_geometry", "mgather", "mscatter", "nz", "row_geometry", "scatter", "set_a5_backend", "tload", "tstore",
 ]

@@ -1,39 +1,47 @@
-"""Which machine runs the A5 kernels: a real CUDA GPU, or Numba's CUDA simulator.
+"""Which machine runs the A5 kernels: a CUDA GPU, the CPU, or Numba's CUDA simulator.
 
-The choice must be made before ``numba.cuda`` is first imported (the simulator is selected by
-``NUMBA_ENABLE_CUDASIM`` at import time). Order of precedence:
+The three run the same kernel source (``simt_pto.kernels.a5``):
 
-``import simt_pto`` resolves it once (so that no later ``from numba import cuda`` can pick the wrong
-mode); :func:`set_a5_backend` may change it until ``numba.cuda`` is first imported.
+* ``gpu``: the Numba CUDA kernels on a CUDA GPU;
+* ``cpu``: the same kernels compiled by Numba for the CPU, the blocks of a launch spread over all cores,
+  with real CPU atomics (not the ``cpu`` *target*, which is the CPU simulator's reference semantics);
+* ``simulator``: Numba's CUDA simulator, which runs every thread as a Python thread: for stepping through
+  a kernel (print, pdb), and as a second, interpreted run of the same source.
 
-1. :func:`set_a5_backend`,
-2. the environment variable ``SIMT_PTO_A5_BACKEND`` = ``gpu`` | ``simulator`` | ``auto``,
-3. ``auto``: the GPU when the CUDA driver reports a device, the simulator otherwise.
+Order of precedence: :func:`set_a5_backend`, then the environment variable ``SIMT_PTO_A5_BACKEND`` =
+``gpu`` | ``cpu`` | ``simulator`` | ``auto``; ``auto`` (the default) is the GPU when the CUDA driver reports
+a device, else ``cpu``. Nothing is resolved at import: the first A5 call (or :func:`a5_backend`) does it.
 
-If ``numba.cuda`` was already imported by someone else, its mode stands and is reported.
+``numba.cuda`` runs in simulator or real mode for the whole process, fixed when it is first imported, so
+``gpu`` and ``simulator`` exclude each other in one process; ``cpu`` never needs ``numba.cuda`` and works
+beside either. :func:`a5_backends` says what this process can use.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 
 ENV_VAR = "SIMT_PTO_A5_BACKEND"
-_CHOICES = ("auto", "gpu", "simulator")
+BACKENDS = ("gpu", "cpu", "simulator")
+_CHOICES = ("auto",) + BACKENDS
+_ALIASES = {"sim": "simulator", "cudasim": "simulator", "cuda": "gpu", "host": "cpu"}
 _requested: str | None = None
 _resolved: str | None = None
 
 
 def _normalise(name: str) -> str:
     key = str(name).strip().lower()
-    key = {"sim": "simulator", "cudasim": "simulator", "cuda": "gpu"}.get(key, key)
+    key = _ALIASES.get(key, key)
     if key not in _CHOICES:
         raise ValueError(f"A5 backend: unknown choice {name!r}; expected one of {', '.join(_CHOICES)}")
     return key
 
 
+@functools.cache
 def gpu_present() -> bool:
-    """True when the CUDA driver loads and reports at least one device (checked without numba.cuda)."""
+    """True when the CUDA driver loads and reports at least one device (asked once, without numba.cuda)."""
     for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             cu = ctypes.CDLL(lib)
@@ -47,42 +55,66 @@ def gpu_present() -> bool:
     return False
 
 
-def set_a5_backend(name: str) -> str:
-    """Choose ``"gpu"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the resolved choice.
-
-    Raises RuntimeError if numba.cuda is already imported in the other mode.
-    """
-    global _requested, _resolved
-    _requested = _normalise(name)
-    if "numba.cuda" in sys.modules and _resolved is not None:
-        want = _resolve_choice(_requested)
-        if want != _resolved:
-            raise RuntimeError(f"A5 backend: numba.cuda is already running as {_resolved}; "
-                               f"choose the backend before the first A5 call")
-        return _resolved
-    _resolved = None
-    return a5_backend()
+def _cuda_mode() -> str | None:
+    """``"gpu"`` or ``"simulator"`` if ``numba.cuda`` is imported in this process, else None."""
+    if "numba.cuda" not in sys.modules:
+        return None
+    from numba.cuda.core import config
+    return "simulator" if config.ENABLE_CUDASIM else "gpu"
 
 
-def _resolve_choice(choice: str) -> str:
-    if choice == "auto":
-        return "gpu" if gpu_present() else "simulator"
-    return choice
+def a5_backends() -> tuple[str, ...]:
+    """The A5 backends this process can use: ``cpu`` always, ``simulator`` unless ``numba.cuda`` runs in real
+    mode, ``gpu`` when a device is present and ``numba.cuda`` is not in simulator mode."""
+    mode = _cuda_mode()
+    out = []
+    if mode != "simulator" and gpu_present():
+        out.append("gpu")
+    out.append("cpu")
+    if mode != "gpu":
+        out.append("simulator")
+    return tuple(out)
 
 
-def a5_backend() -> str:
-    """``"gpu"`` or ``"simulator"``: where A5 kernels run in this process (prepares numba.cuda)."""
-    global _resolved
-    if _resolved is not None:
-        return _resolved
-    if "numba.cuda" in sys.modules:
-        from numba.cuda.core import config
-        _resolved = "simulator" if config.ENABLE_CUDASIM else "gpu"
-        return _resolved
-    choice = _resolve_choice(_requested or _normalise(os.environ.get(ENV_VAR, "auto")))
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if choice == "simulator" else "0"
+def _prepare_cuda(backend: str) -> None:
+    """Make ``numba.cuda`` import in the mode ``backend`` needs (or check the mode it already runs in)."""
+    mode = _cuda_mode()
+    if mode is not None:
+        if mode != backend:
+            raise RuntimeError(f"A5 backend {backend!r}: numba.cuda already runs as {mode} in this process "
+                               f"(its mode is fixed at first import); use {mode!r} or 'cpu'")
+        return
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if backend == "simulator" else "0"
     if "numba" in sys.modules:  # numba reads its config at import: make it see the choice
         from numba.core import config
         config.reload_config()
-    _resolved = choice
+
+
+def _resolve(choice: str) -> str:
+    if choice == "auto":
+        return "gpu" if _cuda_mode() != "simulator" and gpu_present() else "cpu"
     return choice
+
+
+def set_a5_backend(name: str) -> str:
+    """Choose ``"gpu"``, ``"cpu"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the backend.
+
+    Raises RuntimeError for ``gpu`` / ``simulator`` when ``numba.cuda`` already runs in the other mode.
+    """
+    global _requested, _resolved
+    backend = _resolve(_normalise(name))
+    if backend != "cpu":
+        _prepare_cuda(backend)
+    _requested, _resolved = _normalise(name), backend
+    return backend
+
+
+def a5_backend() -> str:
+    """``"gpu"``, ``"cpu"`` or ``"simulator"``: where A5 kernels run in this process (resolved on first use)."""
+    global _resolved
+    if _resolved is None:
+        backend = _resolve(_requested or _normalise(os.environ.get(ENV_VAR, "auto")))
+        if backend != "cpu":
+            _prepare_cuda(backend)
+        _resolved = backend
+    return _resolved

@@ -57,10 +57,10 @@ class Spec:
     """One specialization: a kernel (factory + policy), its argument types, and the calls that reach it."""
 
     def __init__(self, name, factory, policy, args, kind, source):
-        import numba
+        from simt_pto.kernels.a5.simt import argument_types
         self.name, self.factory, self.policy, self.kind = name, factory, tuple(policy), kind
-        self.sig = tuple(numba.types.int64 if isinstance(a, int) and not isinstance(a, bool) else numba.typeof(a)
-                         for a in args)
+        # count_out_of_range is a plain CUDA kernel (GPU device arrays only): no launch tuple
+        self.sig = argument_types(args)[1:] if kind == "validate" else argument_types(args)
         self.calls = []
         self.sources = {source}
         self.dtypes = set()
@@ -134,21 +134,6 @@ def _l1_plan(kw, exec_):
                                     GatherOOB[kw["oob"].upper()], exec_, scratch, kw["strict"], None)
 
 
-class _Recorder:
-    """Stands in for a kernel factory of ``large_a5``: ``factory(*policy)[grid, block](*args)`` records."""
-
-    def __init__(self, factory, sink):
-        self.factory, self.sink = factory, sink
-
-    def __call__(self, *policy):
-        factory, sink = self.factory, self.sink
-
-        class _Configured:
-            def __getitem__(self, config):
-                return lambda *args: sink.append((factory, policy, args))
-        return _Configured()
-
-
 def _whole_array_launches(op, kw):
     """The kernel launches of ``simt_pto.gather`` / ``scatter`` for one call (recorded, not run)."""
     import numpy as np
@@ -163,12 +148,11 @@ def _whole_array_launches(op, kw):
     idx = np.zeros(rows if row else (rows, cols), dtype=idx_np)
     common = dict(coalesce=kw["coalesce"], oob=kw["oob"], target="a5", strict=kw["strict"], dtype=d.name)
     sink = []
-    saved = {n: getattr(large_a5, n) for n in dir(large_a5) if n.startswith("simt_")}
-    saved_on_gpu = large_a5.ON_GPU
+    saved_run, saved_backend = large_a5.run_kernel, large_a5.a5_backend
     try:
-        for n, f in saved.items():
-            setattr(large_a5, n, _Recorder(f, sink))
-        large_a5.ON_GPU = False  # host arrays, no copies, no synchronize: nothing touches a device
+        # record the launches instead of running them; host arrays, so nothing touches a device
+        large_a5.run_kernel = lambda factory, policy, grid, warps, args: sink.append((factory, policy, args))
+        large_a5.a5_backend = lambda: "cpu"
         if op == "mgather":
             simt_pto.gather(table, idx, **common)
         else:
@@ -178,9 +162,7 @@ def _whole_array_launches(op, kw):
                 simt_pto.scatter(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"], last_path=path,
                                  **common)
     finally:
-        for n, f in saved.items():
-            setattr(large_a5, n, f)
-        large_a5.ON_GPU = saved_on_gpu
+        large_a5.run_kernel, large_a5.a5_backend = saved_run, saved_backend
     return [(f.__name__, f, p, a) for f, p, a in sink]
 
 
@@ -240,13 +222,15 @@ def _compile_one(i, ccs):
     """Compile spec ``i`` for every cc: {cc: result}. Runs in a forked worker."""
     from numba import cuda
     from simt_pto.host.inspect import assemble, classify, ptx_memory_instructions
+    from simt_pto.kernels.a5.simt import cuda_source
     spec = _SPECS[i]
     kernel = spec.factory(*spec.policy)
+    py_func = kernel.py_func if spec.kind == "validate" else cuda_source(kernel)
     out = {}
     for cc in ccs:
         t0 = time.perf_counter()
         try:
-            ptx, _ = cuda.compile_ptx(kernel.py_func, spec.sig, cc=(cc // 10, cc % 10))
+            ptx, _ = cuda.compile_ptx(py_func, spec.sig, cc=(cc // 10, cc % 10))
             t1 = time.perf_counter()
             res = assemble(ptx, cc)
             counts = ptx_memory_instructions(ptx)

@@ -25,6 +25,20 @@ ALL_DTYPE_NAMES = BASE_DTYPES + ("float8_e4m3", "float8_e5m2", "hifloat8")
 
 
 @pytest.fixture
+def simulator_backend():
+    """Run the test's A5 calls on Numba's CUDA simulator (the default here is the ``cpu`` backend, or the
+    GPU where one is present), then restore the backend. Skips where ``numba.cuda`` runs in real mode."""
+    previous = pto.a5_backend()
+    if "simulator" not in pto.a5_backends():
+        pytest.skip("numba.cuda runs in real mode in this process: no simulator")
+    pto.set_a5_backend("simulator")
+    try:
+        yield "simulator"
+    finally:
+        pto.set_a5_backend(previous)
+
+
+@pytest.fixture
 def rng() -> np.random.Generator:
     """A NumPy generator with a fixed seed: every run draws the same cases."""
     return np.random.default_rng(SEED)

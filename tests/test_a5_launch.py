@@ -300,7 +300,7 @@ def test_kernel_factories_close_over_integers_only():
                 continue
             arity = len(inspect.signature(factory).parameters)
             kernel = factory(*([1] * arity))
-            cells = [c.cell_contents for c in (kernel.py_func.__closure__ or ())]
+            cells = [c.cell_contents for c in (kernel.__closure__ or ())]
             assert (cells or arity == 0) and all(type(c) is int for c in cells), (name, cells)
             made += 1
     assert made >= 11

@@ -298,7 +298,7 @@ class _Recorder(np.ndarray):
 
 
 def _recorded_run(launch):
-    names = list(inspect.signature(launch.kernel.py_func).parameters)
+    names = list(inspect.signature(launch.kernel).parameters)[1:]  # after the launch tuple
 
     def wrap(name, a):
         if isinstance(a, np.ndarray):
@@ -352,7 +352,7 @@ def _tiles(op, coalesce, dtype, table_shape, tile, idx_vals, kw, rng):
 
 @pytest.mark.parametrize("op, coalesce, dtype, table_shape, tile, kw", SIM_CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}-{'-'.join(f'{v}' for v in c[5].values())}" for c in SIM_CASES])
-def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape, tile, kw, rng):
+def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape, tile, kw, rng, simulator_backend):
     from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
     R, C = tile
     capacity = table_shape[0] if coalesce == "row" else table_shape[0] * table_shape[1]

@@ -63,7 +63,7 @@ def _specs(report, *kinds):
 
 
 def _label(spec):
-    return f"{spec['name']}{tuple(spec['policy'])} {spec['signature'][:2]} ({', '.join(spec['dtypes'])})"
+    return f"{spec['name']}{tuple(spec['policy'])} {spec['signature'][1:3]} ({', '.join(spec['dtypes'])})"
 
 
 # -- coverage ---------------------------------------------------------------------------------------------
@@ -146,8 +146,9 @@ def test_atomic_specializations_use_the_matching_hardware_atomic(report):
 
 def test_owner_claim_and_index_check_atomics(report):
     for s in _specs(report, "owner-claim"):
+        width = _WIDTH.fullmatch(s["signature"][1]).group(1)  # the owner array: int32, or int64 past 2**31 sources
         for cc in CCS:
-            assert _atomics(s["results"][cc]) == {("max", "s64")}, _label(s)
+            assert _atomics(s["results"][cc]) == {("max", f"s{width}")}, _label(s)
     for s in _specs(report, "validate"):
         for cc in CCS:
             assert _atomics(s["results"][cc]) == {("add", "u64"), ("min", "s64")}, _label(s)
@@ -159,7 +160,7 @@ _WIDTH = re.compile(r"array\(u?int(\d+), 1d, [CA]\)")
 def test_plain_and_last_kernels_hold_no_atomics_and_store_the_element_width(report):
     wrong = []
     for s in _specs(report, "gather", "scatter-plain", "last", "owner-write", "owner-reset"):
-        bits = _WIDTH.fullmatch(s["signature"][0]).group(1)  # dst (gather) or table (scatter): raw bits
+        bits = _WIDTH.fullmatch(s["signature"][1]).group(1)  # dst (gather) or table (scatter), after the launch tuple: raw bits
         for cc in CCS:
             r = s["results"][cc]
             atomics = [m for m in r["ptx_counts"] if m.startswith(("atom.", "red."))]

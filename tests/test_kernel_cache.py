@@ -65,8 +65,9 @@ def test_package_kernels_are_watched():
     assert not cache.watched(Path(subprocess.__file__))
 
 
-def test_locators_are_installed_for_cpu_and_cuda_caches():
-    import simt_pto.kernels.a5  # noqa: F401  (installs the CUDA one, before any kernel is defined)
+def test_locators_are_installed_for_cpu_and_cuda_caches(simulator_backend):
+    from simt_pto.kernels.a5 import simt
+    simt.namespace("cuda")  # the first CUDA compile installs the CUDA one
     from numba.core import caching as core_caching
     from numba.cuda.core import caching as cuda_caching
 
@@ -83,8 +84,9 @@ REAL_MODE = textwrap.dedent("""
     from numba.cuda.dispatcher import CUDACache
     from simt_pto.kernels import cache
     from simt_pto.kernels.a5.mgather import simt_mgather_row_kernel
+    from simt_pto.kernels.a5.simt import cuda_source
     from simt_pto.kernels.index_policy import IDENTITY
-    py_func = simt_mgather_row_kernel(IDENTITY).py_func
+    py_func = cuda_source(simt_mgather_row_kernel(IDENTITY))
     first = CUDACache(py_func)
     locator = first._impl.locator
     assert isinstance(locator, cache._SourceDigestLocator), type(locator)

@@ -192,7 +192,7 @@ def test_bad_arrays_are_rejected():
 
 def test_device_arrays_stay_on_the_device():
     if pto.a5_backend() != "gpu":
-        pytest.skip("needs a CUDA GPU (the A5 backend here is the CUDA simulator)")
+        pytest.skip("needs a CUDA GPU (no GPU in this process)")
     cupy = pytest.importorskip("cupy", reason="CuPy (the gpu extra) is not installed")
     table = cupy.arange(64 * 16, dtype=cupy.float32).reshape(64, 16)
     idx = cupy.asarray(np.random.default_rng(0).integers(0, 64, 100).astype(np.int32))

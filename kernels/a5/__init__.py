@@ -1,19 +1,10 @@
-"""The ``a5`` target: the A5 SIMT kernels as Numba CUDA kernels.
+"""The ``a5`` target: the A5 SIMT kernels, one source for three backends (``simt_pto.backend``).
 
-On a machine with a CUDA GPU they run for real; otherwise on Numba's CUDA simulator, from the same
-source. The backend is chosen (``simt_pto.backend``) before ``numba.cuda`` is first imported, which
-is why this package resolves it before importing its kernels.
+The kernels (:mod:`.mgather`, :mod:`.mscatter`, :mod:`.l1`) are plain Python over the intrinsics of
+:mod:`.intrinsics`; :mod:`.simt` compiles them for a CUDA GPU, Numba's CUDA simulator or the CPU, and
+launches them. Importing this package imports no ``numba.cuda``: the backend is resolved at the first
+launch.
 """
-from simt_pto.backend import a5_backend
+from .launch import resolve_mgather, resolve_mscatter, run_mgather, run_mscatter
 
-BACKEND = a5_backend()
-
-from numba.cuda.core import caching as _cuda_caching  # noqa: E402
-
-from simt_pto.kernels import cache  # noqa: E402
-
-cache.install(_cuda_caching.CacheImpl)  # numba-cuda keeps a locator list of its own
-
-from .launch import resolve_mgather, resolve_mscatter, run_mgather, run_mscatter  # noqa: E402
-
-__all__ = ["BACKEND", "resolve_mgather", "resolve_mscatter", "run_mgather", "run_mscatter"]
+__all__ = ["resolve_mgather", "resolve_mscatter", "run_mgather", "run_mscatter"]

@@ -1,15 +1,17 @@
-"""Device helpers shared by the A5 kernels.
+"""Device helpers shared by the A5 kernels, written once for every backend.
 
-Every helper is ``inline="always"``: it is inlined into the kernel's IR, policy constants fold, and
-the kernels compile (``numba.cuda.compile_ptx``) without a GPU present. Kernel factories close over
-integers only (never over functions), so Numba's on-disk cache key is the same in every process.
+Like the kernels, these are plain Python over the intrinsics of :mod:`.intrinsics`; :mod:`.simt` binds a
+copy of each per backend (``cuda.jit(device=True, inline="always")`` or ``njit(inline="always")``), so
+they are inlined into the kernel's IR and the policy constants fold. Kernel factories close over integers
+only (never over functions), so Numba's on-disk cache key is the same in every process.
 """
 from __future__ import annotations
 
 import numba
-from numba import cuda
 
+from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import _add_bits as add_bits
+from .intrinsics import atomic_cas, atomic_max, atomic_min, copy_run
 
 NATIVE = 0
 """Element arithmetic the hardware atomics do directly (int32, uint32, float32 add)."""
@@ -21,42 +23,79 @@ F32_ORDER = 3
 """float32 atomicMax / atomicMin: integer atomics on the table viewed as (int32, uint32)."""
 
 
-@cuda.jit(device=True, inline="always")
+def span_end(first, lanes, stop):
+    """End of the span of ``lanes`` consecutive items from ``first`` (``first < stop``), clipped to ``stop``.
+    One GPU lane's span is ``first`` alone: written so, the CUDA code stays a straight line."""
+    if lanes == 1:
+        return first + 1
+    return min(first + lanes, stop)
+
+
+def next_position(r, c, cols, lanes):
+    """The position after ``(r, c)`` in a row-major walk of a region ``cols`` wide (the next lane of a span).
+    A GPU lane's span has one position, so it never steps: written so, the CUDA code keeps no walk and a
+    CPU span divides a flat position into ``(r, c)`` once, not per element."""
+    if lanes == 1:
+        return r, c
+    c += 1
+    if c == cols:
+        return r + 1, 0
+    return r, c
+
+
 def tile_offset_2d(r, c, row_stride, col_stride):
     """UB offset of ``(r, c)`` in a RowMajor ``(Cols, 1)`` or ColMajor ``(1, Rows)`` tile."""
     return r * row_stride + c * col_stride
 
 
-@cuda.jit(device=True, inline="always")
-def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step):
-    """``dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]`` for ``j = c, c + step, ... < stop``:
-    one lane's share of a row copy, in the lane order of the Row kernels.
+def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step, lanes):
+    """``dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]`` for the columns ``j`` of one warp's lanes
+    in the lane order of the Row kernels: ``j = c + k * step + lane`` for ``lane < lanes``, ``j < stop``
+    (``c`` is the first lane's column, ``lanes`` from ``lane_span``).
 
-    Loads are issued four (then two) ahead of their stores. The destination and the source never overlap
-    (UB and GM, or two GM arrays), but the compiler cannot know that: written one element at a time, every
-    store waits for its load and a lane keeps a single load in flight, which caps a wide-row copy well
-    below the memory bandwidth."""
-    while c + 3 * step < stop:
-        v0 = src[src_base + c * src_cs]
-        v1 = src[src_base + (c + step) * src_cs]
-        v2 = src[src_base + (c + 2 * step) * src_cs]
-        v3 = src[src_base + (c + 3 * step) * src_cs]
-        dst[dst_base + c * dst_cs] = v0
-        dst[dst_base + (c + step) * dst_cs] = v1
-        dst[dst_base + (c + 2 * step) * dst_cs] = v2
-        dst[dst_base + (c + 3 * step) * dst_cs] = v3
-        c += 4 * step
-    if c + step < stop:
-        v0 = src[src_base + c * src_cs]
-        v1 = src[src_base + (c + step) * src_cs]
-        dst[dst_base + c * dst_cs] = v0
-        dst[dst_base + (c + step) * dst_cs] = v1
-        c += 2 * step
-    if c < stop:
-        dst[dst_base + c * dst_cs] = src[src_base + c * src_cs]
+    One GPU lane (``lanes == 1``) issues its loads four (then two) ahead of their stores. The destination and
+    the source never overlap (UB and GM, or two GM arrays), but the compiler cannot know that: written one
+    element at a time, every store waits for its load and a lane keeps a single load in flight, which caps a
+    wide-row copy well below the memory bandwidth. A CPU warp (``lanes == 32``) copies each step's 32
+    columns as one contiguous run."""
+    if lanes == 1:
+        while c + 3 * step < stop:
+            v0 = src[src_base + c * src_cs]
+            v1 = src[src_base + (c + step) * src_cs]
+            v2 = src[src_base + (c + 2 * step) * src_cs]
+            v3 = src[src_base + (c + 3 * step) * src_cs]
+            dst[dst_base + c * dst_cs] = v0
+            dst[dst_base + (c + step) * dst_cs] = v1
+            dst[dst_base + (c + 2 * step) * dst_cs] = v2
+            dst[dst_base + (c + 3 * step) * dst_cs] = v3
+            c += 4 * step
+        if c + step < stop:
+            v0 = src[src_base + c * src_cs]
+            v1 = src[src_base + (c + step) * src_cs]
+            dst[dst_base + c * dst_cs] = v0
+            dst[dst_base + (c + step) * dst_cs] = v1
+            c += 2 * step
+        if c < stop:
+            dst[dst_base + c * dst_cs] = src[src_base + c * src_cs]
+    elif step == lanes and dst_cs == 1 and src_cs == 1:
+        # a CPU warp that owns whole rows (kWarpsPerRow == 1): its columns are one contiguous run
+        if c < stop:
+            copy_run(dst, dst_base + c, src, src_base + c, stop - c)
+    else:
+        while c < stop:
+            for j in range(c, span_end(c, lanes, stop)):
+                dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]
+            c += step
 
 
-@cuda.jit(device=True, inline="always")
+def fill_row_segment(dst, dst_base, dst_cs, c, stop, step, lanes):
+    """``dst[dst_base + j * dst_cs] = 0`` over the columns of :func:`copy_row_segment`."""
+    while c < stop:
+        for j in range(c, span_end(c, lanes, stop)):
+            dst[dst_base + j * dst_cs] = 0
+        c += step
+
+
 def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
     """``table[e] += v`` for a 16-bit float (``exp_bits`` / ``man_bits`` fields) held in a uint32 view of
     the table, rounded in the element type (round-to-nearest-even), as a compare-and-swap loop on the
@@ -68,31 +107,51 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
         cur = (old >> shift) & 0xFFFF
         res = add_bits(cur, numba.int64(v_bits), exp_bits, man_bits)
         new = (old & ~(numba.int64(0xFFFF) << shift)) | (res << shift)
-        prev = numba.int64(cuda.atomic.cas(words, w, numba.uint32(old), numba.uint32(new)))
+        prev = numba.int64(atomic_cas(words, w, numba.uint32(old), numba.uint32(new)))
         if prev == old:
             return
         old = prev
 
 
+def gather_element(dst, dst_offset, raw_index, table, table_size, rule):
+    """One Elem gather element: ``dst[dst_offset] = table[remap(raw_index)]``, or ``T(0)`` when the remap
+    masks it (GatherOOB::Zero)."""
+    slot, in_range = remap_index(raw_index, table_size, rule)
+    if in_range:
+        dst[dst_offset] = table[slot]
+    else:
+        dst[dst_offset] = 0
+
+
+def dense_tile(row_stride, col_stride, cols):
+    """True when a tile's valid region is one dense run (``row_stride == cols * col_stride``): flat position
+    ``q`` of the region is then at offset ``q * col_stride``, so a CPU span walks it as an affine loop the
+    compiler vectorises."""
+    return row_stride == cols * col_stride
+
+
 # -- the store of one scatter element ------------------------------------------------------------------
 
-@cuda.jit(device=True, inline="always")
 def store_max_f32(views, e, v_bits):
     """ScatterAtomicOp MAX on float32 with integer atomics (``views`` = the table as (int32, uint32),
     ``v_bits`` the value's int32 bits): IEEE floats order like sign-magnitude integers, so a
     non-negative value is an ``atomicMax`` on int32 and a negative one an ``atomicMin`` on uint32.
     (-0.0 orders below +0.0; a NaN with the sign clear wins, one with it set loses.)"""
     if v_bits >= 0:
-        cuda.atomic.max(views[0], e, v_bits)
+        atomic_max(views[0], e, v_bits)
     else:
-        cuda.atomic.min(views[1], e, numba.uint32(v_bits))
+        atomic_min(views[1], e, numba.uint32(v_bits))
 
 
-@cuda.jit(device=True, inline="always")
 def store_min_f32(views, e, v_bits):
     """ScatterAtomicOp MIN on float32: ``atomicMin`` on int32 for non-negative values, ``atomicMax``
     on uint32 for negative ones (see :func:`store_max_f32`)."""
     if v_bits >= 0:
-        cuda.atomic.min(views[0], e, v_bits)
+        atomic_min(views[0], e, v_bits)
     else:
-        cuda.atomic.max(views[1], e, numba.uint32(v_bits))
+        atomic_max(views[1], e, numba.uint32(v_bits))
+
+
+HELPERS = (span_end, next_position, tile_offset_2d, dense_tile, copy_row_segment, fill_row_segment, gather_element,
+           atomic_add_half, store_max_f32, store_min_f32)
+"""Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

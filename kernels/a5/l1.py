@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda
-
+from simt_pto.geometry import WARP
 from simt_pto.kernels.a2a3.l1 import run_mgather_l1_scalar
 from simt_pto.kernels.index_policy import remap_index
+from .device import span_end
+from .intrinsics import block_range, lane_span, warp_range
 
 
 @functools.cache
@@ -36,26 +37,29 @@ def simt_mgather_l1_elem_kernel(rule: int):
     store consecutive offsets (coalesced GM bursts); the index is read at ``r * idxRowStride + c``.
     """
 
-    @cuda.jit(cache=True)
-    def simt_mgather_l1_elem_kernel(scratch, table, idx, idx_rs, valid_rows, valid_cols, table_size,
+    def simt_mgather_l1_elem_kernel(launch, scratch, table, idx, idx_rs, valid_rows, valid_cols, table_size,
                                     tile_rows, tile_elems, kc0):
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
         block_span = tile_rows * kc0
-        off = cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = cuda.blockDim.x * cuda.blockDim.y
-        while off < tile_elems:
-            block_col = off // block_span
-            rem = off - block_col * block_span
-            r = rem // kc0
-            c = block_col * kc0 + (rem - r * kc0)
-            if r < valid_rows and c < valid_cols:
-                slot, in_range = remap_index(idx[r * idx_rs + c], table_size, rule)
-                if in_range:
-                    scratch[off] = table[slot]
-                else:
-                    scratch[off] = 0
-            else:
-                scratch[off] = 0
-            off += step
+        for _b in block_range(launch):
+            for ty in warp_range(launch):
+                first = ty * WARP + lane0
+                while first < tile_elems:
+                    for off in range(first, span_end(first, lanes, tile_elems)):
+                        block_col = off // block_span
+                        rem = off - block_col * block_span
+                        r = rem // kc0
+                        c = block_col * kc0 + (rem - r * kc0)
+                        if r < valid_rows and c < valid_cols:
+                            slot, in_range = remap_index(idx[r * idx_rs + c], table_size, rule)
+                            if in_range:
+                                scratch[off] = table[slot]
+                            else:
+                                scratch[off] = 0
+                        else:
+                            scratch[off] = 0
+                    first += threads
 
     return simt_mgather_l1_elem_kernel
 

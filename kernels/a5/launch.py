@@ -8,25 +8,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import cuda
 
 from simt_pto import geometry
+from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
-from . import BACKEND
+from . import simt
 from .device import BF16, F16, F32_ORDER, NATIVE
 from .l1 import simt_mgather_l1_elem_kernel
 from .mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
 from .mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel, simt_mscatter_row_kernel,
                        simt_mscatter_row_last_kernel)
 
-ON_GPU = BACKEND == "gpu"
+
+
+def on_gpu() -> bool:
+    """True when the A5 kernels run on a CUDA GPU (host arrays are staged to the device and back)."""
+    return a5_backend() == "gpu"
+
+
+def _cuda():
+    from numba import cuda
+    return cuda
 
 
 @dataclass
 class KernelLaunch:
-    """One SIMT launch: which kernel (by its spec name), its compile-time policy, its geometry and args."""
+    """One SIMT launch: which kernel (by its spec name), its compile-time policy, its geometry and args
+    (``args`` follow the kernel's ``launch`` tuple, which :func:`simt.launch` supplies)."""
 
     name: str
     factory: object
@@ -41,16 +51,19 @@ class KernelLaunch:
 
     @property
     def kernel(self):
+        """The kernel source (plain Python; :mod:`.simt` compiles it per backend)."""
         return self.factory(*self.policy)
 
     def run(self) -> None:
-        args = [_to_device(a) for a in self.args] if ON_GPU else list(self.args)
-        self.kernel[self.grid, self.geometry.block](*args)
-        if ON_GPU:
+        backend = a5_backend()
+        gpu = backend == "gpu"
+        args = [_to_device(a) for a in self.args] if gpu else list(self.args)
+        simt.launch(self.kernel, self.grid, self.geometry.launch_warps, args, backend)
+        if gpu:
             for pos, host in self.write_back:
                 dev, host = (args[pos][0], host[0]) if isinstance(host, tuple) else (args[pos], host)
                 dev.copy_to_host(host)
-            cuda.synchronize()
+            _cuda().synchronize()
         if self.finish is not None:
             self.finish()
 
@@ -58,9 +71,9 @@ class KernelLaunch:
 def _to_device(arg):
     """Host arrays to the GPU; a tuple of views of one host buffer becomes views of one device buffer."""
     if isinstance(arg, np.ndarray):
-        return cuda.to_device(arg)
+        return _cuda().to_device(arg)
     if isinstance(arg, tuple) and isinstance(arg[0], np.ndarray):
-        base = cuda.to_device(arg[0])
+        base = _cuda().to_device(arg[0])
         return (base,) + tuple(base.view(a.dtype) for a in arg[1:])
     return arg
 
@@ -68,14 +81,14 @@ def _to_device(arg):
 def _table_memory(plan, dtype):
     """The table's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
     if plan.table.on_device:
-        return cuda.as_cuda_array(plan.table.array).reshape(plan.table.size).view(dtype)
+        return _cuda().as_cuda_array(plan.table.array).reshape(plan.table.size).view(dtype)
     return plan.table.flat.view(dtype)
 
 
 def _gm_memory(tensor, dtype):
     """A GM tensor's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
     if tensor.on_device:
-        return cuda.as_cuda_array(tensor.array).reshape(tensor.size).view(dtype)
+        return _cuda().as_cuda_array(tensor.array).reshape(tensor.size).view(dtype)
     return tensor.flat.view(dtype)
 
 
@@ -167,7 +180,7 @@ def _half_atomic_words(plan):
     if n % 2 == 0 and base_address(bits) % 4 == 0:
         return bits.view(np.uint32), None
     if plan.table.on_device:
-        words = cuda.device_array((n + 1) // 2, dtype=np.uint32)
+        words = _cuda().device_array((n + 1) // 2, dtype=np.uint32)
         staged = words.view(np.uint16)[:n]
         staged.copy_to_device(bits)
         return words, lambda: bits.copy_to_device(staged)

@@ -10,17 +10,19 @@
   and every slot has exactly one writer, so a launch may spread slots over several blocks.
 
 Factories take the index rule, the ScatterAtomicOp value and the element format
-(:mod:`.device`) as compile-time constants.
+(:mod:`.device`) as compile-time constants and return the kernel as plain Python over the intrinsics of
+:mod:`.intrinsics` (compiled per backend by :mod:`.simt`). ``launch`` is ``(block_lo, block_hi, grid,
+kLaunchWarps)``; a warp's lanes run as the span ``lane_span()`` returns (one lane on CUDA, 32 on the CPU).
 """
 from __future__ import annotations
 
 import functools
 
-from numba import cuda
-
+from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, store_max_f32, store_min_f32,
-                     tile_offset_2d)
+from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, dense_tile, next_position, span_end,
+                     store_max_f32, store_min_f32, tile_offset_2d)
+from .intrinsics import atomic_add, atomic_max, atomic_min, block_range, lane_span, prefetch, warp_range
 
 
 @functools.cache
@@ -28,87 +30,114 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
     """Row coalesce, ``table[remap(idx[r]), :] op= src[r, :]``; the walk of ``simt_mgather_row_kernel``.
     Masked (Skip) rows issue no store; the predicate is per row, so it is warp-uniform."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_row_kernel(table, src, src_rs, src_cs, idx, idx_step, table_rows,
+    def simt_mscatter_row_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                  valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        row0 = cuda.blockIdx.x * tile_rows
-        rows = min(tile_rows, valid_rows - row0)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        col_begin = (ty // row_warps) * 32 + tx
-        col_step = warps_per_row * 32
-        r = ty % row_warps
-        while r < rows:
-            gr = row0 + r
-            slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
-            if in_range:
-                dst_row = slot * valid_cols
-                c = col_begin
-                while c < valid_cols:
-                    e = dst_row + c
-                    v = src[tile_offset_2d(gr, c, src_rs, src_cs)]
-                    # ``atomic`` and ``fmt`` are closure constants: one branch survives. Written out in the
-                    # kernel, not a helper: Numba prunes a kernel's own dead branches before it inlines
-                    # callees, so only 16-bit float adds carry the soft-float.
-                    if atomic == 0:
-                        table[e] = v
-                    elif fmt == F16:
-                        atomic_add_half(table, e, v, 5, 10)
-                    elif fmt == BF16:
-                        atomic_add_half(table, e, v, 8, 7)
-                    elif fmt == F32_ORDER:
-                        if atomic == 2:
-                            store_max_f32(table, e, v)
-                        else:
-                            store_min_f32(table, e, v)
-                    elif atomic == 1:
-                        cuda.atomic.add(table, e, v)
-                    elif atomic == 2:
-                        cuda.atomic.max(table, e, v)
-                    else:
-                        cuda.atomic.min(table, e, v)
-                    c += col_step
-            r += row_warps
+        lane0, lanes = lane_span()
+        col_step = warps_per_row * WARP
+        for b in block_range(launch):
+            row0 = b * tile_rows
+            rows = min(tile_rows, valid_rows - row0)
+            for base in range(0, rows, row_warps):
+                for ty in warp_range(launch):
+                    r = base + ty % row_warps
+                    if r >= rows:
+                        continue
+                    col_begin = (ty // row_warps) * WARP + lane0
+                    gr = row0 + r
+                    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+                    if in_range:
+                        dst_row = slot * valid_cols
+                        c = col_begin
+                        while c < valid_cols:
+                            for j in range(c, span_end(c, lanes, valid_cols)):
+                                e = dst_row + j
+                                v = src[tile_offset_2d(gr, j, src_rs, src_cs)]
+                                # ``atomic`` and ``fmt`` are closure constants: one branch survives. Written
+                                # out in the kernel, not a helper: Numba prunes a kernel's own dead branches
+                                # before it inlines callees, so only 16-bit float adds carry the soft-float.
+                                if atomic == 0:
+                                    table[e] = v
+                                elif fmt == F16:
+                                    atomic_add_half(table, e, v, 5, 10)
+                                elif fmt == BF16:
+                                    atomic_add_half(table, e, v, 8, 7)
+                                elif fmt == F32_ORDER:
+                                    if atomic == 2:
+                                        store_max_f32(table, e, v)
+                                    else:
+                                        store_min_f32(table, e, v)
+                                elif atomic == 1:
+                                    atomic_add(table, e, v)
+                                elif atomic == 2:
+                                    atomic_max(table, e, v)
+                                else:
+                                    atomic_min(table, e, v)
+                            c += col_step
 
     return simt_mscatter_row_kernel
 
 
 @functools.cache
 def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
-    """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the walk of ``simt_mgather_elem_kernel``."""
+    """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the walk of ``simt_mgather_elem_kernel``.
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_elem_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
+    With an atomic and a span of lanes (the CPU), the span's destination slots are prefetched before its
+    atomics: a locked read-modify-write waits for its own cache miss, a prefetch does not."""
+
+    def simt_mscatter_elem_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                   valid_rows, valid_cols, tile_rows):
-        row0 = cuda.blockIdx.x * tile_rows
-        total = min(tile_rows, valid_rows - row0) * valid_cols
-        p = cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = cuda.blockDim.x * cuda.blockDim.y
-        while p < total:
-            r = row0 + p // valid_cols
-            c = p % valid_cols
-            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
-            if in_range:
-                v = src[tile_offset_2d(r, c, src_rs, src_cs)]
-                # One branch survives (see simt_mscatter_row_kernel).
-                if atomic == 0:
-                    table[slot] = v
-                elif fmt == F16:
-                    atomic_add_half(table, slot, v, 5, 10)
-                elif fmt == BF16:
-                    atomic_add_half(table, slot, v, 8, 7)
-                elif fmt == F32_ORDER:
-                    if atomic == 2:
-                        store_max_f32(table, slot, v)
-                    else:
-                        store_min_f32(table, slot, v)
-                elif atomic == 1:
-                    cuda.atomic.add(table, slot, v)
-                elif atomic == 2:
-                    cuda.atomic.max(table, slot, v)
-                else:
-                    cuda.atomic.min(table, slot, v)
-            p += step
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        for b in block_range(launch):
+            row0 = b * tile_rows
+            total = min(tile_rows, valid_rows - row0) * valid_cols
+            for step in range(0, total, threads):
+                for ty in warp_range(launch):
+                    p = step + ty * WARP + lane0
+                    if p >= total:
+                        continue
+                    r0 = row0 + p // valid_cols
+                    c0 = p % valid_cols
+                    if atomic != 0 and lanes > 1:
+                        r = r0
+                        c = c0
+                        for _ in range(p, span_end(p, lanes, total)):
+                            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                            if in_range:
+                                if fmt == F32_ORDER:
+                                    prefetch(table[0], slot)
+                                elif fmt == F16:
+                                    prefetch(table, slot >> 1)
+                                elif fmt == BF16:
+                                    prefetch(table, slot >> 1)
+                                else:
+                                    prefetch(table, slot)
+                            r, c = next_position(r, c, valid_cols, lanes)
+                    r = r0
+                    c = c0
+                    for _ in range(p, span_end(p, lanes, total)):
+                        slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                        if in_range:
+                            v = src[tile_offset_2d(r, c, src_rs, src_cs)]
+                            # One branch survives (see simt_mscatter_row_kernel).
+                            if atomic == 0:
+                                table[slot] = v
+                            elif fmt == F16:
+                                atomic_add_half(table, slot, v, 5, 10)
+                            elif fmt == BF16:
+                                atomic_add_half(table, slot, v, 8, 7)
+                            elif fmt == F32_ORDER:
+                                if atomic == 2:
+                                    store_max_f32(table, slot, v)
+                                else:
+                                    store_min_f32(table, slot, v)
+                            elif atomic == 1:
+                                atomic_add(table, slot, v)
+                            elif atomic == 2:
+                                atomic_max(table, slot, v)
+                            else:
+                                atomic_min(table, slot, v)
+                        r, c = next_position(r, c, valid_cols, lanes)
 
     return simt_mscatter_elem_kernel
 
@@ -118,24 +147,27 @@ def simt_mscatter_row_last_kernel(rule: int):
     """Row, Conflict::Last (``last_owner_find_row``): the thread owning table row ``slot`` finds the
     largest ``r`` with ``remap(idx[r]) == slot`` and copies ``src[r, :]`` into it."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_row_last_kernel(table, src, src_rs, src_cs, idx, idx_step, table_rows,
+    def simt_mscatter_row_last_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                       valid_rows, valid_cols):
-        threads = cuda.blockDim.x * cuda.blockDim.y
-        slot = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = threads * cuda.gridDim.x
-        while slot < table_rows:
-            owner = valid_rows - 1
-            while owner >= 0:
-                s, in_range = remap_index(idx[owner * idx_step], table_rows, rule)
-                if in_range and s == slot:
-                    break
-                owner -= 1
-            if owner >= 0:
-                dst_row = slot * valid_cols
-                for c in range(valid_cols):
-                    table[dst_row + c] = src[tile_offset_2d(owner, c, src_rs, src_cs)]
-            slot += step
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        step = threads * launch[2]
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first = b * threads + ty * WARP + lane0
+                while first < table_rows:
+                    for slot in range(first, span_end(first, lanes, table_rows)):
+                        owner = valid_rows - 1
+                        while owner >= 0:
+                            s, in_range = remap_index(idx[owner * idx_step], table_rows, rule)
+                            if in_range and s == slot:
+                                break
+                            owner -= 1
+                        if owner >= 0:
+                            dst_row = slot * valid_cols
+                            for c in range(valid_cols):
+                                table[dst_row + c] = src[tile_offset_2d(owner, c, src_rs, src_cs)]
+                    first += step
 
     return simt_mscatter_row_last_kernel
 
@@ -145,24 +177,27 @@ def simt_mscatter_elem_last_kernel(rule: int):
     """Elem, Conflict::Last (``last_owner_find_elem``): the thread owning flat slot ``slot`` finds the
     largest flat ``p = r * validCols + c`` with ``remap(idx[r, c]) == slot`` and stores ``src[r, c]``."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_elem_last_kernel(table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
+    def simt_mscatter_elem_last_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                        valid_rows, valid_cols):
-        threads = cuda.blockDim.x * cuda.blockDim.y
-        slot = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = threads * cuda.gridDim.x
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        step = threads * launch[2]
         total = valid_rows * valid_cols
-        while slot < table_size:
-            p = total - 1
-            while p >= 0:
-                r = p // valid_cols
-                c = p % valid_cols
-                s, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
-                if in_range and s == slot:
-                    table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
-                    break
-                p -= 1
-            slot += step
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first = b * threads + ty * WARP + lane0
+                while first < table_size:
+                    for slot in range(first, span_end(first, lanes, table_size)):
+                        p = total - 1
+                        while p >= 0:
+                            r = p // valid_cols
+                            c = p % valid_cols
+                            s, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                            if in_range and s == slot:
+                                table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
+                                break
+                            p -= 1
+                    first += step
 
     return simt_mscatter_elem_last_kernel
 
@@ -171,20 +206,24 @@ def simt_mscatter_elem_last_kernel(rule: int):
 # Pass 0 marks every destination slot unowned (-1) on the device; pass 1 claims each slot for the largest
 # flat source index that writes it (an atomic max, after the OOB remap); pass 2 walks the destination and
 # writes each owned slot from its owner. Bitwise identical to the slot-centric kernels and to the
-# sequential order, in O(sources + slots) work, with no host round trip.
+# sequential order, in O(sources + slots) work, with no host round trip. The reset and claim passes run
+# on a flat grid-stride walk: thread ``g = b * threads + ty * 32 + tx`` takes items ``g, g + grid threads, ...``.
 
 @functools.cache
 def simt_mscatter_owner_reset_kernel():
     """``owner[:] = -1`` (no writer), on the device before a claim pass (a flat grid)."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_owner_reset_kernel(owner):
-        threads = cuda.blockDim.x * cuda.blockDim.y
-        s = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = threads * cuda.gridDim.x
-        while s < owner.size:
-            owner[s] = -1
-            s += step
+    def simt_mscatter_owner_reset_kernel(launch, owner):
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        step = threads * launch[2]
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first = b * threads + ty * WARP + lane0
+                while first < owner.size:
+                    for s in range(first, span_end(first, lanes, owner.size)):
+                        owner[s] = -1
+                    first += step
 
     return simt_mscatter_owner_reset_kernel
 
@@ -193,16 +232,19 @@ def simt_mscatter_owner_reset_kernel():
 def simt_mscatter_row_owner_claim_kernel(rule: int):
     """Row: ``owner[remap(idx[r])] = max(owner[...], r)`` over all source rows (a flat grid)."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_row_owner_claim_kernel(owner, idx, idx_step, table_rows, valid_rows):
-        threads = cuda.blockDim.x * cuda.blockDim.y
-        r = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = threads * cuda.gridDim.x
-        while r < valid_rows:
-            slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
-            if in_range:
-                cuda.atomic.max(owner, slot, r)
-            r += step
+    def simt_mscatter_row_owner_claim_kernel(launch, owner, idx, idx_step, table_rows, valid_rows):
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        step = threads * launch[2]
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first = b * threads + ty * WARP + lane0
+                while first < valid_rows:
+                    for r in range(first, span_end(first, lanes, valid_rows)):
+                        slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
+                        if in_range:
+                            atomic_max(owner, slot, r)
+                    first += step
 
     return simt_mscatter_row_owner_claim_kernel
 
@@ -214,23 +256,23 @@ def simt_mscatter_row_owner_write_kernel():
     ``simt_mscatter_row_kernel`` (one destination row is one plain row copy, so the caller may move
     it in units wider than the element)."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_row_owner_write_kernel(table, src, src_rs, src_cs, owner, table_rows, valid_cols, tile_rows,
-                                             row_warps, warps_per_row):
-        row0 = cuda.blockIdx.x * tile_rows
-        rows = min(tile_rows, table_rows - row0)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        col_begin = (ty // row_warps) * 32 + tx
-        col_step = warps_per_row * 32
-        r = ty % row_warps
-        while r < rows:
-            slot = row0 + r
-            src_row = owner[slot]
-            if src_row >= 0:
-                copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs, col_begin, valid_cols,
-                                 col_step)
-            r += row_warps
+    def simt_mscatter_row_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, table_rows, valid_cols,
+                                             tile_rows, row_warps, warps_per_row):
+        lane0, lanes = lane_span()
+        col_step = warps_per_row * WARP
+        for b in block_range(launch):
+            row0 = b * tile_rows
+            rows = min(tile_rows, table_rows - row0)
+            for base in range(0, rows, row_warps):
+                for ty in warp_range(launch):
+                    r = base + ty % row_warps
+                    if r >= rows:
+                        continue
+                    slot = row0 + r
+                    src_row = owner[slot]
+                    if src_row >= 0:
+                        copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs,
+                                         (ty // row_warps) * WARP + lane0, valid_cols, col_step, lanes)
 
     return simt_mscatter_row_owner_write_kernel
 
@@ -239,18 +281,32 @@ def simt_mscatter_row_owner_write_kernel():
 def simt_mscatter_elem_owner_claim_kernel(rule: int):
     """Elem: ``owner[remap(idx[p])] = max(owner[...], p)`` over all flat source positions."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_elem_owner_claim_kernel(owner, idx, idx_rs, idx_cs, table_size, valid_rows, valid_cols):
-        threads = cuda.blockDim.x * cuda.blockDim.y
-        p = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = threads * cuda.gridDim.x
+    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows,
+                                              valid_cols):
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        step = threads * launch[2]
         total = valid_rows * valid_cols
-        while p < total:
-            slot, in_range = remap_index(idx[tile_offset_2d(p // valid_cols, p % valid_cols, idx_rs, idx_cs)],
-                                         table_size, rule)
-            if in_range:
-                cuda.atomic.max(owner, slot, p)
-            p += step
+        dense = dense_tile(idx_rs, idx_cs, valid_cols)
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first = b * threads + ty * WARP + lane0
+                while first < total:
+                    end = span_end(first, lanes, total)
+                    if lanes > 1 and dense:
+                        for p in range(first, end):
+                            slot, in_range = remap_index(idx[p * idx_cs], table_size, rule)
+                            if in_range:
+                                atomic_max(owner, slot, p)
+                    else:
+                        r = first // valid_cols
+                        c = first % valid_cols
+                        for p in range(first, end):
+                            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                            if in_range:
+                                atomic_max(owner, slot, p)
+                            r, c = next_position(r, c, valid_cols, lanes)
+                    first += step
 
     return simt_mscatter_elem_owner_claim_kernel
 
@@ -260,15 +316,18 @@ def simt_mscatter_elem_owner_write_kernel():
     """Elem: every owned slot takes ``src[owner[slot]]``; a thread per slot, in a flat grid, like the
     slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
 
-    @cuda.jit(cache=True)
-    def simt_mscatter_elem_owner_write_kernel(table, src, src_rs, src_cs, owner, table_size, valid_cols):
-        threads = cuda.blockDim.x * cuda.blockDim.y
-        s = cuda.blockIdx.x * threads + cuda.threadIdx.y * 32 + cuda.threadIdx.x
-        step = threads * cuda.gridDim.x
-        while s < table_size:
-            p = owner[s]
-            if p >= 0:
-                table[s] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
-            s += step
+    def simt_mscatter_elem_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, table_size, valid_cols):
+        lane0, lanes = lane_span()
+        threads = launch[3] * WARP
+        step = threads * launch[2]
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first = b * threads + ty * WARP + lane0
+                while first < table_size:
+                    for s in range(first, span_end(first, lanes, table_size)):
+                        p = owner[s]
+                        if p >= 0:
+                            table[s] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+                    first += step
 
     return simt_mscatter_elem_owner_write_kernel

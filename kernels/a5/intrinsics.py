@@ -1,0 +1,236 @@
+"""The SIMT intrinsics the A5 kernels are written against, bound per backend.
+
+A kernel is plain Python (``kernels/a5/mgather.py``, ...) that names these functions; it is never run
+as written. :mod:`.simt` makes one copy of the kernel per backend with these names bound to that
+backend's implementation and compiles it there:
+
+* ``cuda`` (a GPU, or Numba's CUDA simulator): the thread is one CUDA thread, ``(blockIdx.x,
+  threadIdx.y, threadIdx.x)``; the atomics are ``numba.cuda.atomic.*``.
+* ``cpu``: the thread is a whole block range of one CPU worker: ``block_range`` yields the blocks
+  ``[launch[0], launch[1])``, ``warp_range`` every warp of the block in order, and ``lane_span`` the 32
+  lanes of a warp as one span ``(0, 32)``, which the kernels walk as a contiguous run (a warp's lanes
+  touch consecutive elements, so on a CPU they are one vectorisable loop instead of 32 strided ones).
+  The atomics are LLVM ``atomicrmw`` / ``cmpxchg`` on the element (Numba has none for the CPU).
+
+``launch`` is the tuple ``(block_lo, block_hi, grid_blocks, launch_warps)`` every kernel takes first:
+the launch geometry of :mod:`simt_pto.geometry`, passed the same way to both backends (on CUDA,
+``launch_warps`` is ``blockDim.y`` and ``grid_blocks`` is ``gridDim.x``; ``block_lo`` / ``block_hi``
+are unused).
+
+The stubs below only name and document the intrinsics (as ``numba.cuda.stubs`` does); calling one from
+Python raises.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as llvm_ir
+import numba
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+class UnboundIntrinsic(RuntimeError):
+    """A kernel source was run as plain Python instead of through :mod:`.simt`."""
+
+
+def _stub(name):
+    def stub(*args):
+        raise UnboundIntrinsic(f"{name}() is a SIMT intrinsic: launch the kernel through simt_pto.kernels.a5.simt")
+    stub.__name__ = name
+    return stub
+
+
+block_range = _stub("block_range")
+"""``block_range(launch)``: the block indices this thread runs (CUDA: ``blockIdx.x`` alone)."""
+warp_range = _stub("warp_range")
+"""``warp_range(launch)``: the warps (``threadIdx.y``) this thread runs (CUDA: its own alone)."""
+lane_span = _stub("lane_span")
+"""``lane_span()``: ``(first lane, lanes)`` this thread runs as one contiguous span (CUDA: ``(threadIdx.x, 1)``)."""
+atomic_add = _stub("atomic_add")
+"""``atomic_add(ary, i, v)``: ``old = ary[i]; ary[i] = old + v; return old``, atomically (int32, uint32,
+int64, float32)."""
+atomic_max = _stub("atomic_max")
+"""``atomic_max(ary, i, v)``: ``ary[i] = max(ary[i], v)`` atomically, signed or unsigned by the dtype; returns
+the old value."""
+atomic_min = _stub("atomic_min")
+"""``atomic_min(ary, i, v)``: likewise with ``min``."""
+atomic_cas = _stub("atomic_cas")
+"""``atomic_cas(ary, i, old, new)``: ``if ary[i] == old: ary[i] = new``, atomically; returns the value read."""
+prefetch = _stub("prefetch")
+"""``prefetch(ary, i)``: a hint that ``ary[i]`` is about to be updated (CPU: a cache-line prefetch ahead of a
+locked atomic, which waits for its own miss; CUDA: nothing)."""
+
+copy_run = _stub("copy_run")
+"""``copy_run(dst, dst_start, src, src_start, n)``: ``dst[dst_start + j] = src[src_start + j]`` for ``j < n``
+(arrays of one dtype that do not overlap; CPU: one ``memcpy``, CUDA: a loop)."""
+
+NAMES = ("block_range", "warp_range", "lane_span", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
+         "prefetch", "copy_run")
+
+
+# -- CPU ---------------------------------------------------------------------------------------------------
+
+def _element_pointer(context, builder, aryty, ary, idxty, idx):
+    array = context.make_array(aryty)(context, builder, ary)
+    idx = context.cast(builder, idx, idxty, types.intp)
+    return cgutils.get_item_pointer(context, builder, aryty, array, [idx], wraparound=False)
+
+
+def _rmw_op(dtype, signed_op, unsigned_op, float_op):
+    if isinstance(dtype, types.Float):
+        return float_op
+    return signed_op if dtype.signed else unsigned_op
+
+
+def _atomic_rmw(signed_op, unsigned_op, float_op):
+    """An ``@intrinsic`` ``f(ary, i, v) -> old``: LLVM ``atomicrmw <op>`` (monotonic, as CUDA's relaxed
+    atomics) on ``ary[i]``."""
+
+    @intrinsic
+    def rmw(typingctx, ary, idx, val):
+        if not isinstance(ary, types.Array) or not isinstance(idx, types.Integer):
+            return None
+        op = _rmw_op(ary.dtype, signed_op, unsigned_op, float_op)
+        if op is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            aryty, idxty, valty = sig.args
+            ptr = _element_pointer(context, builder, aryty, args[0], idxty, args[1])
+            value = context.cast(builder, args[2], valty, aryty.dtype)
+            return builder.atomic_rmw(op, ptr, value, "monotonic")
+
+        return ary.dtype(ary, idx, val), codegen
+
+    return rmw
+
+
+_cpu_rmw_add = _atomic_rmw("add", "add", "fadd")
+_cpu_rmw_max = _atomic_rmw("max", "umax", None)
+_cpu_rmw_min = _atomic_rmw("min", "umin", None)
+
+
+@intrinsic
+def _cpu_cas(typingctx, ary, idx, old, new):
+    if not isinstance(ary, types.Array) or not isinstance(ary.dtype, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty, idxty, oldty, newty = sig.args
+        ptr = _element_pointer(context, builder, aryty, args[0], idxty, args[1])
+        expected = context.cast(builder, args[2], oldty, aryty.dtype)
+        value = context.cast(builder, args[3], newty, aryty.dtype)
+        pair = builder.cmpxchg(ptr, expected, value, "monotonic", "monotonic")
+        return builder.extract_value(pair, 0)
+
+    return ary.dtype(ary, idx, old, new), codegen
+
+
+@intrinsic
+def _cpu_prefetch(typingctx, ary, idx):
+    if not isinstance(ary, types.Array) or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty, idxty = sig.args
+        ptr = _element_pointer(context, builder, aryty, args[0], idxty, args[1])
+        i8p = llvm_ir.IntType(8).as_pointer()
+        i32 = llvm_ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        # (address, write = 1, locality = 3: keep in all cache levels, data cache = 1)
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.none(ary, idx), codegen
+
+
+@intrinsic
+def _cpu_memcpy(typingctx, dst, dst_start, src, src_start, n):
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype):
+        return None
+
+    def codegen(context, builder, sig, args):
+        dstty, dstartty, srcty, sstartty, nty = sig.args
+        dptr = _element_pointer(context, builder, dstty, args[0], dstartty, args[1])
+        sptr = _element_pointer(context, builder, srcty, args[2], sstartty, args[3])
+        count = context.cast(builder, args[4], nty, types.intp)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(dstty.dtype)))
+        cgutils.raw_memcpy(builder, dptr, sptr, count, itemsize)
+        return context.get_dummy_value()
+
+    return types.none(dst, dst_start, src, src_start, n), codegen
+
+
+@njit(inline="always")
+def _cpu_copy_run(dst, dst_start, src, src_start, n):
+    if n > 0:
+        _cpu_memcpy(dst, dst_start, src, src_start, n)
+
+
+@njit(inline="always")
+def _cpu_block_range(launch):
+    return range(launch[0], launch[1])
+
+
+@njit(inline="always")
+def _cpu_warp_range(launch):
+    return range(launch[3])
+
+
+@njit(inline="always")
+def _cpu_lane_span():
+    return 0, 32
+
+
+@njit(inline="always")
+def _cpu_atomic_add(ary, i, v):
+    return _cpu_rmw_add(ary, i, v)
+
+
+@njit(inline="always")
+def _cpu_atomic_max(ary, i, v):
+    # A plain read first: max only grows, so a value already >= v needs no locked instruction (a locked
+    # read-modify-write is a full fence on x86 and would wait for its own cache miss).
+    cur = ary[i]
+    if v > cur:
+        return _cpu_rmw_max(ary, i, v)
+    return cur
+
+
+@njit(inline="always")
+def _cpu_atomic_min(ary, i, v):
+    cur = ary[i]
+    if v < cur:
+        return _cpu_rmw_min(ary, i, v)
+    return cur
+
+
+@njit(inline="always")
+def _cpu_atomic_cas(ary, i, old, new):
+    return _cpu_cas(ary, i, old, new)
+
+
+@njit(inline="always")
+def _cpu_prefetch_element(ary, i):
+    _cpu_prefetch(ary, i)
+
+
+CPU = {
+    "block_range": _cpu_block_range, "warp_range": _cpu_warp_range, "lane_span": _cpu_lane_span,
+    "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
+    "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element, "copy_run": _cpu_copy_run,
+}
+"""The ``cpu`` backend's intrinsics."""
+
+
+# -- CUDA (a GPU or the simulator) ------------------------------------------------------------------------------
+
+def cuda_intrinsics() -> dict:
+    """The CUDA intrinsics (:mod:`.cuda_intrinsics`); imports ``numba.cuda`` in the mode
+    :mod:`simt_pto.backend` chose."""
+    from . import cuda_intrinsics as module
+    return {name: getattr(module, name) for name in NAMES}
+
+
+__all__ = ["CPU", "NAMES", "UnboundIntrinsic", "cuda_intrinsics", *NAMES]

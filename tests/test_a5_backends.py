@@ -1,0 +1,227 @@
+"""The A5 backends: the ``cpu`` backend runs the kernels compiled for the CPU on several threads with exact
+atomics; backend selection; concurrent callers on every backend (the simulator serialised).
+
+The oracles are numpy one-liners over integer data (``np.bincount``, a serial Python loop for Last), so a
+wrong count, a lost update or a wrong winner shows exactly.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from simt_pto.kernels.a5 import simt
+
+
+@pytest.fixture
+def cpu_backend():
+    previous = pto.a5_backend()
+    pto.set_a5_backend("cpu")
+    try:
+        yield "cpu"
+    finally:
+        pto.set_a5_backend(previous)
+
+
+def serial_last(table, src, idx):
+    """``for i in range(N): table[idx[i]] = src[i]``: the sequential order Conflict::Last must match."""
+    out = table.copy()
+    for i, slot in enumerate(idx.tolist()):
+        out[slot] = src[i]
+    return out
+
+
+# -- selection ---------------------------------------------------------------------------------------------
+
+def test_cpu_backend_is_always_available():
+    assert "cpu" in pto.a5_backends()
+
+
+def test_auto_is_cpu_without_a_gpu(monkeypatch):
+    from simt_pto import backend
+    monkeypatch.setattr(backend, "gpu_present", lambda: False)
+    previous = pto.a5_backend()
+    try:
+        assert pto.set_a5_backend("auto") == "cpu"
+        assert pto.a5_backend() == "cpu"
+    finally:
+        pto.set_a5_backend(previous)
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown choice 'tpu'; expected one of auto, gpu, cpu, simulator"):
+        pto.set_a5_backend("tpu")
+
+
+def test_environment_variable_chooses_the_backend():
+    code = "import simt_pto as pto; print(pto.a5_backend())"
+    env = dict(os.environ, SIMT_PTO_A5_BACKEND="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "cpu"
+
+
+def test_cpu_backend_never_imports_numba_cuda():
+    code = textwrap.dedent("""
+        import sys, numpy as np, simt_pto as pto
+        pto.set_a5_backend("cpu")
+        t = np.arange(64, dtype=np.float32)
+        assert (pto.gather(t, np.array([3, 1], np.int32), coalesce="elem") == [3, 1]).all()
+        print("numba.cuda" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+# -- the cpu backend: blocks on several threads, exact atomics ----------------------------------------------------
+
+@pytest.mark.skipif(simt.cpu_workers() < 2, reason="NUMBA_NUM_THREADS is 1: one worker thread")
+def test_cpu_backend_runs_blocks_on_several_threads_at_once(cpu_backend):
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal(1 << 20).astype(np.float32)
+    idx = rng.integers(0, table.size, 1 << 21, dtype=np.int32)
+    pto.gather(table, idx, coalesce="elem")  # compile outside the trace
+    for _attempt in range(5):
+        with simt.trace_cpu_launches() as ranges:
+            out = pto.gather(table, idx, coalesce="elem")
+        np.testing.assert_array_equal(out, table[idx])
+        assert sum(r[3] for r in ranges) == -(-idx.size // 4096)  # every block ran once
+        threads = {r[0] for r in ranges}
+        overlap = any(a[0] != b[0] and a[1] < b[2] and b[1] < a[2] for a in ranges for b in ranges)
+        if len(threads) >= 2 and overlap:
+            return
+    pytest.fail(f"block ranges never ran on two threads at once: {ranges}")
+
+
+@pytest.mark.parametrize("coalesce", ["elem", "row"])
+@pytest.mark.parametrize("dtype", ["int32", "uint32"])
+def test_integer_add_is_exact_under_heavy_contention(cpu_backend, coalesce, dtype):
+    rng = np.random.default_rng(7)
+    slots, n = 16, 1 << 22  # ~10 ms per call: the worker threads overlap
+    idx = rng.integers(0, slots, n, dtype=np.int32)
+    if coalesce == "elem":
+        src = rng.integers(0, 1000, n).astype(dtype)
+        want = np.bincount(idx, weights=src.astype(np.float64), minlength=slots).astype(dtype)
+    else:
+        src = rng.integers(0, 1000, (n // 64, 64)).astype(dtype)
+        idx = idx[: n // 64]
+        want = np.zeros((slots, 64), np.int64)
+        np.add.at(want, idx, src.astype(np.int64))
+        want = want.astype(dtype)
+    for _run in range(5):
+        table = np.zeros(want.shape, dtype)
+        pto.scatter(table, src, idx, coalesce=coalesce, atomic="add")
+        np.testing.assert_array_equal(table, want)
+
+
+@pytest.mark.parametrize("atomic, reduce", [("max", np.maximum), ("min", np.minimum)])
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "float32"])
+def test_max_min_are_exact_under_heavy_contention(cpu_backend, atomic, reduce, dtype):
+    rng = np.random.default_rng(11)
+    slots, n = 8, 1 << 22
+    idx = rng.integers(0, slots, n, dtype=np.int32)
+    src = (rng.integers(-(1 << 20), 1 << 20, n) if dtype != "uint32" else rng.integers(0, 1 << 31, n)).astype(dtype)
+    if dtype == "uint32":
+        start = np.full(slots, 0xFFFFFFFF if atomic == "min" else 0, dtype=np.uint32)
+    else:
+        start = np.full(slots, (1 << 21) * (1 if atomic == "min" else -1)).astype(dtype)
+    want = start.copy()
+    reduce.at(want, idx, src)
+    for _run in range(5):
+        table = start.copy()
+        pto.scatter(table, src, idx, coalesce="elem", atomic=atomic)
+        np.testing.assert_array_equal(table, want)
+
+
+@pytest.mark.parametrize("dtype, per_slot", [("float16", 1024), ("bfloat16", 128)])
+def test_half_cas_add_gives_the_sequential_bits_where_order_cannot_matter(cpu_backend, dtype, per_slot):
+    """Adding 1.0 ``per_slot`` times is exact in the element type whatever the order (every partial sum is a
+    small integer), so the CAS loop must give the sequential sum's bits on every run."""
+    d = pto.dtypes.resolve(dtype)
+    slots = 64
+    idx = np.repeat(np.arange(slots, dtype=np.int32), per_slot)
+    np.random.default_rng(5).shuffle(idx)
+    src = np.ones(idx.size, dtype=d.numpy)
+    want = np.full(slots, per_slot, dtype=np.float32).astype(d.numpy)
+    for _run in range(5):
+        table = np.zeros(slots, dtype=d.numpy)
+        pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+        np.testing.assert_array_equal(table.view(d.bits), want.view(d.bits))
+
+
+@pytest.mark.parametrize("coalesce", ["elem", "row"])
+def test_last_owner_path_is_the_serial_result_on_every_run(cpu_backend, coalesce):
+    rng = np.random.default_rng(13)
+    if coalesce == "elem":
+        table = np.full(4096, -1.0, np.float32)
+        idx = rng.integers(0, table.size, 1 << 17, dtype=np.int32)
+        src = np.arange(idx.size, dtype=np.float32)
+    else:
+        table = np.full((512, 32), -1.0, np.float32)
+        idx = rng.integers(0, table.shape[0], 8192, dtype=np.int32)
+        src = np.arange(idx.size * 32, dtype=np.float32).reshape(idx.size, 32)
+    want = serial_last(table, src, idx)
+    for _run in range(3):
+        got = table.copy()
+        pto.scatter(got, src, idx, coalesce=coalesce, conflict="last", last_path="owner")
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# -- concurrent callers ---------------------------------------------------------------------------------------
+
+def _concurrent_calls(n_calls, size, workers=8):
+    """``n_calls`` whole-array gathers and atomic scatter-adds from ``workers`` Python threads at once, each on
+    its own output; returns the number of wrong results."""
+    rng = np.random.default_rng(17)
+    table = rng.integers(-1000, 1000, size).astype(np.float32)
+    cases = [rng.integers(0, size, size // 2, dtype=np.int32) for _ in range(n_calls)]
+    barrier = threading.Barrier(min(workers, n_calls))
+
+    def call(k):
+        idx = cases[k]
+        if k < barrier.parties:
+            barrier.wait()
+        if k % 2:
+            return np.array_equal(pto.gather(table, idx, coalesce="elem"), table[idx])
+        out = np.zeros(size, np.int32)
+        pto.scatter(out, np.ones(idx.size, np.int32), idx, coalesce="elem", atomic="add")
+        return np.array_equal(out, np.bincount(idx, minlength=size).astype(np.int32))
+
+    with ThreadPoolExecutor(workers) as pool:
+        return sum(not ok for ok in pool.map(call, range(n_calls)))
+
+
+def test_concurrent_callers_on_the_cpu_backend(cpu_backend):
+    assert _concurrent_calls(32, 1 << 16) == 0
+
+
+def test_concurrent_callers_on_the_simulator(simulator_backend):
+    assert _concurrent_calls(6, 64, workers=3) == 0
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "default"])
+def test_concurrent_callers_under_each_numba_threading_layer(layer):
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import simt_pto as pto
+        from test_a5_backends import _concurrent_calls
+        pto.set_a5_backend("cpu")
+        print(_concurrent_calls(24, 1 << 15))
+    """)
+    env = dict(os.environ)
+    env.pop("NUMBA_THREADING_LAYER", None)
+    if layer != "default":
+        env["NUMBA_THREADING_LAYER"] = layer
+    out = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "0"
