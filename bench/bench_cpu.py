@@ -3,7 +3,8 @@
 The timed region is the user's call: ``pto.gather`` / ``pto.scatter`` with ``target="a5"`` on the ``cpu``
 backend and default policies (OOB UNDEFINED, strict: the index check is part of the cost, as numpy's
 bounds check is part of its), inputs already allocated, the gather's output allocated by the call. Each
-figure is the median of ``--repeat`` timed calls after one warm-up call; numpy runs on the same data.
+call is timed ``--repeat`` times after three warm-up calls, each right before numpy's call on the same data,
+and each ratio is the median of these back-to-back pairs (the machine's memory timings drift).
 
 * ``row_gather``: 64-column float32 rows of a 256 MB table, 16M elements moved, vs ``table[rows]``;
 * ``elem_gather``: 16M float32 elements from a 256 MB table vs ``table.ravel()[idx]``;
@@ -42,37 +43,53 @@ def median_time(fn, repeat):
     return statistics.median(times)
 
 
+def paired_times(ours, peer, repeat):
+    """``(our median, peer median, median of the pairwise ratios peer / ours)`` over ``repeat`` back-to-back
+    pairs of calls, after three warm-up pairs: the machine's memory timings drift from second to second
+    (page faults, transparent huge pages, neighbours), and a pair sees the same state."""
+    for _ in range(3):  # compiles on the first call; pages the inputs in; lets fresh memory settle
+        ours()
+        peer()
+    ours_t, peer_t = [], []
+    for _ in range(repeat):
+        for fn, out in ((ours, ours_t), (peer, peer_t)):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    ratio = statistics.median(p / o for o, p in zip(ours_t, peer_t))
+    return statistics.median(ours_t), statistics.median(peer_t), ratio
+
+
 def bench_row_gather(rng, n, repeat):
     cols = 64
     table = rng.standard_normal((4 * n // cols, cols), dtype=np.float32)
     rows = rng.integers(0, table.shape[0], n // cols, dtype=np.int32)
-    ours = median_time(lambda: pto.gather(table, rows, coalesce="row", target="a5"), repeat)
-    peer = median_time(lambda: table[rows], repeat)
+    ours, peer, ratio = paired_times(lambda: pto.gather(table, rows, coalesce="row", target="a5"), lambda: table[rows], repeat)
     assert np.array_equal(pto.gather(table, rows, coalesce="row", target="a5"), table[rows])
-    return ours, peer
+    return ours, peer, ratio
 
 
 def bench_elem_gather(rng, n, repeat):
     table = rng.standard_normal(4 * n, dtype=np.float32)
     idx = rng.integers(0, table.size, n, dtype=np.int32)
-    ours = median_time(lambda: pto.gather(table, idx, coalesce="elem", target="a5"), repeat)
-    peer = median_time(lambda: table.ravel()[idx], repeat)
+    ours, peer, ratio = paired_times(lambda: pto.gather(table, idx, coalesce="elem", target="a5"), lambda: table.ravel()[idx],
+                              repeat)
     assert np.array_equal(pto.gather(table, idx, coalesce="elem", target="a5"), table[idx])
-    return ours, peer
+    return ours, peer, ratio
 
 
 def bench_scatter_add(rng, n, repeat):
     table = np.zeros(4 * n, dtype=np.float32)
     idx = rng.integers(0, table.size, n, dtype=np.int32)
     src = rng.standard_normal(n, dtype=np.float32)
-    ours = median_time(lambda: pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a5"), repeat)
-    peer = median_time(lambda: np.add.at(table, idx, src), repeat)
+    ours, peer, ratio = paired_times(lambda: pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a5"),
+                              lambda: np.add.at(table, idx, src), repeat)
     ours_table, peer_table = np.zeros_like(table), np.zeros_like(table)
     pto.scatter(ours_table, src, idx, coalesce="elem", atomic="add", target="a5")
     np.add.at(peer_table, idx, src)
     # 16M adds into 64M slots: almost every slot has at most one writer, so the order rarely matters
     np.testing.assert_allclose(ours_table, peer_table, rtol=1e-5, atol=1e-5)
-    return ours, peer
+    return ours, peer, ratio
 
 
 def bench_last(rng, n, repeat):
@@ -80,14 +97,13 @@ def bench_last(rng, n, repeat):
     table = np.zeros(slots, dtype=np.float32)
     idx = rng.integers(0, slots, n, dtype=np.int32)
     src = np.arange(n, dtype=np.float32)
-    ours = median_time(lambda: pto.scatter(table, src, idx, coalesce="elem", conflict="last", last_path="owner",
-                                           target="a5"), repeat)
-    peer = median_time(lambda: table.__setitem__(idx, src), repeat)
+    ours, peer, ratio = paired_times(lambda: pto.scatter(table, src, idx, coalesce="elem", conflict="last", last_path="owner",
+                                                  target="a5"), lambda: table.__setitem__(idx, src), repeat)
     got, want = np.zeros_like(table), np.zeros_like(table)
     pto.scatter(got, src, idx, coalesce="elem", conflict="last", last_path="owner", target="a5")
     want[idx] = src  # numpy's serial assignment: the last writer of each slot wins
     assert np.array_equal(got, want)
-    return ours, peer
+    return ours, peer, ratio
 
 
 def tile_op_rate(backend, repeat):
@@ -109,7 +125,7 @@ def tile_op_rate(backend, repeat):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="1M elements / 16 MB tables (a quick smoke run)")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--json", action="store_true", help="print one JSON object of the ratios as the last line")
     args = ap.parse_args(argv)
     if "cpu" not in pto.a5_backends():
@@ -126,11 +142,11 @@ def main(argv=None) -> int:
                            ("elem_gather", bench_elem_gather, "table.ravel()[idx]"),
                            ("scatter_add", bench_scatter_add, "np.add.at"),
                            ("last", bench_last, "table[idx] = src")):
-        ours, theirs = fn(rng, n, args.repeat)
-        ratios[name] = round(theirs / ours, 3)
-        print(f"{name:<12} a5/cpu {ours * 1e3:9.2f} ms   {peer:<20} {theirs * 1e3:9.2f} ms   ratio {theirs / ours:6.2f}x")
+        ours, theirs, ratio = fn(rng, n, args.repeat)
+        ratios[name] = round(ratio, 3)
+        print(f"{name:<12} a5/cpu {ours * 1e3:9.2f} ms   {peer:<20} {theirs * 1e3:9.2f} ms   ratio {ratio:6.2f}x")
     cpu_rate = tile_op_rate("cpu", args.repeat)
-    sim_rate = tile_op_rate("simulator", 1)
+    sim_rate = tile_op_rate("simulator", 3)
     ratios["vs_simulator"] = round(cpu_rate / sim_rate, 1)
     print(f"{'vs_simulator':<12} 64x128 Elem tile op: cpu {cpu_rate:,.0f} elem/s, simulator {sim_rate:,.0f} elem/s   "
           f"ratio {cpu_rate / sim_rate:,.0f}x")

@@ -6,17 +6,17 @@ vector-core paths as Numba-jitted loops) and ``cpu`` (the CPU simulator's refere
 the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (``simt_pto.backend``).
 """
 from .backend import a5_backend, a5_backends, set_a5_backend
-from . import coalescing, dtypes, nz  # noqa: E402
-from .dtypes import DType  # noqa: E402
-from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,  # noqa: E402
+from . import coalescing, dtypes, nz
+from .dtypes import DType
+from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,
                     ScatterOOB, SLayout, TileType, TARGETS)
-from .errors import ConstraintError, OutOfBoundsError  # noqa: E402
-from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry  # noqa: E402
-from .host.inspect import inspect_kernel  # noqa: E402
-from .host.large import gather, scatter  # noqa: E402
-from .ops import mgather, mscatter, tload, tstore  # noqa: E402
-from .tensor import GlobalTensor  # noqa: E402
-from .tile import Tile  # noqa: E402
+from .errors import ConstraintError, OutOfBoundsError
+from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
+from .host.inspect import inspect_kernel
+from .host.large import gather, scatter
+from .ops import mgather, mscatter, tload, tstore
+from .tensor import GlobalTensor
+from .tile import Tile
 
 __version__ = "0.1.0"
 

@@ -106,3 +106,28 @@ def test_real_cuda_cache_uses_the_locator(tmp_path):
                        timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[-2] == "{'payload': 42}"
+
+
+CPU_BACKEND_RUN = textwrap.dedent("""
+    import numpy as np
+    import simt_pto as pto
+    from simt_pto.kernels.a5 import mgather, simt
+    from simt_pto.kernels.index_policy import IDENTITY
+    pto.set_a5_backend("cpu")
+    table = np.arange(4096, dtype=np.float32)
+    assert (pto.gather(table, np.array([7, 4095, 0], np.int32), coalesce="elem") == [7, 4095, 0]).all()
+    kernel = simt.compile_kernel(mgather.simt_mgather_elem_kernel(IDENTITY), "cpu")
+    print(sum(kernel.stats.cache_hits.values()), sum(kernel.stats.cache_misses.values()))
+""")
+
+
+def test_cpu_backend_kernels_load_from_the_disk_cache(tmp_path):
+    """The A5 kernels compiled for the CPU (a per-backend copy of one source) are saved by the first process
+    and loaded, not recompiled, by the next."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", CPU_BACKEND_RUN], capture_output=True, text=True, env=env,
+                           timeout=300) for _ in range(2)]
+    for p in runs:
+        assert p.returncode == 0, p.stderr
+    assert runs[0].stdout.split() == ["0", "1"]   # compiled and saved
+    assert runs[1].stdout.split() == ["1", "0"]   # loaded

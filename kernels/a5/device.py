@@ -11,7 +11,7 @@ import numba
 
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import _add_bits as add_bits
-from .intrinsics import atomic_cas, atomic_max, atomic_min, copy_run
+from .intrinsics import atomic_cas, atomic_max, atomic_min, copy_run, prefetch
 
 NATIVE = 0
 """Element arithmetic the hardware atomics do directly (int32, uint32, float32 add)."""
@@ -88,6 +88,21 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
             c += step
 
 
+ROWS_AHEAD = 8
+"""A CPU warp prefetches the table row this many rows ahead of the one it copies."""
+
+
+def prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes):
+    """On the CPU (a warp's span, ``lanes > 1``), prefetch the table row that destination row
+    ``gr + ROWS_AHEAD`` will read (one prefetch per 64-byte line): random row reads are latency-bound, and
+    the hardware prefetcher cannot guess the next row. A GPU lane does nothing."""
+    if lanes > 1 and gr + ROWS_AHEAD <= last_row:
+        slot, in_range = remap_index(idx[(gr + ROWS_AHEAD) * idx_step], table_rows, rule)
+        if in_range:
+            for k in range(0, valid_cols, max(1, 64 // table.itemsize)):
+                prefetch(table, slot * valid_cols + k)
+
+
 def fill_row_segment(dst, dst_base, dst_cs, c, stop, step, lanes):
     """``dst[dst_base + j * dst_cs] = 0`` over the columns of :func:`copy_row_segment`."""
     while c < stop:
@@ -130,6 +145,15 @@ def dense_tile(row_stride, col_stride, cols):
     return row_stride == cols * col_stride
 
 
+def region_offset(flat, r, c, row_stride, col_stride, dense):
+    """Offset of the region position ``(r, c)`` (flat index ``flat``) in a tile: ``flat * col_stride`` for a
+    dense tile (:func:`dense_tile`, CPU spans only), else ``tile_offset_2d``. ``dense`` is loop-invariant, so
+    the compiler splits a span loop into a dense (affine, vectorisable) and a walking copy."""
+    if dense:
+        return flat * col_stride
+    return r * row_stride + c * col_stride
+
+
 # -- the store of one scatter element ------------------------------------------------------------------
 
 def store_max_f32(views, e, v_bits):
@@ -152,6 +176,7 @@ def store_min_f32(views, e, v_bits):
         atomic_max(views[1], e, numba.uint32(v_bits))
 
 
-HELPERS = (span_end, next_position, tile_offset_2d, dense_tile, copy_row_segment, fill_row_segment, gather_element,
+HELPERS = (span_end, next_position, tile_offset_2d, dense_tile, region_offset, copy_row_segment, fill_row_segment,
+           prefetch_row_ahead, gather_element,
            atomic_add_half, store_max_f32, store_min_f32)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

@@ -15,8 +15,8 @@ import functools
 
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import (copy_row_segment, dense_tile, fill_row_segment, gather_element, next_position, span_end,
-                     tile_offset_2d)
+from .device import (copy_row_segment, dense_tile, fill_row_segment, gather_element, next_position,
+                     prefetch_row_ahead, span_end, tile_offset_2d)
 from .intrinsics import block_range, lane_span, warp_range
 
 
@@ -46,6 +46,7 @@ def simt_mgather_row_kernel(rule: int):
                         continue
                     col_begin = (ty // row_warps) * WARP + lane0
                     gr = row0 + r
+                    prefetch_row_ahead(table, idx, idx_step, gr, row0 + rows - 1, table_rows, valid_cols, rule, lanes)
                     slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
                     if in_range:
                         copy_row_segment(dst, gr * dst_rs, dst_cs, table, slot * valid_cols, 1, col_begin, valid_cols,

@@ -20,8 +20,8 @@ import functools
 
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, dense_tile, next_position, span_end,
-                     store_max_f32, store_min_f32, tile_offset_2d)
+from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, dense_tile, next_position,
+                     region_offset, span_end, store_max_f32, store_min_f32, tile_offset_2d)
 from .intrinsics import atomic_add, atomic_max, atomic_min, block_range, lane_span, prefetch, warp_range
 
 
@@ -81,28 +81,35 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
 def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
     """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the walk of ``simt_mgather_elem_kernel``.
 
-    With an atomic and a span of lanes (the CPU), the span's destination slots are prefetched before its
-    atomics: a locked read-modify-write waits for its own cache miss, a prefetch does not."""
+    With an atomic and a span of lanes (the CPU), the next span's destination slots are prefetched while this
+    span's atomics run: a locked read-modify-write waits for its own cache miss, a prefetch does not."""
 
     def simt_mscatter_elem_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                   valid_rows, valid_cols, tile_rows):
         lane0, lanes = lane_span()
         threads = launch[3] * WARP
+        dense = lanes > 1 and dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
         for b in block_range(launch):
             row0 = b * tile_rows
             total = min(tile_rows, valid_rows - row0) * valid_cols
+            base = row0 * valid_cols
             for step in range(0, total, threads):
                 for ty in warp_range(launch):
                     p = step + ty * WARP + lane0
                     if p >= total:
                         continue
+                    end = span_end(p, lanes, total)
                     r0 = row0 + p // valid_cols
                     c0 = p % valid_cols
-                    if atomic != 0 and lanes > 1:
-                        r = r0
-                        c = c0
-                        for _ in range(p, span_end(p, lanes, total)):
-                            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                    if atomic != 0 and lanes > 1 and end < total:
+                        # a locked read-modify-write waits for its own cache miss, a prefetch does not: touch the
+                        # next span's slots while this one's atomics run
+                        ahead = span_end(end, lanes, total)
+                        r = row0 + end // valid_cols
+                        c = end % valid_cols
+                        for q in range(base + end, base + ahead):
+                            slot, in_range = remap_index(idx[region_offset(q, r, c, idx_rs, idx_cs, dense)],
+                                                         table_size, rule)
                             if in_range:
                                 if fmt == F32_ORDER:
                                     prefetch(table[0], slot)
@@ -115,10 +122,11 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
                             r, c = next_position(r, c, valid_cols, lanes)
                     r = r0
                     c = c0
-                    for _ in range(p, span_end(p, lanes, total)):
-                        slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+                    for q in range(base + p, base + end):
+                        slot, in_range = remap_index(idx[region_offset(q, r, c, idx_rs, idx_cs, dense)], table_size,
+                                                     rule)
                         if in_range:
-                            v = src[tile_offset_2d(r, c, src_rs, src_cs)]
+                            v = src[region_offset(q, r, c, src_rs, src_cs, dense)]
                             # One branch survives (see simt_mscatter_row_kernel).
                             if atomic == 0:
                                 table[slot] = v
@@ -294,6 +302,11 @@ def simt_mscatter_elem_owner_claim_kernel(rule: int):
                 while first < total:
                     end = span_end(first, lanes, total)
                     if lanes > 1 and dense:
+                        # a locked read-modify-write waits for its own miss: touch the span's slots first
+                        for p in range(first, end):
+                            slot, in_range = remap_index(idx[p * idx_cs], table_size, rule)
+                            if in_range:
+                                prefetch(owner, slot)
                         for p in range(first, end):
                             slot, in_range = remap_index(idx[p * idx_cs], table_size, rule)
                             if in_range:
