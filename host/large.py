@@ -22,6 +22,7 @@ stay on the device.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from simt_pto import constraints, dtypes as _dt, ub
 from simt_pto.enums import (BLayout, Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
-from simt_pto.errors import ConstraintError, OutOfBoundsError
+from simt_pto.errors import ConstraintError
 from simt_pto.tensor import GlobalTensor, is_device_array
 from simt_pto.tile import Tile
 
@@ -65,6 +66,8 @@ def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
         info = obj.__cuda_array_interface__
         np_dtype, shape = _dt.from_typestr(info["typestr"]), tuple(info["shape"])
     elif isinstance(obj, np.ndarray):
+        if type(obj) is not np.ndarray:
+            obj = obj.view(np.ndarray)  # an ndarray subclass (np.matrix, ...): its memory as a plain array
         if not obj.flags.c_contiguous:
             raise ConstraintError("whole-array op", None, "C-contiguous arrays", f"{what} is not C-contiguous")
         np_dtype, shape = obj.dtype, obj.shape
@@ -139,13 +142,13 @@ def _check_indices(op, target, idx: _Array, capacity, rule, strict):
         bad_count, first = _device_bad_indices(idx, capacity)
         if bad_count:
             host = _host(idx).reshape(-1)
-            raise OutOfBoundsError(op, target, capacity, [first], [int(host[first]) & 0xFFFFFFFF], bad_count)
+            raise constraints.out_of_range(op, target, capacity, [first], [int(host[first]) & 0xFFFFFFFF], bad_count)
         return
     raw = _host(idx).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
     if int(raw.max()) < capacity:  # one pass, no temporaries: positions are built only on failure
         return
     bad = np.flatnonzero(raw >= capacity)
-    raise OutOfBoundsError(op, target, capacity, bad[:5].tolist(), raw[bad[:5]].tolist(), int(bad.size))
+    raise constraints.out_of_range(op, target, capacity, bad[:5].tolist(), raw[bad[:5]].tolist(), int(bad.size))
 
 
 def _device_bad_indices(idx: _Array, capacity):
@@ -175,13 +178,17 @@ class _Job:
         return -(-self.idx.rows // self.tile_rows)
 
 
-def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype):
+def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype, check=None):
+    """Wrap and validate a whole-array call: the arrays, then ``check(table, idx)`` (the call's own operands),
+    then the target's rules (the plan of one full tile) and the indices."""
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     table_a = _wrap(table, "table", dtype, two_d_only=coalesce == Coalesce.ROW)
     idx_a = _wrap(idx, "idx")
     if coalesce == Coalesce.ROW and idx_a.cols != 1:
         raise ConstraintError(op, target, "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
+    if check is not None:
+        check(table_a, idx_a)
     cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols
     data_tile, idx_tile, tile_rows = _tiles_for(op, target, coalesce, table_a.dtype, idx_a.dtype, idx_a.rows, cols,
                                                 tile_rows, dyn_ubuf_size)
@@ -243,13 +250,28 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     def plan_fn(target, gt, data_tile, idx_tile, coalesce, strict, dyn):
         return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict, dyn)
 
+    if target_from_any(target) == "cpu" and from_any(Coalesce, coalesce, "coalesce") == Coalesce.ROW:
+        return _cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
+                                dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype)
+    operands = {}
+
+    def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
+        src_a = _wrap(src, "src", dtype)
+        row = from_any(Coalesce, coalesce, "coalesce") == Coalesce.ROW
+        want = (idx_a.rows, table_a.cols) if row else (idx_a.rows, idx_a.cols)
+        if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
+            raise ConstraintError("MSCATTER", target_from_any(target),
+                                  "src matches idx (and the table row width, Row) and the table dtype",
+                                  f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+        operands["src"] = src_a
+
     target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
-        "MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
-    src_a = _wrap(src, "src", dtype)
-    want = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else (idx_a.rows, idx_a.cols)
-    if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
-        raise ConstraintError("MSCATTER", target, "src matches idx (and the table row width, Row) and the table dtype",
-                              f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+        "MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype, check_src)
+    src_a = operands["src"]
+    if target == "cpu" and atomic != ScatterAtomicOp.NONE:
+        warnings.warn(f"MSCATTER on cpu: atomic {atomic.name} is a plain replace on the CPU simulator "
+                      "(MSCATTER.md, CPU Reference Form: 'Atomic is always plain replace'); target='a2a3' is the "
+                      "sequential golden for atomics", UserWarning, stacklevel=2)
     if target == "a5":
         from . import large_a5
         large_a5.scatter(plan, table_a, src_a, idx_a, tile_rows, last_path)
@@ -267,6 +289,39 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
         from numba import cuda
         dev = cuda.as_cuda_array(table_a.obj)
         dev.copy_to_device(host_table.view(dev.dtype))
+    return table
+
+
+def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, strict, dtype):
+    """A whole-array Row scatter on the ``cpu`` target: the CPU simulator's MSCATTER walks element-wise, so
+    row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order (MSCATTER.md,
+    CPU Reference Form). Row indices are checked as rows first."""
+    op = "MSCATTER"
+    table_a = _wrap(table, "table", dtype, two_d_only=True)
+    idx_a = _wrap(idx, "idx")
+    if idx_a.cols != 1:
+        raise ConstraintError(op, "cpu", "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
+    src_a = _wrap(src, "src", dtype)
+    want = (idx_a.rows, table_a.cols)
+    if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
+        raise ConstraintError(op, "cpu", "src matches idx (and the table row width, Row) and the table dtype",
+                              f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+    if table_a.size >= 2 ** 32:
+        raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
+                              f"table has {table_a.size} elements")
+    rows = _host(idx_a).reshape(-1).view(np.uint32).astype(np.int64)  # the ISA's cast: -1 is 4294967295
+    keep = rows < table_a.rows
+    if not keep.all():
+        bad = np.flatnonzero(~keep)
+        if strict:  # the CPU simulator uses every index unchecked (it ignores ScatterOOB)
+            raise constraints.out_of_range(op, "cpu", table_a.rows, bad[:5].tolist(), rows[bad[:5]].tolist(),
+                                           int(bad.size))
+    host_src = _host(src_a).reshape(src_a.rows, src_a.cols)[keep]
+    elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
+    if elem_idx.size:
+        scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, coalesce="elem",
+                atomic=atomic, oob=oob, conflict=conflict, target="cpu", dyn_ubuf_size=dyn_ubuf_size, strict=strict,
+                dtype=table_a.dtype.name)
     return table
 
 

@@ -235,12 +235,17 @@ def check_oob(plan: Plan) -> None:
     pos = np.argwhere(bad)[:5]
     positions = [tuple(int(x) for x in p) if len(p) > 1 else int(p[0]) for p in pos]
     values = [int(raw[tuple(p)]) for p in pos]
-    count = int(bad.sum())
-    if plan.op == "MSCATTER" and plan.target == "cpu":
-        raise OutOfBoundsError(plan.op, plan.target, plan.capacity, positions, values, count,
-                               "(the CPU simulator's MSCATTER ignores ScatterOOB and uses every index unchecked)",
-                               "keep the indices in range, or pass strict=False")
-    raise OutOfBoundsError(plan.op, plan.target, plan.capacity, positions, values, count)
+    raise out_of_range(plan.op, plan.target, plan.capacity, positions, values, int(bad.sum()))
+
+
+def out_of_range(op, target, capacity, positions, values, count) -> OutOfBoundsError:
+    """The refusal of out-of-range indices (the one wording, for tile ops and whole-array calls): under
+    UNDEFINED, or on the CPU simulator's MSCATTER, which ignores ScatterOOB and uses every index unchecked."""
+    if op == "MSCATTER" and target == "cpu":
+        return OutOfBoundsError(op, target, capacity, positions, values, count,
+                                "(the CPU simulator's MSCATTER ignores ScatterOOB and uses every index unchecked)",
+                                "keep the indices in range, or pass strict=False")
+    return OutOfBoundsError(op, target, capacity, positions, values, count)
 
 
 def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
@@ -271,6 +276,8 @@ def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict,
 def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
     op = "MSCATTER"
     _check_types(op, src, table, idx, "src")
+    if not table.writeable:
+        _fail(op, target, "the table is written in place", "table is a read-only array (flags.writeable is False)")
     if not isinstance(idx, Tile):
         _fail(op, target, "indexes must be a UB vector tile", f"idx is a {type(idx).__name__}")
     _check_dtypes(op, target, src, table, idx.dtype, "src")

@@ -194,6 +194,8 @@ def _check_table(target, table, coalesce, cols) -> tuple[int, int]:
 
 
 def _check_scratch(target, scratch, tile):
+    if not scratch.writeable:
+        _fail(target, "the Elem path stages the gather in the scratch", "scratch is a read-only array")
     need = tile.rows * tile.cols
     if scratch.table_size < need or scratch.size < need:
         _fail(target, "scratch holds at least TileDst::Rows * TileDst::Cols elements",

@@ -61,6 +61,10 @@ class GlobalTensor:
         else:
             if not isinstance(array, np.ndarray):
                 raise TypeError(f"GlobalTensor: expected a numpy or device array, got {type(array).__name__}")
+            if type(array) is not np.ndarray:
+                # an ndarray subclass (np.matrix keeps reshape(-1) 2-D, masked arrays carry a mask): its memory
+                # as a plain array, so every flat view below is what it says
+                array = array.view(np.ndarray)
             if not array.flags.c_contiguous:
                 raise ConstraintError("GlobalTensor", None, "C-contiguous memory",
                                       "the array must be C-contiguous (describe padding with shape/stride instead)")
@@ -90,6 +94,11 @@ class GlobalTensor:
                 f"but the array holds {self.size} elements")
         self.reach = reach
         """One past the largest element offset shape and stride can address."""
+
+    @property
+    def writeable(self) -> bool:
+        """False for a read-only numpy array (a table MSCATTER writes, a scratch MGATHER stages through)."""
+        return self.on_device or bool(self.array.flags.writeable)
 
     # -- memory --------------------------------------------------------------------------------
     @property

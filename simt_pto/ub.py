@@ -45,6 +45,12 @@ def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> 
 
     ``tiles`` maps an operand name ("dst", "idx", ...) to its Tile; MAT tiles live in L1 and are skipped.
     """
+    names = list(tiles)
+    for i, n1 in enumerate(names):  # the same memory passed twice (a Tile, or views of one buffer)
+        for n2 in names[i + 1:]:
+            if np.shares_memory(tiles[n1].data, tiles[n2].data):
+                raise ConstraintError(op, target, "UB tiles do not overlap",
+                                      f"{n1} and {n2} share memory (the same tile passed twice?)")
     limit = budget(op, target, dyn_ubuf_size)
     if limit is None:
         return

@@ -138,7 +138,17 @@ def _n(op):
     return "dst" if op == "MGATHER" else "src"
 
 
+def read_only_table():
+    array = np.zeros((6, 8), np.float32)
+    array.flags.writeable = False
+    return pto.GlobalTensor(array)
+
+
 RULES = [
+    Rule("read-only-table", S, TARGETS,
+         lambda op, t: "the table is written in place",
+         lambda op, t: any_row_call(op, t, table=read_only_table()),
+         lambda op, t: any_row_call(op, t)),
     Rule("idx-gm-tensor", G, TARGETS,
          lambda op, t: "indexes must be a UB vector tile (a GM index tensor is for MAT destinations only)",
          lambda op, t: row_call(idx=pto.GlobalTensor(np.zeros(8, np.int32))),

@@ -25,6 +25,7 @@ import time
 import types
 
 import numba
+import numpy
 from numba import njit
 
 from simt_pto import geometry
@@ -157,6 +158,14 @@ def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
             raise error
 
 
+def _writeable(arg):
+    if isinstance(arg, tuple):
+        return tuple(_writeable(a) for a in arg)
+    if isinstance(arg, numpy.ndarray) and not arg.flags.writeable:
+        return arg.copy()
+    return arg
+
+
 def launch(source, grid: int, warps: int, args, backend: str) -> None:
     """Run one kernel source over ``grid`` blocks of ``dim3(32, warps)`` threads on ``backend``
     (``"cpu"``, ``"simulator"`` or ``"gpu"``). ``args`` are the kernel's arguments after ``launch``:
@@ -170,6 +179,9 @@ def launch(source, grid: int, warps: int, args, backend: str) -> None:
         return
     config = kernel[grid, (geometry.WARP, warps)]
     if backend == "simulator":
+        # The simulator copies every array argument back after the launch: a read-only input (which no
+        # kernel writes) runs on a copy, so nothing is copied back into the caller's array.
+        args = [_writeable(a) for a in args]
         with _simulator_lock:  # the simulator keeps its thread state in globals: one launch at a time
             config((0, grid, grid, warps), *args)
     else:

@@ -1,0 +1,156 @@
+"""Bad and odd input (issue: bad input never corrupts memory, never writes after a refusal): each case here
+failed before its fix. Oracles are plain numpy on ordinary arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+
+TARGETS = ("cpu", "a2a3", "a5")
+
+
+# -- ndarray subclasses: their memory, seen as a plain array ---------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_matrix_table_elem_scatter_and_row_gather(target):
+    table = np.matrix(np.zeros((8, 32), np.float32))
+    pto.scatter(table, np.array([1, 2, 3], np.float32), np.array([1, 2, 40], np.int32), coalesce="elem",
+                target=target)
+    want = np.zeros(256, np.float32)
+    want[[1, 2, 40]] = [1, 2, 3]
+    np.testing.assert_array_equal(np.asarray(table).ravel(), want)
+    source = np.arange(256, dtype=np.float32).reshape(8, 32)
+    got = pto.gather(np.matrix(source), np.array([1, 7], np.int32), coalesce="row", target=target)
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, source[[1, 7]])
+
+
+@pytest.mark.parametrize("target", ("a2a3", "a5"))
+def test_matrix_table_row_scatter_writes_inside_the_table(target):
+    """Was a heap corruption on a2a3 (np.matrix keeps reshape(-1) 2-D, so the loop walked past the buffer)."""
+    buffer = np.full(8 * 32 + 64, -1.0, np.float32)  # the table, then a guard band
+    table = buffer[:256].reshape(8, 32).view(np.matrix)
+    pto.scatter(table, np.ones((2, 32), np.float32), np.array([1, 2], np.int32), coalesce="row", target=target)
+    want = np.full((8, 32), -1.0, np.float32)
+    want[[1, 2]] = 1.0
+    np.testing.assert_array_equal(np.asarray(table), want)
+    assert (buffer[256:] == -1.0).all(), "wrote past the table"
+
+
+# -- read-only arrays: read-only inputs work, a read-only output is refused before anything is written ----------
+
+def _read_only(array):
+    array = np.array(array)
+    array.flags.writeable = False
+    return array
+
+
+@pytest.fixture(params=["cpu", "simulator"])
+def a5_backend_under_test(request):
+    """The A5 backends without a GPU; the simulator used to copy every kernel argument back after a launch."""
+    previous = pto.a5_backend()
+    if request.param not in pto.a5_backends():
+        pytest.skip(f"no {request.param} backend in this process")
+    pto.set_a5_backend(request.param)
+    try:
+        yield request.param
+    finally:
+        pto.set_a5_backend(previous)
+
+
+def test_scatter_with_read_only_src_and_idx(a5_backend_under_test):
+    table = np.zeros(16, np.float32)
+    src, idx = _read_only(np.array([1, 2, 3], np.float32)), _read_only(np.array([1, 2, 9], np.int32))
+    pto.scatter(table, src, idx, coalesce="elem", target="a5")
+    want = np.zeros(16, np.float32)
+    want[[1, 2, 9]] = [1, 2, 3]
+    np.testing.assert_array_equal(table, want)
+
+
+def test_gather_from_read_only_table_and_idx(a5_backend_under_test):
+    table, idx = _read_only(np.arange(16, dtype=np.float32)), _read_only(np.array([3, 0, 15], np.int32))
+    np.testing.assert_array_equal(pto.gather(table, idx, coalesce="elem", target="a5"), [3, 0, 15])
+    rows = pto.gather(table.reshape(2, 8), _read_only(np.array([1], np.int32)), coalesce="row", target="a5")
+    np.testing.assert_array_equal(rows, [np.arange(8, 16)])
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_read_only_table_is_refused_before_any_write(target, coalesce):
+    table = _read_only(np.zeros((4, 8), np.float32))
+    src = np.ones((2, 8), np.float32) if coalesce == "row" else np.ones(2, np.float32)
+    with pytest.raises(pto.ConstraintError, match=r"MSCATTER on \w+: table is a read-only array .*written in place"):
+        pto.scatter(table, src, np.array([1, 2], np.int32), coalesce=coalesce, target=target)
+    assert not table.any()
+
+
+@pytest.mark.parametrize("target, exec_", [("a2a3", "scalar"), ("a5", "scalar"), ("a5", "simt")])
+def test_l1_gather_refuses_a_read_only_scratch(target, exec_):
+    from test_l1 import ElemCase
+    case = ElemCase("float32", "clamp")
+    tile, _bits, scratch = case.fresh()
+    scratch.array.flags.writeable = False
+    with pytest.raises(pto.ConstraintError, match="scratch is a read-only array"):
+        case.run(target, tile, scratch, exec_)
+
+
+# -- aliasing ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_same_tile_as_destination_and_index_is_refused(target):
+    tile = pto.Tile.from_array(np.arange(8, dtype=np.int32).reshape(1, 8))
+    before = tile.numpy().copy()
+    table = pto.GlobalTensor(np.arange(100, 164, dtype=np.int32))
+    with pytest.raises(pto.ConstraintError, match="dst and idx share memory"):
+        pto.mgather(tile, table, tile, coalesce="elem", target=target)
+    np.testing.assert_array_equal(tile.numpy(), before)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_same_tile_as_source_and_index_is_refused(target):
+    tile = pto.Tile.from_array(np.arange(8, dtype=np.int32).reshape(1, 8))
+    table = np.zeros(16, np.int32)
+    with pytest.raises(pto.ConstraintError, match="src and idx share memory"):
+        pto.mscatter(pto.GlobalTensor(table), tile, tile, coalesce="elem", target=target)
+    assert not table.any()
+
+
+# -- whole-array calls on the cpu target ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_whole_array_row_scatter_on_every_target(target):
+    table = np.zeros((4, 8), np.float32)
+    src = np.arange(24, dtype=np.float32).reshape(3, 8)
+    idx = np.array([1, 3, 1], np.int32)
+    want = table.copy()
+    for r, row in enumerate(idx):  # the sequential order: the last writer of row 1 is source row 2
+        want[row] = src[r]
+    pto.scatter(table, src, idx, coalesce="row", target=target)
+    np.testing.assert_array_equal(table, want)
+
+
+def test_cpu_row_scatter_refuses_an_out_of_range_row_before_any_write():
+    table = np.zeros((4, 8), np.float32)
+    with pytest.raises(pto.OutOfBoundsError, match=r"out of range \[0, 4\) \(the CPU simulator's MSCATTER ignores"):
+        pto.scatter(table, np.ones((2, 8), np.float32), np.array([0, -1], np.int32), coalesce="row", target="cpu")
+    assert not table.any()
+
+
+def test_whole_array_atomic_on_cpu_warns_and_replaces():
+    table = np.zeros(4, np.float32)
+    with pytest.warns(UserWarning, match=r"atomic ADD is a plain replace on the CPU simulator.*target='a2a3'"):
+        pto.scatter(table, np.array([1, 2, 3, 4], np.float32), np.array([0, 1, 1, 1], np.int32), coalesce="elem",
+                    atomic="add", target="cpu")
+    np.testing.assert_array_equal(table, [1, 4, 0, 0])  # MSCATTER.md: "Atomic is always plain replace"
+
+
+@pytest.mark.parametrize("coalesce, src_shape", [("row", (3, 8)), ("elem", (3,))])
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_calls_own_shape_error_comes_before_the_targets_rules(target, coalesce, src_shape):
+    table = np.zeros((4, 8), np.float32)
+    with pytest.raises(pto.ConstraintError, match=r"src \(3(, 8)?,?\) float32, expected \(2, (8|1)\) float32"):
+        pto.scatter(table, np.ones(src_shape, np.float32), np.array([0, 1], np.int32), coalesce=coalesce,
+                    target=target)
+    assert not table.any()
