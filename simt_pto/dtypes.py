@@ -124,6 +124,8 @@ def resolve(dtype) -> DType:
     """A :class:`DType` from a DType, a name ("float16", "half", "bf16", "hifloat8"), or a numpy dtype."""
     if isinstance(dtype, DType):
         return dtype
+    if dtype is None:  # np.dtype(None) would be float64
+        raise TypeError("dtype: None is not an element dtype; name one (e.g. 'float16') or pass a numpy dtype")
     if isinstance(dtype, str):
         key = dtype.strip().lower()
         if key in BY_NAME:

@@ -22,6 +22,12 @@ def is_device_array(obj) -> bool:
 
 
 def _pad5(values, what):
+    if isinstance(values, (str, bytes)) or not isinstance(values, (tuple, list)):
+        raise TypeError(f"GlobalTensor: {what} must be a tuple of 1 to 5 ints, got {values!r}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"GlobalTensor: {what} must be a tuple of ints, got {values!r} ({v!r} is a "
+                            f"{type(v).__name__})")
     values = tuple(int(v) for v in values)
     if not 1 <= len(values) <= 5:
         raise ConstraintError("GlobalTensor", None, "5-D shape / stride",

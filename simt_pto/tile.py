@@ -18,6 +18,10 @@ from .enums import BLayout, SLayout, TileType, from_any
 from .errors import ConstraintError
 
 
+MAX_TILE_BYTES = 16 << 20
+"""No tile is larger: UB is 192 KB (A2/A3) or 256 KB (A5), L1 a few MB."""
+
+
 def _positive_int(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"Tile: {what} must be an int, got {type(value).__name__}")
@@ -42,11 +46,13 @@ class Tile:
         self.loc = from_any(TileType, loc, "loc")
         self.blayout = from_any(BLayout, blayout, "blayout")
         self.slayout = from_any(SLayout, slayout, "slayout")
+        if isinstance(fractal, bool) or not isinstance(fractal, (int, np.integer)):
+            raise TypeError(f"Tile: fractal must be an int (bytes), got {fractal!r}")
         self.fractal = int(fractal)
         self.name = name
         if valid is None:
             valid = (self.rows, self.cols)
-        if len(valid) != 2:
+        if not isinstance(valid, (tuple, list)) or len(valid) != 2:
             raise TypeError(f"Tile: valid must be (valid_rows, valid_cols), got {valid!r}")
         vr, vc = (_positive_int(v, "valid extent") for v in valid)
         if vr > self.rows or vc > self.cols:
@@ -62,6 +68,10 @@ class Tile:
             addr = int(addr)
         self.addr = addr
         self._check_layout()
+        nbytes = self.rows * self.cols * self.dtype.itemsize
+        if nbytes > MAX_TILE_BYTES:
+            raise ConstraintError("Tile", None, f"a tile is on-chip memory (UB, L1): at most {MAX_TILE_BYTES} B",
+                                  f"{self.rows} x {self.cols} {self.dtype} is {nbytes} B")
         self.data = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
         """The flat storage, in storage order."""
 
@@ -149,8 +159,9 @@ class Tile:
         return whole[: self.valid_rows, : self.valid_cols].copy()
 
     def fill(self, value) -> "Tile":
-        """Set every element of the padded tile to ``value`` (converted to the element dtype)."""
-        self.data[...] = np.asarray(value).astype(self.dtype.numpy)
+        """Set every element of the padded tile to ``value`` (converted to the element dtype; a value the
+        dtype cannot hold is refused, see :func:`_cast`)."""
+        self.data[...] = _cast(np.asarray(value), self.dtype, "Tile.fill")
         return self
 
     def set(self, array) -> "Tile":
@@ -163,9 +174,9 @@ class Tile:
                                   f"array of shape {array.shape} does not fit tile ({self.rows}, {self.cols})")
         rows, cols = array.shape
         if self.is_nz:
-            self.data[self.offsets()[:rows, :cols]] = _cast(array, self.dtype)
+            self.data[self.offsets()[:rows, :cols]] = _cast(array, self.dtype, "Tile.set")
         else:
-            self.grid()[:rows, :cols] = _cast(array, self.dtype)
+            self.grid()[:rows, :cols] = _cast(array, self.dtype, "Tile.set")
         return self
 
     @classmethod
@@ -189,9 +200,51 @@ class Tile:
         return tile.set(array)
 
 
-def _cast(array: np.ndarray, dtype: _dt.DType) -> np.ndarray:
+def _cast(array: np.ndarray, dtype: _dt.DType, what: str = "Tile") -> np.ndarray:
+    """``array`` in the element dtype. A cast that would change a value beyond rounding is refused: an
+    integer outside the integer dtype's range, a NaN or infinity into an integer dtype, a finite value beyond
+    a float dtype's range (``0.1`` into float16 rounds and ``1.7`` into int32 truncates, as casts do)."""
     if dtype.kind == "opaque":
         if array.dtype.itemsize != dtype.itemsize or array.dtype.kind not in "ui":
             raise TypeError(f"{dtype}: pass the raw bits as a {dtype.bits} array, got {array.dtype}")
         return array.view(dtype.numpy) if array.dtype.kind == "u" else array.astype(dtype.numpy)
+    if array.dtype.kind not in "biuf" and not (array.dtype.kind == "V" and array.dtype.itemsize in (1, 2)):
+        raise TypeError(f"{what}: cannot store {array.dtype} values in a {dtype} tile")
+    if array.size and array.dtype != dtype.numpy:
+        _check_representable(array, dtype, what)
     return array.astype(dtype.numpy, copy=False)
+
+
+def _check_representable(array, dtype, what):
+    target = np.dtype(dtype.numpy)
+    if target.kind in "iu":
+        if array.dtype.kind == "f" or array.dtype.kind == "V":
+            values = array.astype(np.float64)
+            if not np.isfinite(values).all():
+                raise ConstraintError(what, None, f"values fit {dtype}", f"NaN or infinity cannot be stored as {dtype}")
+            low, high = np.trunc(values.min()), np.trunc(values.max())  # a fraction truncates, as a cast does
+        elif array.dtype.kind in "iu":
+            low, high = int(array.min()), int(array.max())
+        else:
+            return
+        info = np.iinfo(target)
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise ConstraintError(what, None, f"values fit {dtype}", f"{bad} is outside [{info.min}, {info.max}]")
+    elif target.kind == "f" or dtype.kind == "float":
+        if array.dtype.kind not in "iuf":
+            return
+        values = array.astype(np.float64)
+        finite = values[np.isfinite(values)]
+        limit = float(_dt_max(dtype))
+        if finite.size and np.abs(finite).max() > limit:
+            raise ConstraintError(what, None, f"values fit {dtype}",
+                                  f"{float(finite[np.abs(finite) > limit][0])!r} is beyond the largest {dtype} ({limit!r})")
+
+
+def _dt_max(dtype):
+    import ml_dtypes
+    try:
+        return np.finfo(dtype.numpy).max
+    except ValueError:
+        return ml_dtypes.finfo(dtype.numpy).max

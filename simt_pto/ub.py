@@ -21,6 +21,9 @@ A5_DEFAULT_SAFE_BYTES = 128 * KB
 
 def budget(op: str, target: str, dyn_ubuf_size=None) -> int | None:
     """Bytes of UB the op's tiles may use on ``target`` (None: no UB, the CPU simulator)."""
+    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, (int, np.integer, type(None))) \
+            or (dyn_ubuf_size is not None and dyn_ubuf_size < 0):
+        raise TypeError(f"{op}: dyn_ubuf_size must be a non-negative int (bytes) or None, got {dyn_ubuf_size!r}")
     if target == "cpu":
         return None
     if target == "a2a3":
@@ -29,9 +32,6 @@ def budget(op: str, target: str, dyn_ubuf_size=None) -> int | None:
                                   f"dyn_ubuf_size={dyn_ubuf_size} given; the working set must fit the static "
                                   f"{A2A3_UB_BYTES} B UB")
         return A2A3_UB_BYTES
-    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, (int, np.integer, type(None))) \
-            or (dyn_ubuf_size is not None and dyn_ubuf_size < 0):
-        raise TypeError(f"{op}: dyn_ubuf_size must be a non-negative int (bytes) or None, got {dyn_ubuf_size!r}")
     if not dyn_ubuf_size:  # None or 0: launched without a dynamic UB request (<<<n, nullptr, stream>>>)
         return A5_DEFAULT_SAFE_BYTES
     if dyn_ubuf_size > A5_MAX_DYN_UBUF_BYTES:

@@ -13,6 +13,9 @@ TARGETS = ("cpu", "a2a3", "a5")
 
 # -- ndarray subclasses: their memory, seen as a plain array ---------------------------------------------------
 
+pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_matrix_table_elem_scatter_and_row_gather(target):
     table = np.matrix(np.zeros((8, 32), np.float32))
@@ -154,3 +157,67 @@ def test_the_calls_own_shape_error_comes_before_the_targets_rules(target, coales
         pto.scatter(table, np.ones(src_shape, np.float32), np.array([0, 1], np.int32), coalesce=coalesce,
                     target=target)
     assert not table.any()
+
+
+# -- values and arguments: refused, not wrapped or misread -----------------------------------------------------
+
+@pytest.mark.parametrize("dtype, values, message", [
+    ("int32", [2 ** 32 + 5], r"4294967301 is outside \[-2147483648, 2147483647\]"),
+    ("int32", [np.nan], "NaN or infinity cannot be stored as int32"),
+    ("uint8", [-1.0], r"-1.0 is outside \[0, 255\]"),
+    ("int8", [np.inf], "NaN or infinity cannot be stored as int8"),
+    ("float16", [1e10], r"10000000000.0 is beyond the largest float16 \(65504.0\)"),
+    ("float8_e4m3", [1000], r"1000.0 is beyond the largest float8_e4m3 \(448.0\)"),
+])
+def test_from_array_refuses_a_value_the_dtype_cannot_hold(dtype, values, message):
+    with pytest.raises(pto.ConstraintError, match=message):
+        pto.Tile.from_array(np.array([values]), 1, 32, dtype=dtype, valid=(1, 1))
+
+
+def test_a_gather_through_a_wrapped_index_is_impossible():
+    """Was: the int64 index 2**32 + 5 became 5 in an int32 tile, and the gather read element 5."""
+    with pytest.raises(pto.ConstraintError, match="values fit int32"):
+        pto.Tile.from_array(np.array([[2 ** 32 + 5, 0, 0, 0, 0, 0, 0, 0]], np.int64), dtype="int32", valid=(1, 1))
+
+
+@pytest.mark.parametrize("dtype, value, want", [("float16", 0.1, np.float16(0.1)), ("int32", 1.7, 1),
+                                                ("bfloat16", np.inf, np.inf), ("float16", -65504.0, -65504.0)])
+def test_ordinary_casts_still_cast(dtype, value, want):
+    tile = pto.Tile(dtype, 1, 32).fill(value)
+    assert tile.numpy()[0, 0] == want
+
+
+def test_fill_refuses_a_value_the_dtype_cannot_hold():
+    tile = pto.Tile("int8", 1, 32)
+    with pytest.raises(pto.ConstraintError, match=r"Tile.fill: 1000 is outside \[-128, 127\]"):
+        tile.fill(1000)
+    assert not tile.numpy().any()
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(shape="16"), TypeError, "shape must be a tuple of 1 to 5 ints, got '16'"),
+    (dict(shape=8), TypeError, "shape must be a tuple of 1 to 5 ints, got 8"),
+    (dict(shape=(2.9, 4)), TypeError, r"shape must be a tuple of ints, got \(2.9, 4\) \(2.9 is a float\)"),
+    (dict(shape=(16,), stride=(1.0,)), TypeError, "stride must be a tuple of ints"),
+])
+def test_global_tensor_refuses_a_malformed_shape(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        pto.GlobalTensor(np.zeros(16, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize("args, kwargs, error, message", [
+    (("int8", 2 ** 20, 2 ** 20), {}, pto.ConstraintError, r"a tile is on-chip memory \(UB, L1\)"),
+    (("int8", 1, 32), dict(valid=5), TypeError, r"valid must be \(valid_rows, valid_cols\), got 5"),
+    (("int8", 1, 32), dict(fractal="abc"), TypeError, "fractal must be an int"),
+    ((None, 1, 32), {}, TypeError, "dtype: None is not an element dtype"),
+])
+def test_tile_arguments_are_named_in_the_error(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        pto.Tile(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dyn", [-1, 1.5, 1e9, True])
+def test_dyn_ubuf_size_is_checked_on_every_target(dyn):
+    with pytest.raises(TypeError, match="dyn_ubuf_size must be a non-negative int"):
+        pto.gather(np.zeros(64, np.float32), np.array([1], np.int32), coalesce="elem", target="cpu",
+                   dyn_ubuf_size=dyn)
