@@ -51,12 +51,13 @@ def packed_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def gm_offsets(shape, stride) -> np.ndarray:
-    """Offsets of every logical ``(lr, lc)`` of an NZ GM tensor, shape ``(BRows*16, B*BCols*kC0)``."""
+def gm_offsets(shape, stride, rows=None, cols=None) -> np.ndarray:
+    """Offsets of the logical ``(lr, lc)`` of an NZ GM tensor, shape ``(BRows*16, B*BCols*kC0)``, or of its
+    top-left ``rows x cols`` block only."""
     b_n, bc_n, br_n, f_rows, kc0 = (int(s) for s in shape)
     s0, s1, s2, s3, s4 = (int(s) for s in stride)
-    lr = np.arange(br_n * f_rows, dtype=np.int64)[:, None]
-    lc = np.arange(b_n * bc_n * kc0, dtype=np.int64)[None, :]
+    lr = np.arange(br_n * f_rows if rows is None else rows, dtype=np.int64)[:, None]
+    lc = np.arange(b_n * bc_n * kc0 if cols is None else cols, dtype=np.int64)[None, :]
     b, rest = np.divmod(lc, bc_n * kc0)
     bc, ci = np.divmod(rest, kc0)
     br, ri = np.divmod(lr, f_rows)

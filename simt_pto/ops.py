@@ -76,18 +76,24 @@ def _check_move(op, tile, gtensor):
     if tile.dtype.itemsize != gtensor.dtype.itemsize:
         raise ConstraintError(op, None, "sizeof(tile.dtype) == sizeof(gtensor.dtype)",
                               f"tile {tile.dtype} vs tensor {gtensor.dtype}")
-    offs = gtensor.logical_offsets()
+    rows, cols = gtensor.logical_shape
     vr, vc = tile.valid
-    if vr > offs.shape[0] or vc > offs.shape[1]:
+    if vr > rows or vc > cols:
         raise ConstraintError(op, None, "transfer within the tensor's shape",
-                              f"tile valid {vr}x{vc} exceeds the tensor's logical {offs.shape[0]}x{offs.shape[1]}")
-    return offs[:vr, :vc]
+                              f"tile valid {vr}x{vc} exceeds the tensor's logical {rows}x{cols}")
+    return gtensor.logical_offsets(vr, vc)
 
 
 def tload(tile: Tile, gtensor: GlobalTensor) -> Tile:
     """TLOAD (memory-ops.md): ``tile[i, j] = gtensor[i, j]`` over the tile's valid region."""
     offs = _check_move("TLOAD", tile, gtensor)
-    values = gtensor.host_flat()[offs]
+    if gtensor.on_device:  # copy only the span the tile reads
+        from numba import cuda
+        lo, hi = int(offs.min()), int(offs.max()) + 1
+        span = cuda.as_cuda_array(gtensor.array).reshape(gtensor.size)[lo:hi].copy_to_host()
+        values = span.view(gtensor.dtype.numpy)[offs - lo]
+    else:
+        values = gtensor.host_flat()[offs]
     tile.data[tile.offsets()[: tile.valid_rows, : tile.valid_cols]] = values.view(tile.dtype.numpy)
     return tile
 
@@ -96,12 +102,13 @@ def tstore(gtensor: GlobalTensor, tile: Tile) -> GlobalTensor:
     """TSTORE (memory-ops.md): ``gtensor[i, j] = tile[i, j]`` over the tile's valid region."""
     offs = _check_move("TSTORE", tile, gtensor)
     values = tile.valid_numpy()
-    if gtensor.on_device:
-        flat = gtensor.host_flat().copy()
-        flat[offs] = values.view(flat.dtype)
+    if gtensor.on_device:  # read-modify-write only the span the tile covers (padding between rows kept)
         from numba import cuda
-        cuda.as_cuda_array(gtensor.array).copy_to_device(flat.reshape(gtensor.array.shape).view(
-            np.dtype(gtensor.array.__cuda_array_interface__["typestr"])))
+        lo, hi = int(offs.min()), int(offs.max()) + 1
+        device = cuda.as_cuda_array(gtensor.array).reshape(gtensor.size)[lo:hi]
+        span = device.copy_to_host()
+        span.view(gtensor.dtype.numpy)[offs - lo] = values.view(gtensor.dtype.numpy)
+        device.copy_to_device(span)
     else:
         flat = gtensor.flat
         flat[offs] = values.view(flat.dtype)

@@ -128,14 +128,25 @@ class GlobalTensor:
             return cuda.as_cuda_array(self.array).copy_to_host()
         return self.array
 
-    def logical_offsets(self) -> np.ndarray:
-        """Element offset of every logical ``(r, c)``: ``(prod(Shape[0..3]), Shape[4])`` for ND / DN,
-        ``(BRows*16, B*BCols*kC0)`` for NZ."""
+    @property
+    def logical_shape(self) -> tuple[int, int]:
+        """The logical matrix: ``(prod(Shape[0..3]), Shape[4])`` for ND / DN, ``(BRows*16, B*BCols*kC0)`` for NZ."""
         if self.layout == Layout.NZ:
-            return nz.gm_offsets(self.shape, self.stride)
-        idx = np.indices(self.shape, dtype=np.int64)
-        offs = sum(i * s for i, s in zip(idx, self.stride))
-        return offs.reshape(-1, self.shape[4])
+            b_n, bc_n, br_n, f_rows, kc0 = self.shape
+            return br_n * f_rows, b_n * bc_n * kc0
+        return math.prod(self.shape[:4]), self.shape[4]
+
+    def logical_offsets(self, rows=None, cols=None) -> np.ndarray:
+        """Element offset of every logical ``(r, c)`` (see :attr:`logical_shape`), or of the top-left
+        ``rows x cols`` block only: O(rows * cols), whatever the tensor's size."""
+        all_rows, all_cols = self.logical_shape
+        rows = all_rows if rows is None else min(rows, all_rows)
+        cols = all_cols if cols is None else min(cols, all_cols)
+        if self.layout == Layout.NZ:
+            return nz.gm_offsets(self.shape, self.stride, rows, cols)
+        outer = np.unravel_index(np.arange(rows, dtype=np.int64), self.shape[:4])
+        row_offsets = sum(i * s for i, s in zip(outer, self.stride[:4]))
+        return row_offsets[:, None] + np.arange(cols, dtype=np.int64)[None, :] * self.stride[4]
 
     def logical(self) -> np.ndarray:
         """The tensor as a logical matrix (a copy); see :meth:`logical_offsets`."""

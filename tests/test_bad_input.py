@@ -221,3 +221,27 @@ def test_dyn_ubuf_size_is_checked_on_every_target(dyn):
     with pytest.raises(TypeError, match="dyn_ubuf_size must be a non-negative int"):
         pto.gather(np.zeros(64, np.float32), np.array([1], np.int32), coalesce="elem", target="cpu",
                    dyn_ubuf_size=dyn)
+
+
+# -- TLOAD / TSTORE cost the tile, not the table ------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(65536, 64), (4, 16, 1024, 64)])
+def test_tload_and_tstore_cost_the_tile_not_the_table(shape):
+    """Was: an 8 x 64 TLOAD from a 16 MB table built np.indices over the whole tensor (a 224 MB peak)."""
+    import tracemalloc
+    table = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)  # 16 MB
+    gt = pto.GlobalTensor(table)
+    tile = pto.Tile("float32", 8, 64)
+    tracemalloc.start()
+    try:
+        pto.tload(tile, gt)
+        loaded = tile.numpy()
+        tile.fill(-1.0)
+        pto.tstore(gt, tile)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, f"peak {peak} B for an 8 x 64 tile"
+    flat = table.reshape(-1, 64)
+    np.testing.assert_array_equal(loaded, np.arange(8 * 64, dtype=np.float32).reshape(8, 64))
+    assert (flat[:8] == -1.0).all() and flat[8, 0] == 8 * 64
