@@ -14,6 +14,17 @@ SUBCOMMANDS = (
 )
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (argparse names the argument in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="simt-pto", description="PTO MGATHER / MSCATTER emulator")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -55,24 +55,28 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="GM table start address modulo 128 (a multiple of the element size)")
     p.add_argument("--dyn-ubuf-size", type=int, default=None, metavar="BYTES", help="A5 dynamic UB size")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
     return p
 
 
 def run(args) -> int:
+    """Bad arguments end in argparse's usage and one error line naming the argument (exit 2)."""
+    parser = args.parser
     try:
         idx = np.load(args.idx, allow_pickle=False)
     except (OSError, ValueError) as exc:
-        print(f"simt-pto coalesce: cannot read --idx {args.idx}: {exc}", file=sys.stderr)
-        return 2
+        parser.error(f"argument --idx: cannot read {args.idx}: {' '.join(str(exc).split())}")
+    if not isinstance(idx, np.ndarray) or idx.ndim not in (1, 2) or (args.coalesce == "row" and idx.ndim != 1):
+        want = "1-D (one row index per destination row)" if args.coalesce == "row" else "1-D or 2-D"
+        parser.error(f"argument --idx: {args.idx} holds a {getattr(idx, 'ndim', '?')}-D array; "
+                     f"--coalesce {args.coalesce} needs {want}")
     try:
         report = coalescing.analyze(
             args.op, args.coalesce, idx, args.table, args.tile, args.dtype, atomic=args.atomic,
             conflict=args.conflict, oob=args.oob, strict=args.strict, base_offset_bytes=args.base_offset,
             tile_layout=args.tile_layout, idx_layout=args.idx_layout, dyn_ubuf_size=args.dyn_ubuf_size)
     except (ConstraintError, OutOfBoundsError, ValueError, TypeError) as exc:
-        print(f"simt-pto coalesce: {exc}", file=sys.stderr)
-        return 2
+        parser.error(" ".join(str(exc).split()))
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         print()

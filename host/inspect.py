@@ -418,8 +418,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conflict", help="mscatter: last | default (default last)")
     p.add_argument("--dtype", default="float32", help="element dtype (default float32)")
     p.add_argument("--index-dtype", default="int32", help="int32 | uint32 (default int32)")
-    p.add_argument("--rows", type=int, default=8, help="valid rows R (default 8)")
-    p.add_argument("--cols", type=int, default=64, help="valid cols C (default 64)")
+    from .cli import positive_int
+    p.add_argument("--rows", type=positive_int, default=8, help="valid rows R (default 8)")
+    p.add_argument("--cols", type=positive_int, default=64, help="valid cols C (default 64)")
     p.add_argument("--cc", default=str(DEFAULT_CC), help="compute capability (default 90: sm_90)")
     p.add_argument("--sass", action="store_true", help="also list the SASS memory instructions (cuobjdump -sass)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -431,7 +432,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("inspect", help="compile one A5 kernel specialization (no GPU) and report it",
                               description=__doc__.split("\n\n")[0])
     add_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
 
 
 def run(args, own_process: bool | None = None) -> int:
@@ -444,11 +445,12 @@ def run(args, own_process: bool | None = None) -> int:
     try:
         cc = normalise_cc(args.cc)
         plan = build_plan(args.op, args.coalesce, **kwargs)
-    except ConstraintError as e:
-        print(f"simt-pto inspect: ConstraintError: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError) as e:
-        print(f"simt-pto inspect: {type(e).__name__}: {e}", file=sys.stderr)
+    except (ConstraintError, ValueError, TypeError) as e:
+        message = f"{type(e).__name__}: {' '.join(str(e).split())}"
+        parser = getattr(args, "parser", None)
+        if parser is not None:
+            parser.error(message)  # argparse's usage and one error line, exit 2
+        print(f"simt-pto inspect: {message}", file=sys.stderr)
         return 2
     try:
         if _claim_real_mode(_owns_process() if own_process is None else own_process):
@@ -469,6 +471,7 @@ def main(argv=None) -> int:
     """``python -m simt_pto.host.inspect ...``: the ``simt-pto inspect`` command in a process of its own."""
     parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
+    parser.set_defaults(parser=parser)
     return run(parser.parse_args(argv), own_process=True)
 
 

@@ -114,11 +114,17 @@ def validate_last(coalesce="row", rows=65536, cols=64, n=16_000_000, repeat=5, s
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-last", help="check Conflict::Last scatters bitwise against the sequential "
                                                     "golden, K times, at scale")
+    from .cli import positive_int
     p.add_argument("--coalesce", choices=("row", "elem"), default="row")
-    p.add_argument("--rows", type=int, default=65536, help="table rows")
-    p.add_argument("--cols", type=int, default=64, help="table columns")
-    p.add_argument("--n", type=int, default=16_000_000, help="source elements")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--rows", type=positive_int, default=65536, help="table rows")
+    p.add_argument("--cols", type=positive_int, default=64, help="table columns")
+    p.add_argument("--n", type=positive_int, default=16_000_000, help="source elements (Row: at least --cols)")
+    p.add_argument("--repeat", type=positive_int, default=5, help="runs of each conflict policy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--last-path", choices=("auto", "slot", "owner"), default="auto")
-    p.set_defaults(func=lambda a: validate_last(a.coalesce, a.rows, a.cols, a.n, a.repeat, a.seed, a.last_path))
+
+    def run(a):
+        if a.coalesce == "row" and a.n < a.cols:
+            p.error(f"argument --n: a Row workload moves whole rows of --cols {a.cols} elements; got --n {a.n}")
+        return validate_last(a.coalesce, a.rows, a.cols, a.n, a.repeat, a.seed, a.last_path)
+    p.set_defaults(func=run)

@@ -399,8 +399,11 @@ def _cli(argv, capsys):
     from simt_pto.host import coalesce
     parser = argparse.ArgumentParser(prog="simt-pto")
     coalesce.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["coalesce", *argv])
-    status = args.func(args)
+    try:
+        args = parser.parse_args(["coalesce", *argv])
+        status = args.func(args)
+    except SystemExit as exit_:  # argparse's error: usage and one line on stderr
+        status = exit_.code
     out = capsys.readouterr()
     return status, out.out, out.err
 
