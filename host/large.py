@@ -84,8 +84,8 @@ def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
     else:
         want = "2-D" if two_d_only else "1-D or 2-D"
         raise ConstraintError("whole-array op", None, f"{what} is {want}", f"{what} has shape {shape}")
-    if rows * cols == 0:
-        raise ConstraintError("whole-array op", None, "non-empty arrays", f"{what} has shape {shape}")
+    if rows * cols == 0 and what == "table":  # no indices (and so no source) is a no-op, as in numpy
+        raise ConstraintError("whole-array op", None, "a non-empty table", f"table has shape {shape}")
     return _Array(obj, dt, shape, rows, cols, device)
 
 
@@ -189,14 +189,16 @@ def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict,
         raise ConstraintError(op, target, "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
     if check is not None:
         check(table_a, idx_a)
-    cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols
-    data_tile, idx_tile, tile_rows = _tiles_for(op, target, coalesce, table_a.dtype, idx_a.dtype, idx_a.rows, cols,
-                                                tile_rows, dyn_ubuf_size)
+    cols = table_a.cols if coalesce == Coalesce.ROW else max(idx_a.cols, 1)
+    # an empty index array is validated as one row (the call's rules), then runs nothing
+    data_tile, idx_tile, tile_rows = _tiles_for(op, target, coalesce, table_a.dtype, idx_a.dtype, max(idx_a.rows, 1),
+                                                cols, tile_rows, dyn_ubuf_size)
     # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
     shape = table_a.shape if coalesce == Coalesce.ROW else (table_a.size,)
     gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
     plan = plan_fn(target, gt, data_tile, idx_tile, coalesce, strict, dyn_ubuf_size)
-    _check_indices(op, target, idx_a, plan.capacity, plan.rule, strict)
+    if idx_a.size:
+        _check_indices(op, target, idx_a, plan.capacity, plan.rule, strict)
     return target, coalesce, table_a, idx_a, tile_rows, plan
 
 
@@ -219,6 +221,8 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
         "MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
     out_shape = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else idx_a.shape
     out_cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols
+    if idx_a.size == 0:
+        return np.zeros(out_shape, dtype=table_a.dtype.numpy)
     if target == "a5":
         from . import large_a5
         return large_a5.gather(plan, table_a, idx_a, tile_rows, out_shape, out_cols)
@@ -268,6 +272,8 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
         "MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype, check_src)
     src_a = operands["src"]
+    if idx_a.size == 0:
+        return table
     if target == "cpu" and atomic != ScatterAtomicOp.NONE:
         warnings.warn(f"MSCATTER on cpu: atomic {atomic.name} is a plain replace on the CPU simulator "
                       "(MSCATTER.md, CPU Reference Form: 'Atomic is always plain replace'); target='a2a3' is the "

@@ -1,0 +1,265 @@
+"""Property-based fuzzing of the whole-array ops on every target (Hypothesis).
+
+Property: a call either returns the result of the independent oracle below (bitwise; the values of float
+Adds are small integers, exact in every order), with the table of a gather, the inputs of a scatter and the
+memory around the table unchanged; or it raises ConstraintError, TypeError or OutOfBoundsError with the table
+and the memory around it bitwise unchanged. Never a crash, a raw Numba / numpy error, or a write after a
+refusal.
+
+The oracle is a plain loop over the ISA's rules: indices cast to uint32, then Clamp (``min(u, cap - 1)``),
+Wrap (``u % cap``), Zero / Skip (masked), Undefined (refused under strict, masked otherwise); the CPU
+simulator's MSCATTER ignores ScatterOOB and the atomic (plain replace); Conflict::Last and every sequential
+target let the last writer in source order win; Conflict::Default on A5 leaves one of the writers.
+
+Budget: the default profile (60 calls, a fixed set) keeps to the test suite's time; ``SIMT_PTO_FUZZ=long``
+(or ``--hypothesis-profile=long``) runs a long random campaign of ``SIMT_PTO_FUZZ_EXAMPLES`` calls (100,000).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+import simt_pto as pto
+
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("long", max_examples=int(os.environ.get("SIMT_PTO_FUZZ_EXAMPLES", "100000")), deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("SIMT_PTO_FUZZ", "ci"))
+
+TARGETS = ("cpu", "a2a3", "a5")
+DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "bfloat16", "float32", "float8_e4m3",
+          "float8_e5m2", "hifloat8", "float64", "int64")
+ALLOWED = (pto.ConstraintError, TypeError, pto.OutOfBoundsError)
+SPECIAL_INDICES = (-1, -7, 2 ** 31 - 1, -(2 ** 31))  # as uint32: 4294967295, ..., 2**31 - 1, 2**31
+GUARD = 16
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cpu_backend():
+    previous = pto.a5_backend()
+    pto.set_a5_backend("cpu")
+    yield
+    pto.set_a5_backend(previous)
+
+
+# -- the oracle -------------------------------------------------------------------------------------------------
+
+def policy(op, target, oob, strict):
+    """What happens to an out-of-range index: "clamp", "wrap", "mask" or "refuse"."""
+    if op == "scatter" and target == "cpu":
+        oob = "undefined"  # the CPU simulator's MSCATTER uses every index unchecked
+    if oob in ("clamp", "wrap"):
+        return oob
+    if oob in ("zero", "skip"):
+        return "mask"
+    return "refuse" if strict else "mask"
+
+
+def remap(index, capacity, rule):
+    """``(slot, in range)`` of one index under ``rule``; the index is cast to uint32 first (-1 is 4294967295)."""
+    u = int(index) & 0xFFFFFFFF
+    if rule == "clamp":
+        return min(u, capacity - 1), True
+    if rule == "wrap":
+        return u % capacity, True
+    return u, u < capacity
+
+
+def bits(array):
+    array = np.ascontiguousarray(array)
+    return array.view(f"u{array.dtype.itemsize}")
+
+
+def as_int(value_bits, dtype):
+    """A raw-bit integer as a Python int of the integer dtype (for wrapping adds and max / min)."""
+    d = np.dtype(dtype)
+    return int(np.array([value_bits], f"u{d.itemsize}").view(d)[0])
+
+
+def combine(old_bits, new_bits, atomic, dtype):
+    """One sequential update in the element type, on raw bits. Float values are small integers: exact."""
+    if atomic == "none":
+        return new_bits
+    d = pto.dtypes.resolve(dtype)
+    if d.numpy.kind in "iu":
+        old, new = as_int(old_bits, d.numpy), as_int(new_bits, d.numpy)
+        result = {"add": old + new, "max": max(old, new), "min": min(old, new)}[atomic]
+        return int(np.array([result % (1 << (8 * d.itemsize))], np.uint64).astype(d.bits)[0])
+    old = float(np.array([old_bits], d.bits).view(d.numpy)[0])
+    new = float(np.array([new_bits], d.bits).view(d.numpy)[0])
+    result = {"add": old + new, "max": max(old, new), "min": min(old, new)}[atomic]
+    return int(np.array([result], np.float64).astype(d.numpy).view(d.bits)[0])
+
+
+# -- inputs -----------------------------------------------------------------------------------------------------
+
+@st.composite
+def values_for(draw, dtype, shape, small):
+    """Random raw bits (NaNs and all: the ops move bits), or small integers where arithmetic is checked."""
+    d = pto.dtypes.resolve(dtype) if dtype not in ("float64", "int64") else None
+    np_dtype = np.dtype(dtype) if d is None else d.numpy
+    n = int(np.prod(shape))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    if small and (d is None or d.kind != "opaque"):
+        signed = np_dtype.kind != "u"
+        raw = rng.integers(-3 if signed else 0, 4, n)
+        return raw.astype(np.float64).astype(np_dtype).reshape(shape)
+    width = np_dtype.itemsize
+    raw = rng.integers(0, 1 << (8 * width), n, dtype=np.uint64).astype(f"u{width}")
+    return raw.view(np_dtype).reshape(shape)
+
+
+@st.composite
+def calls(draw):
+    op = draw(st.sampled_from(("gather", "scatter")))
+    target = draw(st.sampled_from(TARGETS))
+    coalesce = draw(st.sampled_from(("row", "elem")))
+    dtype = draw(st.sampled_from(DTYPES))
+    rows, cols = draw(st.integers(1, 9)), draw(st.integers(1, 40))
+    capacity = rows if coalesce == "row" else rows * cols
+    n = draw(st.integers(0, 70))
+    in_range = st.integers(0, capacity - 1)
+    out_of_range = st.one_of(st.sampled_from(SPECIAL_INDICES), st.integers(capacity, capacity + 5))
+    idx = draw(st.lists(st.one_of(in_range, in_range, in_range, out_of_range), min_size=n, max_size=n))
+    idx_dtype = draw(st.sampled_from(("int32", "int32", "uint32", "int64")))
+    idx = np.array([i & 0xFFFFFFFF if idx_dtype == "uint32" else i for i in idx], dtype=np.int64).astype(idx_dtype)
+    if coalesce == "elem" and n and n % 2 == 0 and draw(st.booleans()):
+        idx = idx.reshape(2, n // 2)  # a 2-D index array (Elem)
+    atomic = draw(st.sampled_from(("none", "none", "add", "max", "min"))) if op == "scatter" else "none"
+    oob = draw(st.sampled_from(("undefined", "clamp", "wrap", "zero" if op == "gather" else "skip")))
+    call = dict(op=op, target=target, coalesce=coalesce, dtype=dtype, oob=oob, atomic=atomic,
+                conflict=draw(st.sampled_from(("last", "default"))) if op == "scatter" else None,
+                strict=draw(st.booleans()), last_path=draw(st.sampled_from(("auto", "slot", "owner"))))
+    small = atomic != "none"
+    call["table"] = draw(values_for(dtype, (rows, cols) if coalesce == "row" else (rows * cols,), small))
+    call["src"] = draw(values_for(dtype, (idx.shape[0], cols) if coalesce == "row" else idx.shape, small))
+    call["idx"] = idx
+    call["odd"] = draw(st.sampled_from(("plain", "plain", "read_only_idx", "read_only_src", "read_only_table",
+                                        "strided_idx", "fortran_idx", "matrix_table", "strided_table")))
+    return call
+
+
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def prepare(call):
+    """The arrays as the call passes them: the table inside a guarded buffer (sentinels around it)."""
+    table = call["table"]
+    buffer = np.empty(table.size + 2 * GUARD, table.dtype)
+    bits(buffer)[:] = 0xA5
+    bits(buffer)[GUARD:GUARD + table.size] = bits(table).reshape(-1)
+    table_view = buffer[GUARD:GUARD + table.size].reshape(table.shape)
+    idx, src = call["idx"], call["src"]
+    odd = call["odd"]
+    if odd == "read_only_idx":
+        idx = _read_only(idx)
+    elif odd == "read_only_src":
+        src = _read_only(src)
+    elif odd == "read_only_table":
+        table_view.flags.writeable = False
+    elif odd == "strided_idx":
+        idx = np.repeat(idx, 2, axis=0)[::2]
+    elif odd == "fortran_idx":
+        idx = np.asfortranarray(idx)
+    elif odd == "matrix_table" and table_view.ndim == 2:
+        table_view = table_view.view(np.matrix)
+    elif odd == "strided_table" and table_view.ndim == 1 and table_view.size > 1:
+        table_view = buffer[GUARD:GUARD + 2 * (table.size // 2)][::2]
+    return buffer, table_view, idx, src
+
+
+def oracle_gather(call):
+    table, idx = call["table"], call["idx"]
+    rule = policy("gather", call["target"], call["oob"], call["strict"])
+    rows_first = table if call["coalesce"] == "row" else table.reshape(-1)
+    capacity = rows_first.shape[0]
+    out = np.zeros(idx.shape + ((table.shape[1],) if call["coalesce"] == "row" else ()), table.dtype)
+    for pos in np.ndindex(idx.shape):
+        slot, ok = remap(idx[pos], capacity, rule)
+        if not ok and rule == "refuse":
+            return "refuse"
+        if ok:
+            out[pos] = rows_first[slot]
+    return out
+
+
+def oracle_scatter(call):
+    """(expected table bits, per-slot writers for Conflict::Default) or "refuse"."""
+    table, idx, src, atomic = call["table"], call["idx"], call["src"], call["atomic"]
+    target = call["target"]
+    rule = policy("scatter", target, call["oob"], call["strict"])
+    row = call["coalesce"] == "row"
+    width = table.shape[1] if row else 1
+    out = bits(table).reshape(-1).copy()
+    capacity = out.size // width
+    src_bits = bits(src).reshape(-1, width)
+    effective = "none" if target == "cpu" else atomic
+    writers = {}
+    for p, index in enumerate(idx.reshape(-1)):
+        slot, ok = remap(index, capacity, rule)
+        if not ok:
+            if rule == "refuse":
+                return "refuse", None
+            continue
+        for c in range(width):
+            e = slot * width + c
+            out[e] = combine(int(out[e]), int(src_bits[p, c]), effective, call["dtype"])
+            writers.setdefault(e, set()).add(int(src_bits[p, c]))
+    return out, writers
+
+
+# -- the property -----------------------------------------------------------------------------------------------
+
+def run(call, table, idx, src):
+    kw = dict(coalesce=call["coalesce"], oob=call["oob"], target=call["target"], strict=call["strict"])
+    dtype = call["dtype"] if call["dtype"] == "hifloat8" else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # cpu atomics: a plain replace, by design
+        warnings.simplefilter("ignore", PendingDeprecationWarning)  # np.matrix
+        if call["op"] == "gather":
+            return pto.gather(table, idx, dtype=dtype, **kw)
+        return pto.scatter(table, src, idx, atomic=call["atomic"], conflict=call["conflict"],
+                           last_path=call["last_path"], dtype=dtype, **kw)
+
+
+@given(calls())
+def test_whole_array_calls_match_the_oracle_or_refuse_cleanly(call):
+    buffer, table, idx, src = prepare(call)
+    before = bits(buffer).copy()
+    idx_before, src_before = idx.copy(), np.array(src, copy=True)
+    try:
+        result = run(call, table, idx, src)
+    except ALLOWED as refusal:
+        event(f"refused: {type(refusal).__name__}")
+        assert np.array_equal(bits(buffer), before), "a refused call wrote"
+        return
+    finally:
+        assert np.array_equal(idx, idx_before) and np.array_equal(bits(np.asarray(src)), bits(src_before)), \
+            "an input changed"
+    event(f"ran: {call['op']} on {call['target']}")
+    guard = np.r_[bits(buffer)[:GUARD], bits(buffer)[-GUARD:]]
+    assert (guard == np.r_[before[:GUARD], before[-GUARD:]]).all(), "wrote outside the table"
+    core = bits(buffer)[GUARD:GUARD + call["table"].size]
+    if call["op"] == "gather":
+        want = oracle_gather(call)
+        assert not isinstance(want, str), "an out-of-range index under strict UNDEFINED was not refused"
+        assert np.array_equal(core, before[GUARD:GUARD + call["table"].size]), "a gather wrote its table"
+        assert np.array_equal(bits(np.asarray(result)).reshape(-1), bits(want).reshape(-1))
+        return
+    want, writers = oracle_scatter(call)
+    assert not isinstance(want, str), "an out-of-range index under strict UNDEFINED was not refused"
+    if call["target"] == "a5" and call["atomic"] == "none" and call["conflict"] == "default":
+        old = before[GUARD:GUARD + call["table"].size]
+        for e in range(core.size):
+            assert core[e] == old[e] if e not in writers else int(core[e]) in writers[e], f"slot {e}"
+        return
+    assert np.array_equal(core, want), "scatter result"
