@@ -263,3 +263,124 @@ def test_whole_array_calls_match_the_oracle_or_refuse_cleanly(call):
             assert core[e] == old[e] if e not in writers else int(core[e]) in writers[e], f"slot {e}"
         return
     assert np.array_equal(core, want), "scatter result"
+
+
+# -- tile ops: layouts, valid < padded, index tile shapes -------------------------------------------------------
+
+@st.composite
+def tile_calls(draw):
+    from oracles import min_contiguous
+    op = draw(st.sampled_from(("mgather", "mscatter")))
+    target = draw(st.sampled_from(TARGETS))
+    coalesce = draw(st.sampled_from(("row", "elem")))
+    dtype = draw(st.sampled_from(DTYPES[:12]))  # the element dtypes (float64 / int64 are refused above)
+    vr, vc = draw(st.integers(1, 6)), draw(st.integers(1, 20))
+    blayout = draw(st.sampled_from(("row_major", "row_major", "col_major")))
+    unit = min_contiguous(dtype)
+    pad_r, pad_c = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    if blayout == "row_major":
+        rows, cols = vr + pad_r, -(-(vc + pad_c) // unit) * unit
+    else:
+        rows, cols = -(-(vr + pad_r) // unit) * unit, vc + pad_c
+    t_rows = draw(st.integers(1, 8))
+    t_cols = vc if coalesce == "row" else draw(st.integers(1, 24))
+    capacity = t_rows if coalesce == "row" else t_rows * t_cols
+    n = vr if coalesce == "row" else vr * vc
+    in_range = st.integers(0, capacity - 1)
+    out_of_range = st.one_of(st.sampled_from(SPECIAL_INDICES), st.integers(capacity, capacity + 3))
+    indices = draw(st.lists(st.one_of(in_range, in_range, out_of_range), min_size=n, max_size=n))
+    if coalesce == "row":
+        idx_layout = draw(st.sampled_from(("row", "col", "elem")))  # "elem": an [R, C] index tile (cpu's walk)
+    else:
+        idx_layout = draw(st.sampled_from(("elem", "elem_col")))
+    atomic = draw(st.sampled_from(("none", "none", "add", "max", "min"))) if op == "mscatter" else "none"
+    oob = draw(st.sampled_from(("undefined", "clamp", "wrap", "zero" if op == "mgather" else "skip")))
+    small = atomic != "none"
+    return dict(op=op, target=target, coalesce=coalesce, dtype=dtype, valid=(vr, vc), shape=(rows, cols),
+                blayout=blayout, indices=indices, idx_layout=idx_layout,
+                index_dtype=draw(st.sampled_from(("int32", "uint32"))), atomic=atomic, oob=oob,
+                conflict=draw(st.sampled_from(("last", "default"))), strict=draw(st.booleans()),
+                table=draw(values_for(dtype, (t_rows, t_cols), small)),
+                data=draw(values_for(dtype, (vr, vc), small)), alias=draw(st.integers(0, 19)) == 0)
+
+
+def _index_values(call):
+    vr, vc = call["valid"]
+    values = np.array(call["indices"], np.int64)
+    if call["idx_layout"] in ("row", "col"):
+        return values.reshape(vr)
+    if call["coalesce"] == "row":  # [R, C] index tile in Row mode: the row index repeated along the row
+        return np.repeat(values[:, None], vc, axis=1)
+    return values.reshape(vr, vc)
+
+
+@given(tile_calls())
+def test_tile_ops_match_the_oracle_or_refuse_cleanly(call):
+    from oracles import index_tile, make_tile, read_tile, sentinel
+    dtype, (vr, vc) = call["dtype"], call["valid"]
+    d = pto.dtypes.resolve(dtype)
+    idx_values = _index_values(call)
+    idx = index_tile(idx_values, call["idx_layout"], call["index_dtype"])
+    data = make_tile(dtype, *call["shape"], valid=(vr, vc), blayout=call["blayout"],
+                     logical_bits=bits(call["data"]) if call["op"] == "mscatter" else None)
+    table = call["table"]
+    buffer = np.empty(table.size + 2 * GUARD, d.numpy)
+    bits(buffer)[:] = 0xA5
+    bits(buffer)[GUARD:GUARD + table.size] = bits(table).reshape(-1)
+    gt = pto.GlobalTensor(buffer[GUARD:GUARD + table.size], shape=table.shape, dtype=d)
+    if call["alias"]:
+        idx = data  # the same tile as data and index
+    before, data_before, idx_before = bits(buffer).copy(), read_tile(data), read_tile(idx)
+    kw = dict(coalesce=call["coalesce"], oob=call["oob"], target=call["target"], strict=call["strict"])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            if call["op"] == "mgather":
+                pto.mgather(data, gt, idx, **kw)
+            else:
+                pto.mscatter(gt, data, idx, atomic=call["atomic"], conflict=call["conflict"], **kw)
+    except ALLOWED as refusal:
+        event(f"tile op refused: {type(refusal).__name__}: {getattr(refusal, 'rule', '')}")
+        assert np.array_equal(bits(buffer), before), "a refused call wrote the table"
+        assert np.array_equal(read_tile(data), data_before), "a refused call wrote the tile"
+        return
+    event(f"tile op ran: {call['op']} on {call['target']}")
+    assert not call["alias"], "the same tile as data and index was accepted"
+    assert np.array_equal(read_tile(idx), idx_before), "the index tile changed"
+    guard = np.r_[bits(buffer)[:GUARD], bits(buffer)[-GUARD:]]
+    assert (guard == np.r_[before[:GUARD], before[-GUARD:]]).all(), "wrote outside the table"
+    core = bits(buffer)[GUARD:GUARD + table.size]
+    got = read_tile(data)
+    pad = np.ones(got.shape, bool)
+    pad[:vr, :vc] = False
+    if call["op"] == "mgather":
+        assert (got[pad] == sentinel(dtype)).all(), "wrote the padding"
+        assert np.array_equal(core, before[GUARD:GUARD + table.size]), "a gather wrote its table"
+        wc = call["coalesce"] == "row"
+        whole = dict(table=table, idx=idx_values if not wc else idx_values.reshape(vr, -1)[:, 0], target=call["target"],
+                     oob=call["oob"], strict=call["strict"], coalesce=call["coalesce"])
+        want = oracle_gather(whole)
+        assert not isinstance(want, str), "an out-of-range index under strict UNDEFINED was not refused"
+        assert np.array_equal(got[:vr, :vc], bits(want).reshape(vr, vc))
+        return
+    assert np.array_equal(got, data_before), "a scatter wrote its source tile"
+    cpu = call["target"] == "cpu"
+    if call["coalesce"] == "row" and not cpu:
+        idx_flat = idx_values.reshape(vr, -1)[:, 0]
+        src = call["data"]
+    else:  # Elem, and the CPU simulator's element-wise walk in either mode
+        if call["coalesce"] == "row" and idx_values.ndim == 1:
+            return  # the cpu walk needs an [R, C] index: such a call is refused above
+        idx_flat = idx_values.reshape(-1)
+        src = call["data"].reshape(-1)
+    whole = dict(table=table if call["coalesce"] == "row" and not cpu else table.reshape(-1), idx=idx_flat, src=src,
+                 atomic=call["atomic"], target=call["target"], oob=call["oob"], strict=call["strict"],
+                 coalesce="row" if call["coalesce"] == "row" and not cpu else "elem", dtype=dtype)
+    want, writers = oracle_scatter(whole)
+    assert not isinstance(want, str), "an out-of-range index under strict UNDEFINED was not refused"
+    if call["target"] == "a5" and call["atomic"] == "none" and call["conflict"] == "default":
+        old = before[GUARD:GUARD + table.size]
+        for e in range(core.size):
+            assert core[e] == old[e] if e not in writers else int(core[e]) in writers[e], f"slot {e}"
+        return
+    assert np.array_equal(core, want), "scatter result"
