@@ -116,14 +116,14 @@ def values_for(draw, dtype, shape, small):
 
 
 @st.composite
-def calls(draw):
+def calls(draw, targets=TARGETS, max_rows=9, max_cols=40, max_n=70):
     op = draw(st.sampled_from(("gather", "scatter")))
-    target = draw(st.sampled_from(TARGETS))
+    target = draw(st.sampled_from(targets))
     coalesce = draw(st.sampled_from(("row", "elem")))
     dtype = draw(st.sampled_from(DTYPES))
-    rows, cols = draw(st.integers(1, 9)), draw(st.integers(1, 40))
+    rows, cols = draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols))
     capacity = rows if coalesce == "row" else rows * cols
-    n = draw(st.integers(0, 70))
+    n = draw(st.integers(0, max_n))
     in_range = st.integers(0, capacity - 1)
     out_of_range = st.one_of(st.sampled_from(SPECIAL_INDICES), st.integers(capacity, capacity + 5))
     idx = draw(st.lists(st.one_of(in_range, in_range, in_range, out_of_range), min_size=n, max_size=n))
@@ -384,3 +384,17 @@ def test_tile_ops_match_the_oracle_or_refuse_cleanly(call):
             assert core[e] == old[e] if e not in writers else int(core[e]) in writers[e], f"slot {e}"
         return
     assert np.array_equal(core, want), "scatter result"
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(calls(targets=("a5",), max_rows=4, max_cols=16, max_n=12))
+def test_whole_array_calls_on_the_simulator(call):
+    """The same property, a smaller budget, the A5 kernels interpreted by Numba's CUDA simulator."""
+    if "simulator" not in pto.a5_backends():
+        pytest.skip("numba.cuda runs in real mode in this process: no simulator")
+    pto.set_a5_backend("simulator")
+    try:
+        test_whole_array_calls_match_the_oracle_or_refuse_cleanly.hypothesis.inner_test(call)
+    finally:
+        pto.set_a5_backend("cpu")
