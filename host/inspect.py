@@ -150,7 +150,7 @@ def signature(launch) -> tuple:
 
 def policy_dict(launch) -> dict:
     """The compile-time policy of a launch, by name."""
-    from simt_pto.kernels.index_policy import RULE_NAMES
+    from simt_pto.policy import RULE_NAMES
     out = {"rule": RULE_NAMES.get(launch.policy[0], launch.policy[0])}
     if len(launch.policy) == 3:
         out["atomic"] = ScatterAtomicOp(launch.policy[1]).name.lower()

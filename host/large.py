@@ -135,7 +135,7 @@ def _tiles_for(op, target, coalesce, dtype, idx_dtype, rows, cols, tile_rows, dy
 
 def _check_indices(op, target, idx: _Array, capacity, rule, strict):
     """UNDEFINED under strict: refuse out-of-range indices before anything is written."""
-    from simt_pto.kernels.index_policy import IDENTITY
+    from simt_pto.policy import IDENTITY
     if rule != IDENTITY:
         return
     if idx.device:

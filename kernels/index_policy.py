@@ -1,4 +1,5 @@
-"""The one index-policy helper: (index, capacity, rule) -> (slot, in range).
+"""The one index-policy helper: (index, capacity, rule) -> (slot, in range). The rules are the model's
+(:mod:`simt_pto.policy`).
 
 Every A5 kernel and every A2/A3 loop calls :func:`remap_index` with ``rule`` a compile-time constant,
 so the policy branch folds away (the ISA's ``if constexpr``). Clamp and Wrap transform the index;
@@ -9,31 +10,7 @@ from __future__ import annotations
 import numba
 from numba import njit
 
-from simt_pto.enums import GatherOOB, ScatterOOB
-
-IDENTITY = 0
-"""GatherOOB / ScatterOOB UNDEFINED: no remap (the host has checked the indices)."""
-CLAMP = 1
-"""``min(uint32(i), capacity - 1)``."""
-WRAP = 2
-"""``uint32(i) % capacity``."""
-MASK = 3
-"""GatherOOB ZERO / ScatterOOB SKIP (and UNDEFINED with strict=False): out-of-range lanes are
-reported as not in range; the caller writes zero (gather) or skips the store (scatter)."""
-
-RULE_NAMES = {IDENTITY: "identity", CLAMP: "clamp", WRAP: "wrap", MASK: "mask"}
-
-
-def index_rule(oob, strict: bool = True) -> int:
-    """The rule a GatherOOB / ScatterOOB policy compiles to. UNDEFINED with ``strict=False`` masks,
-    which is the emulator's documented memory-safe result (OOB reads give 0, OOB writes are dropped)."""
-    if oob is GatherOOB.CLAMP or oob is ScatterOOB.CLAMP:
-        return CLAMP
-    if oob is GatherOOB.WRAP or oob is ScatterOOB.WRAP:
-        return WRAP
-    if oob is GatherOOB.ZERO or oob is ScatterOOB.SKIP:
-        return MASK
-    return IDENTITY if strict else MASK
+from simt_pto.policy import CLAMP, IDENTITY, MASK, RULE_NAMES, WRAP, index_rule  # noqa: F401  (re-exported)
 
 
 @njit(inline="always", cache=True)

@@ -501,7 +501,7 @@ def _index_matrix(coalesce, raw, tile_shape, table_cols):
 
 def _remap(raw, capacity, rule):
     """``kernels.index_policy.remap_index`` over an array: (slot, in range)."""
-    from simt_pto.kernels.index_policy import CLAMP, MASK, WRAP
+    from .policy import CLAMP, MASK, WRAP
     if rule == CLAMP:
         return np.minimum(raw, capacity - 1), np.ones(raw.shape, dtype=bool)
     if rule == WRAP:
@@ -513,7 +513,7 @@ def _remap(raw, capacity, rule):
 
 def _check_oob(op, raw, capacity, rule, coalesce):
     """What ``constraints.check_oob`` does for one tile, over the whole index (the API raises it per call)."""
-    from simt_pto.kernels.index_policy import IDENTITY
+    from .policy import IDENTITY
     if rule != IDENTITY:
         return
     bad = raw >= capacity

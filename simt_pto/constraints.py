@@ -17,7 +17,7 @@ from .enums import (BLayout, Coalesce, GatherExec, Layout, ScatterAtomicOp, Scat
 from .errors import ConstraintError, OutOfBoundsError
 from .tensor import GlobalTensor
 from .tile import Tile
-from simt_pto.kernels.index_policy import IDENTITY, index_rule
+from .policy import IDENTITY, index_rule
 
 
 @dataclass

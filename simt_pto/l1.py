@@ -42,7 +42,7 @@ from .enums import Coalesce, GatherExec, Layout, TileType
 from .errors import ConstraintError
 from .tensor import GlobalTensor
 from .tile import Tile
-from simt_pto.kernels.index_policy import index_rule
+from .policy import index_rule
 
 OP = "MGATHER"
 L1_TARGETS = ("a2a3", "a5")
