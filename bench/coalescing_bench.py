@@ -354,7 +354,8 @@ class Device:
             flat = table.reshape(-1)
             ti = torch.as_tensor(idx.astype(np.int64), device="cuda")
             src = (torch.ones(len(idx), p.cols, device="cuda") if row else torch.ones(len(idx), device="cuda")).to(tdt)
-            tev = (lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            def tev():
+                return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             fns = {}
             if s.op == "mgather":
                 fns["torch.index_select" if row else "torch.take"] = (
@@ -383,7 +384,8 @@ class Device:
             flat = table.reshape(-1)
             ci = cp.asarray(idx.astype(np.int64))
             src = cp.ones((len(idx), p.cols) if row else len(idx), dtype=table.dtype)
-            cev = (lambda: (cp.cuda.Event(), cp.cuda.Event()))
+            def cev():
+                return cp.cuda.Event(), cp.cuda.Event()
             fns = {}
             if s.op == "mgather":
                 fns["cupy.take"] = (lambda: cp.take(table, ci, axis=0)) if row else (lambda: cp.take(flat, ci))

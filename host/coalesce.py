@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from simt_pto import coalescing
+from . import coalescing
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 
 

@@ -14,7 +14,12 @@ from typing import Callable
 
 import numpy as np
 
-import simt_pto as pto
+from simt_pto import ops
+from simt_pto.backend import a5_backend
+from simt_pto.errors import ConstraintError
+from simt_pto.ops import mgather, mscatter
+from simt_pto.tensor import GlobalTensor
+from simt_pto.tile import Tile
 
 TARGETS = ("cpu", "a2a3", "a5")
 
@@ -42,9 +47,9 @@ def _embedding_lookup():
         return dict(table=table, idx=idx)
 
     def run(d, target):
-        dst = pto.Tile(np.float16, 8, 64)
-        idx = pto.Tile.from_array(d["idx"][None, :], 1, 8)
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), idx, coalesce="row", oob="clamp", target=target)
+        dst = Tile(np.float16, 8, 64)
+        idx = Tile.from_array(d["idx"][None, :], 1, 8)
+        mgather(dst, GlobalTensor(d["table"]), idx, coalesce="row", oob="clamp", target=target)
         return dst.numpy()
 
     def expected(d):
@@ -58,8 +63,8 @@ def _elem_2d():
         return dict(table=rng.random(256).astype(np.float32), idx=rng.integers(-300, 600, (8, 32)).astype(np.int32))
 
     def run(d, target):
-        dst = pto.Tile(np.float32, 8, 32)
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.Tile.from_array(d["idx"]), coalesce="elem", oob="wrap",
+        dst = Tile(np.float32, 8, 32)
+        mgather(dst, GlobalTensor(d["table"]), Tile.from_array(d["idx"]), coalesce="elem", oob="wrap",
                     target=target)
         return dst.numpy()
 
@@ -73,9 +78,9 @@ def _row_colmajor_idx():
         return dict(table=_table(rng, 64, 64, np.float16), idx=rng.integers(0, 64, 8).astype(np.int32))
 
     def run(d, target):
-        dst = pto.Tile(np.float16, 8, 64)
-        idx = pto.Tile.from_array(d["idx"][:, None], 8, 8, blayout="col_major")
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), idx, coalesce="row", target=target)
+        dst = Tile(np.float16, 8, 64)
+        idx = Tile.from_array(d["idx"][:, None], 8, 8, blayout="col_major")
+        mgather(dst, GlobalTensor(d["table"]), idx, coalesce="row", target=target)
         return dst.numpy()
     return Case("[R, 1] ColMajor index", "MGATHER Row, A5 only", build, run, lambda d: d["table"][d["idx"]])
 
@@ -85,8 +90,8 @@ def _gather_zero():
         return dict(table=_table(rng, 16, 32, np.int8), idx=np.array([3, 16, -1, 15], np.int32))
 
     def run(d, target):
-        dst = pto.Tile(np.int8, 4, 32)
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.Tile.from_array(d["idx"][None, :], 1, 8), oob="zero",
+        dst = Tile(np.int8, 4, 32)
+        mgather(dst, GlobalTensor(d["table"]), Tile.from_array(d["idx"][None, :], 1, 8), oob="zero",
                     target=target)
         return dst.numpy()
 
@@ -104,9 +109,9 @@ def _scalar_gather():
         return dict(table=rng.random(32).astype(np.float32), idx=np.array([[7]], np.int32))
 
     def run(d, target):
-        dst = pto.Tile(np.float32, 1, 8, valid=(1, 1))
-        idx = pto.Tile.from_array(d["idx"], 1, 8)
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), idx, coalesce="elem", target=target)
+        dst = Tile(np.float32, 1, 8, valid=(1, 1))
+        idx = Tile.from_array(d["idx"], 1, 8)
+        mgather(dst, GlobalTensor(d["table"]), idx, coalesce="elem", target=target)
         return dst.valid_numpy()
     return Case("(1, 1) degenerate", "MGATHER Elem (1, 1): scalar path", build, run,
                 lambda d: d["table"][d["idx"]])
@@ -126,8 +131,8 @@ def _embedding_scatter():
 
     def run(d, target):
         table = d["table"].copy()
-        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]),
-                     pto.Tile.from_array(d["idx"][None, :], 1, 8), coalesce="row", oob="clamp", target=target)
+        mscatter(GlobalTensor(table), Tile.from_array(d["src"]),
+                     Tile.from_array(d["idx"][None, :], 1, 8), coalesce="row", oob="clamp", target=target)
         return table
 
     def expected(d):
@@ -142,8 +147,8 @@ def _row_atomic_add():
 
     def run(d, target):
         table = d["table"].copy()
-        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]),
-                     pto.Tile.from_array(d["idx"][None, :], 1, 8), atomic="add", oob="wrap", target=target)
+        mscatter(GlobalTensor(table), Tile.from_array(d["src"]),
+                     Tile.from_array(d["idx"][None, :], 1, 8), atomic="add", oob="wrap", target=target)
         return table
 
     def expected(d):
@@ -159,7 +164,7 @@ def _sparse_update():
 
     def run(d, target):
         table = d["table"].copy()
-        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]), pto.Tile.from_array(d["idx"]),
+        mscatter(GlobalTensor(table), Tile.from_array(d["src"]), Tile.from_array(d["idx"]),
                      coalesce="elem", oob="skip", target=target, strict=target != "cpu")
         return table
 
@@ -176,9 +181,9 @@ def _deterministic_last():
 
     def run(d, target):
         table = d["table"].copy()
-        idx = pto.Tile.from_array(d["idx"][:, None], 8, 16, blayout="col_major") if target == "a5" else \
-            pto.Tile.from_array(d["idx"][None, :], 1, 16)
-        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"]), idx, coalesce="row", oob="clamp",
+        idx = Tile.from_array(d["idx"][:, None], 8, 16, blayout="col_major") if target == "a5" else \
+            Tile.from_array(d["idx"][None, :], 1, 16)
+        mscatter(GlobalTensor(table), Tile.from_array(d["src"]), idx, coalesce="row", oob="clamp",
                      conflict="last", target=target)
         return table
 
@@ -195,7 +200,7 @@ def _scalar_scatter():
 
     def run(d, target):
         table = d["table"].copy()
-        pto.mscatter(pto.GlobalTensor(table), pto.Tile.from_array(d["src"], 1, 8), pto.Tile.from_array(d["idx"], 1, 8),
+        mscatter(GlobalTensor(table), Tile.from_array(d["src"], 1, 8), Tile.from_array(d["idx"], 1, 8),
                      coalesce="elem", target=target)
         return table
 
@@ -208,7 +213,7 @@ def _scalar_scatter():
 
 def _l1_tile(dtype, rows, cols):
     """An L1 (``TileType::Mat``) NZ tile: ColMajor + SLayout RowMajor + 512 B fractals."""
-    return pto.Tile(dtype, rows, cols, loc="mat", blayout="col_major", slayout="row_major")
+    return Tile(dtype, rows, cols, loc="mat", blayout="col_major", slayout="row_major")
 
 
 def _l1_row():
@@ -217,7 +222,7 @@ def _l1_row():
 
     def run(d, target):
         dst = _l1_tile(np.float16, 16, 64)
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.GlobalTensor(d["idx"]), coalesce="row", oob="zero",
+        mgather(dst, GlobalTensor(d["table"]), GlobalTensor(d["idx"]), coalesce="row", oob="zero",
                     target=target)
         return dst.numpy()
 
@@ -236,8 +241,8 @@ def _l1_elem():
 
     def run(d, target):
         dst = _l1_tile(np.float32, 16, 16)
-        scratch = pto.GlobalTensor(np.zeros(16 * 16, np.float32))
-        pto.mgather(dst, pto.GlobalTensor(d["table"]), pto.GlobalTensor(d["idx"]), coalesce="elem", oob="wrap",
+        scratch = GlobalTensor(np.zeros(16 * 16, np.float32))
+        mgather(dst, GlobalTensor(d["table"]), GlobalTensor(d["idx"]), coalesce="elem", oob="wrap",
                     exec="simt" if target == "a5" else "scalar", scratch=scratch, target=target)
         return dst.numpy()
 
@@ -255,7 +260,7 @@ def available_targets() -> list[str]:
     found = []
     for target in TARGETS:
         try:
-            pto.ops.target_module(target)
+            ops.target_module(target)
             found.append(target)
         except ImportError:
             pass
@@ -275,7 +280,7 @@ def run_demo(seed: int = 0, out=print) -> int:
         for target in targets:
             try:
                 case.run(inputs, target)  # the first call compiles the kernel: time the second
-            except pto.ConstraintError as err:
+            except ConstraintError as err:
                 rules.append(f"{case.name} on {target}: {err.rule}")
                 cells.append(f"n/a [{len(rules)}]")
                 continue
@@ -293,8 +298,9 @@ def run_demo(seed: int = 0, out=print) -> int:
         rows.append((case.name, case.spec, *cells))
     header = ("case", "spec example", *targets)
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(str(v).ljust(w) for v, w in zip(r, widths)) + " |"
-    out(f"simt_pto demo: A5 backend = {pto.a5_backend()}, targets = {', '.join(targets)}, seed = {seed} "
+    def line(r):
+        return "| " + " | ".join(str(v).ljust(w) for v, w in zip(r, widths)) + " |"
+    out(f"simt_pto demo: A5 backend = {a5_backend()}, targets = {', '.join(targets)}, seed = {seed} "
         "(times: one warm call, validation included)")
     out(line(header))
     out("|" + "|".join("-" * (w + 2) for w in widths) + "|")

@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
-from simt_pto import constraints, dtypes as _dt, ub
+from simt_pto import constraints, ub
 from simt_pto.enums import (BLayout, Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
 from simt_pto.errors import ConstraintError
-from simt_pto.tensor import GlobalTensor, is_device_array
+from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
+
+from .arrays import _Array, _host, _wrap
 
 DEFAULT_MAX_TILE_ROWS = 256
 """Default cap on rows per Row tile: more, smaller tiles give a GPU more blocks to run at once."""
@@ -40,61 +41,6 @@ DEFAULT_MAX_TILE_ELEMS = 4096
 """Default cap on elements per Elem tile (four per thread of a full 1024-thread block)."""
 SLOT_PATH_MAX_WORK = 1 << 22
 """``last_path="auto"`` uses the slot-centric kernels while slots x sources stays below this."""
-
-
-# -- arrays --------------------------------------------------------------------------------------------
-
-@dataclass
-class _Array:
-    """An input array seen as 2-D (1-D index / element arrays become ``(N, 1)``)."""
-
-    obj: object          # what the caller passed
-    dtype: _dt.DType
-    shape: tuple         # the caller's shape
-    rows: int
-    cols: int
-    device: bool
-
-    @property
-    def size(self) -> int:
-        return self.rows * self.cols
-
-
-def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
-    device = is_device_array(obj)
-    if device:
-        info = obj.__cuda_array_interface__
-        np_dtype, shape = _dt.from_typestr(info["typestr"]), tuple(info["shape"])
-    elif isinstance(obj, np.ndarray):
-        if type(obj) is not np.ndarray:
-            obj = obj.view(np.ndarray)  # an ndarray subclass (np.matrix, ...): its memory as a plain array
-        if not obj.flags.c_contiguous:
-            raise ConstraintError("whole-array op", None, "C-contiguous arrays", f"{what} is not C-contiguous")
-        np_dtype, shape = obj.dtype, obj.shape
-    else:
-        raise TypeError(f"{what}: expected a numpy or device array, got {type(obj).__name__}")
-    if what == "idx" and np_dtype not in (np.dtype(np.int32), np.dtype(np.uint32)):
-        raise ConstraintError("whole-array op", None, "Tile Constraints: index dtype",
-                              f"index dtype must be int32 or uint32, got {np_dtype}")
-    dt = _dt.resolve(dtype if dtype is not None and what != "idx" else np_dtype)
-    if len(shape) == 1 and not two_d_only:
-        rows, cols = shape[0], 1
-    elif len(shape) == 2:
-        rows, cols = shape
-    else:
-        want = "2-D" if two_d_only else "1-D or 2-D"
-        raise ConstraintError("whole-array op", None, f"{what} is {want}", f"{what} has shape {shape}")
-    if rows * cols == 0 and what == "table":  # no indices (and so no source) is a no-op, as in numpy
-        raise ConstraintError("whole-array op", None, "a non-empty table", f"table has shape {shape}")
-    return _Array(obj, dt, shape, rows, cols, device)
-
-
-def _host(a: _Array) -> np.ndarray:
-    """The array as a host numpy array of its element dtype (a copy for device arrays)."""
-    if a.device:
-        from numba import cuda
-        return cuda.as_cuda_array(a.obj).copy_to_host().view(a.dtype.numpy)
-    return a.obj.view(a.dtype.numpy) if a.obj.dtype != a.dtype.numpy else a.obj
 
 
 # -- tiling --------------------------------------------------------------------------------------------
@@ -159,23 +105,6 @@ def _device_bad_indices(idx: _Array, capacity):
     count_out_of_range[max(1, min(1024, -(-idx.size // 1024))), 1024](dev, capacity, out)
     count, first = out.copy_to_host()
     return int(count), int(first)
-
-
-@dataclass
-class _Job:
-    op: str
-    target: str
-    coalesce: Coalesce
-    plan: constraints.Plan      # the plan of one full tile (validation; dtype and policy)
-    tile_rows: int
-    table: _Array
-    data: _Array                # gather: the output; scatter: the source
-    idx: _Array
-    capacity: int
-
-    @property
-    def tiles(self) -> int:
-        return -(-self.idx.rows // self.tile_rows)
 
 
 def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype, check=None):
@@ -280,7 +209,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
                       "sequential golden for atomics", UserWarning, stacklevel=2)
     if target == "a5":
         from . import large_a5
-        large_a5.scatter(plan, table_a, src_a, idx_a, tile_rows, last_path)
+        large_a5.scatter(plan, table_a, src_a, idx_a, tile_rows, last_path, SLOT_PATH_MAX_WORK)
         return table
     host_table, host_src = _host(table_a), _host(src_a).reshape(src_a.rows, src_a.cols)
     host_idx = _host(idx_a).reshape(idx_a.rows, idx_a.cols)

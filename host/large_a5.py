@@ -18,7 +18,7 @@ from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatt
                                           simt_mscatter_owner_reset_kernel, simt_mscatter_row_kernel,
                                           simt_mscatter_row_last_kernel, simt_mscatter_row_owner_claim_kernel,
                                           simt_mscatter_row_owner_write_kernel)
-from .large import SLOT_PATH_MAX_WORK, _host
+from .arrays import _host
 
 MAX_GRID = 65535
 
@@ -130,7 +130,7 @@ def _scatter_operands(plan, table, src, gpu):
     return fmt, table_arg, _flat(src, src_dtype, gpu), copy_back, finish
 
 
-def scatter(plan, table, src, idx, tile_rows, last_path):
+def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):
     gpu = a5_backend() == "gpu"
     fmt, table_arg, src_flat, copy_back, finish = _scatter_operands(plan, table, src, gpu)
     idx_flat = _flat(idx, idx.dtype.numpy, gpu)
@@ -140,7 +140,7 @@ def scatter(plan, table, src, idx, tile_rows, last_path):
         _scatter_tiles(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt)
     else:
         slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
-        if last_path == "slot" or (last_path == "auto" and slot_work <= SLOT_PATH_MAX_WORK):
+        if last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
             _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
         else:
             _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows, gpu)

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-import simt_pto as pto
+from simt_pto.backend import a5_backend
+
+from .large import scatter
 
 SIM_LIMITS = dict(rows=512, cols=16, n=16384)
 """Workload size on the CUDA simulator (runs every thread as a Python thread): under a minute."""
@@ -63,7 +65,7 @@ def backend_description(backend: str) -> str:
 def _run(w: Workload, target, conflict, last_path="auto"):
     table = w.table.copy()
     start = time.perf_counter()
-    pto.scatter(table, w.src, w.idx, coalesce=w.coalesce, conflict=conflict, target=target, last_path=last_path)
+    scatter(table, w.src, w.idx, coalesce=w.coalesce, conflict=conflict, target=target, last_path=last_path)
     return table, time.perf_counter() - start
 
 
@@ -73,7 +75,7 @@ def _mismatches(a, b) -> int:
 
 def validate_last(coalesce="row", rows=65536, cols=64, n=16_000_000, repeat=5, seed=0, last_path="auto",
                   out=print) -> int:
-    backend = pto.a5_backend()
+    backend = a5_backend()
     out(f"A5 backend: {backend_description(backend)}")
     if backend == "simulator":
         scaled = {k: min(v, SIM_LIMITS[k]) for k, v in dict(rows=rows, cols=cols, n=n).items()}

@@ -6,12 +6,13 @@ vector-core paths as Numba-jitted loops) and ``cpu`` (the CPU simulator's refere
 the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (``simt_pto.backend``).
 """
 from .backend import a5_backend, a5_backends, set_a5_backend
-from . import coalescing, dtypes, nz
+from . import dtypes, nz
 from .dtypes import DType
 from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,
                     ScatterOOB, SLayout, TileType, TARGETS)
 from .errors import ConstraintError, OutOfBoundsError
 from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
+from .host import coalescing
 from .host.inspect import inspect_kernel
 from .host.large import gather, scatter
 from .ops import mgather, mscatter, tload, tstore

@@ -37,7 +37,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from . import nz
-from .constraints import Plan, check_oob
+from .plan import Plan, check_oob
 from .enums import Coalesce, GatherExec, Layout, TileType
 from .errors import ConstraintError
 from .tensor import GlobalTensor

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
 
 from . import constraints
 from .enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,

@@ -325,7 +325,8 @@ def test_cpu_ignores_scatter_oob_and_conflict(oob, conflict):
     # the policy is not modeled: an out-of-range index is UNDEFINED (strict) whatever oob says
     bad = pto.Tile.from_array(np.array([[8, 0, -1, 3]], np.int32), 1, 8)
     before = table.tobytes()
-    with pytest.raises(pto.OutOfBoundsError, match=r"2 index\(es\) out of range \[0, 8\) \(the CPU simulator.s MSCATTER ignores ScatterOOB"):
+    with pytest.raises(pto.OutOfBoundsError,
+                       match=r"2 index\(es\) out of range \[0, 8\) \(the CPU simulator.s MSCATTER ignores ScatterOOB"):
         pto.mscatter(pto.GlobalTensor(table), src, bad, coalesce="elem", oob=oob, conflict=conflict, target="cpu")
     assert table.tobytes() == before
 

@@ -10,7 +10,7 @@ README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
 
 
 def _row(target):
-    line = next(l for l in README.splitlines() if re.match(rf"\| {target}\b", l))
+    line = next(text for text in README.splitlines() if re.match(rf"\| {target}\b", text))
     cells = [c.strip() for c in line.strip("|").split("|")]
     parse = lambda c: set() if c == "none" else {x.strip() for x in c.split(",")}  # noqa: E731
     return parse(cells[1]), parse(cells[2])

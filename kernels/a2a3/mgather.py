@@ -168,9 +168,9 @@ def index_bits(plan):
 
 
 def run_mgather(plan) -> None:
-    if plan.l1:  # GM -> L1 (MAT destination): MGATHER.md, "GM → L1 Gather"
-        from .l1 import run_mgather_l1
-        return run_mgather_l1(plan)
+    if plan.l1:  # GM -> L1 (MAT destination): MGATHER.md, "GM → L1 Gather"; A2/A3 has one executor
+        from simt_pto.kernels.l1_scalar import run_mgather_l1_scalar
+        return run_mgather_l1_scalar(plan)
     dst = plan.tile
     dbits = dst.data.view(plan.dtype.bits)
     table = plan.table.host_flat().view(plan.dtype.bits)

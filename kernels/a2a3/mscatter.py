@@ -25,7 +25,7 @@ import numba
 from numba import njit
 
 from simt_pto.enums import Coalesce, ScatterAtomicOp
-from simt_pto.kernels.cpu.common import write_back
+from simt_pto.kernels.gm import write_back
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
 from .mgather import index_bits, nz_gm_offset, nz_params

@@ -23,7 +23,6 @@ Python raises.
 from __future__ import annotations
 
 import llvmlite.ir as llvm_ir
-import numba
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic

@@ -4,19 +4,17 @@ Two executors, chosen by ``GatherExec``:
 
 * ``Scalar`` (default; Row and Elem): the cube core (AIC) walks the GM indices with scalar loads and
   issues the nd2nz row copies (Row) or fills the GM scratch and bulk-copies it (Elem). It is the same
-  algorithm as A2/A3's scalar pipe, so it runs :func:`simt_pto.kernels.a2a3.l1.run_mgather_l1_scalar`.
+  algorithm as A2/A3's scalar pipe: :func:`simt_pto.kernels.l1_scalar.run_mgather_l1_scalar`.
 * ``Simt`` (Elem only): the AIV vector core runs ``simt_mgather_l1_elem_kernel`` (GM -> GM scratch, NZ),
   then the AIC copies the scratch onto the L1 tile: the launch :func:`.launch.resolve_mgather_l1` returns.
 
-The kernel factory lives here, with its path; :mod:`.launch` imports it (this module imports
-:mod:`.launch` only inside :func:`run_mgather_l1`).
+This module holds the SIMT kernel; :mod:`.launch` chooses between the two executors.
 """
 from __future__ import annotations
 
 import functools
 
 from simt_pto.geometry import WARP
-from simt_pto.kernels.a2a3.l1 import run_mgather_l1_scalar
 from simt_pto.kernels.index_policy import remap_index
 from .device import span_end
 from .intrinsics import block_range, lane_span, warp_range
@@ -62,10 +60,3 @@ def simt_mgather_l1_elem_kernel(rule: int):
                     first += threads
 
     return simt_mgather_l1_elem_kernel
-
-
-def run_mgather_l1(plan) -> None:
-    """Run a validated GM -> L1 plan: the SIMT launch (``GatherExec::Simt``) or the scalar walk."""
-    from .launch import resolve_mgather_l1
-    launch = resolve_mgather_l1(plan)
-    run_mgather_l1_scalar(plan) if launch is None else launch.run()

@@ -13,6 +13,7 @@ from simt_pto import geometry
 from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels.index_policy import remap_index
+from simt_pto.kernels.l1_scalar import run_mgather_l1_scalar
 from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
 from . import simt
 from .device import BF16, F16, F32_ORDER, NATIVE
@@ -296,9 +297,10 @@ def mscatter_scalar_impl(plan) -> None:
 
 
 def run_mgather(plan) -> None:
-    if plan.l1:
-        from .l1 import run_mgather_l1
-        return run_mgather_l1(plan)
+    if plan.l1:  # GM -> L1: the SIMT executor's launch, or the cube core's scalar walk
+        launch = resolve_mgather_l1(plan)
+        run_mgather_l1_scalar(plan) if launch is None else launch.run()
+        return
     launch = resolve_mgather(plan)
     mgather_scalar_impl(plan) if launch is None else launch.run()
 

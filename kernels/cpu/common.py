@@ -1,8 +1,10 @@
-"""Shared pieces of the numpy golden: the OOB remap over whole index arrays, and GM write-back."""
+"""Shared pieces of the numpy golden: the OOB remap over whole index arrays (the golden's own numpy statement
+of the spec's rules, independent of the kernels' ``remap_index``), and GM write-back."""
 from __future__ import annotations
 
 import numpy as np
 
+from simt_pto.kernels.gm import write_back  # noqa: F401  (the golden's GM write-back)
 from simt_pto.kernels.index_policy import CLAMP, MASK, WRAP
 
 
@@ -21,11 +23,3 @@ def remap(raw: np.ndarray, capacity: int, rule: int) -> tuple[np.ndarray, np.nda
 def table_bits(plan) -> np.ndarray:
     """The table memory as a flat array of raw bits (a view for host memory, a copy for device memory)."""
     return plan.table.host_flat().view(plan.dtype.bits)
-
-
-def write_back(plan, flat_bits: np.ndarray) -> None:
-    """Publish a modified copy of device table memory (host tables were modified in place)."""
-    if plan.table.on_device:
-        from numba import cuda
-        dev = cuda.as_cuda_array(plan.table.array)
-        dev.copy_to_device(flat_bits.view(dev.dtype).reshape(dev.shape))

@@ -1,8 +1,9 @@
-"""MGATHER GM -> L1 (``TileType::Mat`` NZ destination), the scalar walk (MGATHER.md, "GM → L1 Gather").
+"""MGATHER GM -> L1 (``TileType::Mat`` NZ destination), the scalar walk (MGATHER.md, "GM → L1 Gather"),
+shared by two targets.
 
 On A2/A3 the scalar pipe of the unified AI core reads the GM indices and issues the L1 transfers; on A5
 the cube core (AIC) does the same walk for ``GatherExec::Scalar``, so both targets run these loops
-(``simt_pto.kernels.a5.l1`` calls :func:`run_mgather_l1_scalar`). With ``kC0 = 32 / sizeof(T)`` and
+(``simt_pto.kernels.a2a3`` and the A5 dispatch call :func:`run_mgather_l1_scalar`). With ``kC0 = 32 / sizeof(T)`` and
 the NZ tile offset ``nz(r, c) = (c // kC0) * (Rows * kC0) + r * kC0 + c % kC0``:
 
 * Row: for ``r < validRows`` in order, ``slot = remap(idx[r])`` and one nd2nz row copy
@@ -119,6 +120,3 @@ def run_mgather_l1_scalar(plan) -> None:
     commit()                     # dcci + dsb(DSB_DDR): the scalar writes reach GM before the DMA
     bulk_copy_to_l1(plan, scratch)
 
-
-run_mgather_l1 = run_mgather_l1_scalar
-"""A2/A3 has one executor: the scalar walk."""

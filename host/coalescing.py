@@ -41,14 +41,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import constraints, ub
-from . import dtypes as _dt
-from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
+from simt_pto import constraints, ub
+from simt_pto import dtypes as _dt
+from simt_pto.enums import (BLayout, Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
                     from_any)
-from .errors import OutOfBoundsError
-from .geometry import WARP
-from .tensor import GlobalTensor
-from .tile import Tile
+from simt_pto.geometry import WARP
+from simt_pto.tensor import GlobalTensor
+from simt_pto.tile import Tile
 
 SECTOR = 32
 """Bytes in a GM sector (the unit a request moves)."""
@@ -501,7 +500,7 @@ def _index_matrix(coalesce, raw, tile_shape, table_cols):
 
 def _remap(raw, capacity, rule):
     """``kernels.index_policy.remap_index`` over an array: (slot, in range)."""
-    from .policy import CLAMP, MASK, WRAP
+    from simt_pto.policy import CLAMP, MASK, WRAP
     if rule == CLAMP:
         return np.minimum(raw, capacity - 1), np.ones(raw.shape, dtype=bool)
     if rule == WRAP:
@@ -513,7 +512,7 @@ def _remap(raw, capacity, rule):
 
 def _check_oob(op, raw, capacity, rule, coalesce):
     """What ``constraints.check_oob`` does for one tile, over the whole index (the API raises it per call)."""
-    from .policy import IDENTITY
+    from simt_pto.policy import IDENTITY
     if rule != IDENTITY:
         return
     bad = raw >= capacity
@@ -522,7 +521,7 @@ def _check_oob(op, raw, capacity, rule, coalesce):
     pos = np.argwhere(bad)[:5]
     positions = [int(p[0]) if coalesce == Coalesce.ROW else (int(p[0]), int(p[1])) for p in pos]
     values = [int(raw[tuple(p)]) for p in pos]
-    raise OutOfBoundsError(op, "a5", capacity, positions, values, int(bad.sum()))
+    raise constraints.out_of_range(op, "a5", capacity, positions, values, int(bad.sum()))
 
 
 def analyze(op, coalesce, idx, table_shape, tile_shape=None, dtype="float32", *, atomic="none", conflict="last",

@@ -1,0 +1,151 @@
+"""The package's layers, read from the source's imports (module level and inside functions):
+
+* the model (``simt_pto/``) imports no kernel and no host module, except the package root re-exporting the host
+  entry points (``gather``, ``scatter``, the analyzer, ...);
+* ``kernels/`` imports no host module, and no target (``cpu``, ``a2a3``, ``a5``) imports another;
+* no module but the root imports the package root ``simt_pto`` itself (each imports the submodule it needs);
+* there is no import cycle;
+* ``ruff check`` passes; and, against a regular (non-editable) install, the same layers hold as import-linter
+  contracts (``[tool.importlinter]`` in pyproject.toml).
+"""
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"simt_pto": ROOT / "simt_pto", "simt_pto.kernels": ROOT / "kernels", "simt_pto.host": ROOT / "host"}
+TARGETS = ("simt_pto.kernels.cpu", "simt_pto.kernels.a2a3", "simt_pto.kernels.a5")
+
+
+def _modules() -> dict:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def imports_of(name: str, path: Path) -> set:
+    """The package modules ``name`` imports: ``from pkg import sub`` is an import of ``pkg.sub``, not of ``pkg``."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.add(sub if sub in MODULES else base)
+    return {m for m in out if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
+
+
+def _is_model(name):
+    return name.startswith("simt_pto.") and not name.startswith(("simt_pto.kernels", "simt_pto.host"))
+
+
+def test_the_model_imports_no_kernel_and_no_host_module():
+    wrong = {(m, i) for m in GRAPH if _is_model(m) for i in GRAPH[m]
+             if i.startswith(("simt_pto.kernels", "simt_pto.host"))}
+    assert not wrong, sorted(wrong)
+
+
+def test_kernels_import_no_host_module_and_no_other_target():
+    wrong = set()
+    for m in GRAPH:
+        if not m.startswith("simt_pto.kernels"):
+            continue
+        own = next((t for t in TARGETS if m == t or m.startswith(t + ".")), None)
+        for i in GRAPH[m]:
+            other = next((t for t in TARGETS if i == t or i.startswith(t + ".")), None)
+            if i.startswith("simt_pto.host") or (other is not None and other != own):
+                wrong.add((m, i))
+    assert not wrong, sorted(wrong)
+
+
+def test_only_the_root_imports_the_package_root():
+    wrong = sorted(m for m in GRAPH if m != "simt_pto" and "simt_pto" in GRAPH[m])
+    assert not wrong, wrong
+
+
+def _cycles(graph) -> list:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.skipif(shutil.which("ruff", path=str(Path(sys.executable).parent)) is None, reason="ruff not installed")
+def test_ruff_check_passes():
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent))
+    out = subprocess.run([ruff, "check", "--output-format", "concise", str(ROOT)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.skipif(shutil.which("lint-imports", path=str(Path(sys.executable).parent)) is None,
+                    reason="import-linter not installed")
+def test_import_linter_contracts_hold_on_a_regular_install(tmp_path):
+    """import-linter cannot see the packages an editable install maps; a regular install into a folder can."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--target", str(site), str(ROOT)], check=True, capture_output=True, timeout=300,
+                   cwd=tmp_path)
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    env = {"PYTHONPATH": str(site), "PATH": str(Path(sys.executable).parent)}
+    out = subprocess.run([lint, "--config", str(ROOT / "pyproject.toml")], capture_output=True, text=True, cwd=site,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Contracts: 3 kept, 0 broken." in out.stdout
