@@ -172,7 +172,8 @@ def prepare(call):
         idx = np.asfortranarray(idx)
     elif odd == "matrix_table" and table_view.ndim == 2:
         table_view = table_view.view(np.matrix)
-    elif odd == "strided_table" and table_view.ndim == 1 and table_view.size > 1:
+    elif odd == "strided_table" and table_view.ndim == 1 and table_view.size >= 4:
+        # every other element (at least two: a one-element view would count as contiguous), always refused
         table_view = buffer[GUARD:GUARD + 2 * (table.size // 2)][::2]
     return buffer, table_view, idx, src
 
