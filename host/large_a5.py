@@ -20,7 +20,8 @@ from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatt
                                           simt_mscatter_row_owner_write_kernel)
 from .arrays import _host
 
-MAX_GRID = 65535
+MAX_GRID = 2 ** 31 - 1
+"""The CUDA limit on gridDim.x (the x dimension; y and z stop at 65535)."""
 
 
 def _cuda():

@@ -143,10 +143,10 @@ def _add_bits(a, b, exp_bits, man_bits):
 @njit(inline="always", cache=True)
 def add_f16_bits(a, b):
     """float16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
-    return _add_bits(a, b, 5, 10)
+    return _add_bits(a, b, F16_EXP_BITS, F16_MAN_BITS)
 
 
 @njit(inline="always", cache=True)
 def add_bf16_bits(a, b):
     """bfloat16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
-    return _add_bits(a, b, 8, 7)
+    return _add_bits(a, b, BF16_EXP_BITS, BF16_MAN_BITS)

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import functools
 
+from simt_pto.enums import ScatterAtomicOp
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
+from simt_pto.kernels.softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS
 from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, dense_tile, next_position,
                      region_offset, span_end, store_max_f32, store_min_f32, tile_offset_2d)
 from .intrinsics import atomic_add, atomic_max, atomic_min, block_range, lane_span, prefetch, warp_range
+
+STORE, ADD, MAX = int(ScatterAtomicOp.NONE), int(ScatterAtomicOp.ADD), int(ScatterAtomicOp.MAX)
+"""The ScatterAtomicOp values the factories' ``atomic`` constant is compared with (MIN is the last branch)."""
 
 
 @functools.cache
@@ -55,20 +60,20 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
                                 # ``atomic`` and ``fmt`` are closure constants: one branch survives. Written
                                 # out in the kernel, not a helper: Numba prunes a kernel's own dead branches
                                 # before it inlines callees, so only 16-bit float adds carry the soft-float.
-                                if atomic == 0:
+                                if atomic == STORE:
                                     table[e] = v
                                 elif fmt == F16:
-                                    atomic_add_half(table, e, v, 5, 10)
+                                    atomic_add_half(table, e, v, F16_EXP_BITS, F16_MAN_BITS)
                                 elif fmt == BF16:
-                                    atomic_add_half(table, e, v, 8, 7)
+                                    atomic_add_half(table, e, v, BF16_EXP_BITS, BF16_MAN_BITS)
                                 elif fmt == F32_ORDER:
-                                    if atomic == 2:
+                                    if atomic == MAX:
                                         store_max_f32(table, e, v)
                                     else:
                                         store_min_f32(table, e, v)
-                                elif atomic == 1:
+                                elif atomic == ADD:
                                     atomic_add(table, e, v)
-                                elif atomic == 2:
+                                elif atomic == MAX:
                                     atomic_max(table, e, v)
                                 else:
                                     atomic_min(table, e, v)
@@ -101,7 +106,7 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
                     end = span_end(p, lanes, total)
                     r0 = row0 + p // valid_cols
                     c0 = p % valid_cols
-                    if atomic != 0 and lanes > 1 and end < total:
+                    if atomic != STORE and lanes > 1 and end < total:
                         # a locked read-modify-write waits for its own cache miss, a prefetch does not: touch the
                         # next span's slots while this one's atomics run
                         ahead = span_end(end, lanes, total)
@@ -128,20 +133,20 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
                         if in_range:
                             v = src[region_offset(q, r, c, src_rs, src_cs, dense)]
                             # One branch survives (see simt_mscatter_row_kernel).
-                            if atomic == 0:
+                            if atomic == STORE:
                                 table[slot] = v
                             elif fmt == F16:
-                                atomic_add_half(table, slot, v, 5, 10)
+                                atomic_add_half(table, slot, v, F16_EXP_BITS, F16_MAN_BITS)
                             elif fmt == BF16:
-                                atomic_add_half(table, slot, v, 8, 7)
+                                atomic_add_half(table, slot, v, BF16_EXP_BITS, BF16_MAN_BITS)
                             elif fmt == F32_ORDER:
-                                if atomic == 2:
+                                if atomic == MAX:
                                     store_max_f32(table, slot, v)
                                 else:
                                     store_min_f32(table, slot, v)
-                            elif atomic == 1:
+                            elif atomic == ADD:
                                 atomic_add(table, slot, v)
-                            elif atomic == 2:
+                            elif atomic == MAX:
                                 atomic_max(table, slot, v)
                             else:
                                 atomic_min(table, slot, v)
