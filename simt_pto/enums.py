@@ -5,12 +5,31 @@ string ("row", "Clamp", "none_box"); :func:`from_any` is the one place strings b
 """
 from __future__ import annotations
 
+import ast
 import enum
 import functools
+import inspect
+import textwrap
 
 import numpy as np
 
 
+def _document_members(cls):
+    """Give each member the string written under it in the class body as its ``__doc__`` (a bare string after
+    an assignment is no docstring to Python: without this, ``GatherOOB.WRAP.__doc__`` would be the class's)."""
+    try:
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    except (OSError, TypeError):  # no source (a frozen build): the members keep the class docstring
+        return cls
+    for stmt, after in zip(body, body[1:]):
+        if (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)
+                and stmt.targets[0].id in cls.__members__):
+            cls[stmt.targets[0].id].__doc__ = inspect.cleandoc(after.value.value)
+    return cls
+
+
+@_document_members
 class Coalesce(enum.IntEnum):
     """MGATHER.md / MSCATTER.md, "Enums": how the index tile addresses the table."""
 
@@ -20,6 +39,7 @@ class Coalesce(enum.IntEnum):
     """``dst[i, j] = table[idx[i, j]]``: one linear element index per element, idx shape == dst shape."""
 
 
+@_document_members
 class GatherOOB(enum.IntEnum):
     """MGATHER.md, "Out-of-Bounds Behaviour". ``capacity`` is TableRows (Row) or TableSize (Elem).
     Indices are cast to uint32 first, so a negative int32 index is a huge one."""
@@ -35,6 +55,7 @@ class GatherOOB(enum.IntEnum):
     """Out-of-range destinations receive ``T(0)`` (a whole zero row in Row mode)."""
 
 
+@_document_members
 class ScatterOOB(enum.IntEnum):
     """MSCATTER.md, "Out-of-Bounds Behaviour". There is no Zero: an OOB index has no slot to zero."""
 
@@ -48,6 +69,7 @@ class ScatterOOB(enum.IntEnum):
     """``idx = uint32(idx) % capacity``."""
 
 
+@_document_members
 class ScatterAtomicOp(enum.IntEnum):
     """MSCATTER.md, "Atomic Type Support". Allowed dtypes per target: :data:`simt_pto.dtypes.ATOMIC_DTYPES`."""
 
@@ -61,6 +83,7 @@ class ScatterAtomicOp(enum.IntEnum):
     """``table[i] = min(table[i], src)`` (A5 only)."""
 
 
+@_document_members
 class ScatterConflict(enum.IntEnum):
     """MSCATTER.md, "Conflict Resolution" (A5 only; consulted only when the atomic op is NONE)."""
 
@@ -71,6 +94,7 @@ class ScatterConflict(enum.IntEnum):
     """Plain racing stores: the surviving writer is whichever the scheduler picks."""
 
 
+@_document_members
 class GatherExec(enum.IntEnum):
     """MGATHER.md, "A5 only — SIMT executor for Elem GM → L1": who collects the elements."""
 
@@ -80,6 +104,7 @@ class GatherExec(enum.IntEnum):
     """A5 only: ``simt_mgather_l1_elem_kernel`` on the AIV vector core gathers into the GM scratch."""
 
 
+@_document_members
 class TileType(enum.IntEnum):
     """Where a tile lives: VEC = the AIV unified buffer (UB), MAT = L1 / cube buffer."""
 
@@ -87,6 +112,7 @@ class TileType(enum.IntEnum):
     MAT = 1
 
 
+@_document_members
 class BLayout(enum.IntEnum):
     """Bulk layout of a tile: how rows and columns are ordered in storage."""
 
@@ -96,6 +122,7 @@ class BLayout(enum.IntEnum):
     """``offset = c * Rows + r``."""
 
 
+@_document_members
 class SLayout(enum.IntEnum):
     """Sub (fractal) layout of a tile."""
 
@@ -105,6 +132,7 @@ class SLayout(enum.IntEnum):
     """Row-major 512-byte fractal blocks inside a column-major bulk: the NZ layout."""
 
 
+@_document_members
 class Layout(enum.IntEnum):
     """GlobalTensor layout (GM)."""
 

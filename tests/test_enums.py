@@ -115,3 +115,11 @@ def test_public_functions_reject_a_member_of_the_wrong_enum():
         pto.mgather(dst, g, idx, oob=pto.ScatterOOB.SKIP, target="cpu")
     with pytest.raises(ValueError, match="coalesce: unknown value 'column'"):
         pto.mgather(dst, g, idx, coalesce="column", target="cpu")
+
+
+def test_every_member_carries_its_own_docstring():
+    """Each member's rule is its own ``__doc__`` (not the class's), e.g. WRAP's worked example."""
+    assert "-1 with capacity 10 gives 5" in pto.GatherOOB.WRAP.__doc__
+    for cls in (pto.Coalesce, pto.GatherOOB, pto.ScatterOOB, pto.ScatterAtomicOp, pto.ScatterConflict):
+        for member in cls:
+            assert member.__doc__ and member.__doc__ != cls.__doc__, f"{cls.__name__}.{member.name}"
