@@ -26,6 +26,9 @@ class Workload:
     table: np.ndarray
     src: np.ndarray
     idx: np.ndarray
+    oob: str = "undefined"
+    dtype: str | None = None
+    """The element dtype's name where the arrays carry raw bits (``hifloat8`` over uint8), else None."""
 
     @property
     def sources(self) -> int:
@@ -65,30 +68,68 @@ def backend_description(backend: str) -> str:
 def _run(w: Workload, target, conflict, last_path="auto"):
     table = w.table.copy()
     start = time.perf_counter()
-    scatter(table, w.src, w.idx, coalesce=w.coalesce, conflict=conflict, target=target, last_path=last_path)
+    scatter(table, w.src, w.idx, coalesce=w.coalesce, conflict=conflict, oob=w.oob, target=target,
+            last_path=last_path, dtype=w.dtype)
     return table, time.perf_counter() - start
 
 
+def _serial_last(w: Workload):
+    """``for i in range(N): table[remap(idx[i])] = src[i]`` in Python: the sequential order Conflict::Last
+    promises, for dtypes the A2/A3 loops do not take (float8, hifloat8)."""
+    table = w.table.copy()
+    flat = table.reshape(table.shape[0], -1) if w.coalesce == "row" else table.reshape(-1)
+    src = w.src.reshape(len(w.idx), -1) if w.coalesce == "row" else w.src.reshape(-1)
+    capacity = flat.shape[0]
+    start = time.perf_counter()
+    for i, index in enumerate(w.idx.reshape(-1).tolist()):
+        u = index & 0xFFFFFFFF
+        slot = min(u, capacity - 1) if w.oob == "clamp" else u % capacity if w.oob == "wrap" else u
+        if slot < capacity:  # skip (and undefined, which was checked to be in range) drop nothing else
+            flat[slot] = src[i]
+    return table, time.perf_counter() - start
+
+
+def _golden(w: Workload):
+    """(table, seconds, what): the A2/A3 loops, or the Python loop where they do not take the dtype."""
+    from simt_pto import dtypes
+    name = w.dtype or w.table.dtype.name
+    if any(d.name == name for d in dtypes.ELEMENT_DTYPES["a2a3"]):
+        table, t = _run(w, "a2a3", "last")
+        return table, t, "a2a3 sequential"
+    table, t = _serial_last(w)
+    return table, t, "a serial Python loop (A2/A3 does not take this dtype)"
+
+
 def _mismatches(a, b) -> int:
-    return int(np.count_nonzero(a.view(np.uint32) != b.view(np.uint32)))
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    return int(np.count_nonzero(a.view(bits) != b.view(bits)))
 
 
 def validate_last(coalesce="row", rows=65536, cols=64, n=16_000_000, repeat=5, seed=0, last_path="auto",
-                  out=print) -> int:
+                  out=print, workload: Workload | None = None) -> int:
+    """Run a Conflict::Last scatter ``repeat`` times on A5 against the sequential golden (the synthetic
+    heavy-collision workload, or ``workload``: the user's arrays), then Conflict::Default; 0 when every Last run
+    is bitwise the golden and each other."""
     backend = a5_backend()
     out(f"A5 backend: {backend_description(backend)}")
+    if workload is not None:
+        return _validate(workload, repeat, last_path, out)
     if backend == "simulator":
         scaled = {k: min(v, SIM_LIMITS[k]) for k, v in dict(rows=rows, cols=cols, n=n).items()}
         if scaled != dict(rows=rows, cols=cols, n=n):
             out(f"CUDA simulator (no GPU): scaled down from rows={rows} cols={cols} n={n} to "
                 f"rows={scaled['rows']} cols={scaled['cols']} n={scaled['n']} so it finishes in under a minute")
             rows, cols, n = scaled["rows"], scaled["cols"], scaled["n"]
-    w = make_workload(coalesce, rows, cols, n, seed)
+    return _validate(make_workload(coalesce, rows, cols, n, seed), repeat, last_path, out)
+
+
+def _validate(w: Workload, repeat, last_path, out) -> int:
     elements = w.src.size
-    out(f"workload: {coalesce} scatter, table {w.table.shape}, {w.sources} source {'rows' if coalesce == 'row' else 'elements'} "
-        f"({elements} elements), {w.collisions} colliding writes, last_path={last_path}")
-    golden, t_golden = _run(w, "a2a3", "last")
-    out(f"golden: a2a3 sequential, {t_golden:.3f} s")
+    what = "rows" if w.coalesce == "row" else "elements"
+    out(f"workload: {w.coalesce} scatter, table {w.table.shape} {w.dtype or w.table.dtype}, {w.sources} source "
+        f"{what} ({elements} elements), {w.collisions} colliding writes, oob={w.oob}, last_path={last_path}")
+    golden, t_golden, how = _golden(w)
+    out(f"golden: {how}, {t_golden:.3f} s")
     failures = 0
     last_runs = []
     for k in tqdm(range(repeat), desc="LAST on a5", unit="run"):
@@ -113,20 +154,118 @@ def validate_last(coalesce="row", rows=65536, cols=64, n=16_000_000, repeat=5, s
     return 1 if failures else 0
 
 
+def _load(parser, flag, path):
+    try:
+        array = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        parser.error(f"argument {flag}: {path}: no such file")
+    except (OSError, ValueError) as exc:  # not a .npy file, a pickled object array, a truncated file
+        parser.error(f"argument {flag}: {path}: not a readable .npy array ({' '.join(str(exc).split())})")
+    if not isinstance(array, np.ndarray):
+        parser.error(f"argument {flag}: {path}: holds {type(array).__name__}, not one array")
+    return np.ascontiguousarray(array)
+
+
+def _table_shape(text):
+    import argparse
+    try:
+        rows, cols = (int(p) for p in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS, got {text!r}") from None
+    if rows < 1 or cols < 1:
+        raise argparse.ArgumentTypeError(f"expected positive ROWSxCOLS, got {text!r}")
+    return rows, cols
+
+
+def workload_from_files(parser, a) -> Workload:
+    """The user's workload from ``--idx`` / ``--src`` and ``--table-file`` or ``--table-shape``; a bad file ends
+    in ``parser.error`` naming the file and the problem."""
+    from simt_pto import dtypes
+    from simt_pto.policy import IDENTITY, index_rule
+    from simt_pto.enums import ScatterOOB, from_any
+    if a.table_file is None and a.table_shape is None:
+        parser.error("argument --idx: give the table too: --table-file TABLE.npy or --table-shape RxC --dtype D")
+    if a.table_file is not None and a.table_shape is not None:
+        parser.error("argument --table-shape: not allowed with argument --table-file")
+    idx, src = _load(parser, "--idx", a.idx), _load(parser, "--src", a.src)
+    if idx.dtype not in (np.dtype(np.int32), np.dtype(np.uint32)):
+        parser.error(f"argument --idx: {a.idx}: indices must be int32 or uint32, got {idx.dtype}")
+    if idx.ndim != 1:
+        parser.error(f"argument --idx: {a.idx}: a 1-D index array is needed, got shape {idx.shape}")
+    if a.table_file is not None:
+        table = _load(parser, "--table-file", a.table_file)
+    else:
+        try:
+            d = dtypes.resolve(a.dtype or "float32")
+        except (TypeError, ValueError) as exc:
+            parser.error(f"argument --dtype: {exc}")
+        table = np.empty(a.table_shape, d.numpy)
+        table.view(d.bits)[...] = int("A5" * d.itemsize, 16)  # a sentinel: an untouched slot shows
+    if a.coalesce == "row":
+        if table.ndim != 2:
+            parser.error(f"argument --table-file: {a.table_file}: a Row table is 2-D, got shape {table.shape}")
+        if src.shape != (idx.size, table.shape[1]):
+            parser.error(f"argument --src: {a.src}: a Row source is (len(idx), table cols) = "
+                         f"{(idx.size, table.shape[1])}, got {src.shape}")
+        capacity = table.shape[0]
+    else:
+        if src.ndim != 1 or src.size != idx.size:
+            parser.error(f"argument --src: {a.src}: an Elem source is 1-D with len(idx) = {idx.size} elements, "
+                         f"got shape {src.shape}")
+        capacity = table.size
+    if a.dtype and src.dtype != table.dtype and src.dtype.kind in "ui" and src.dtype.itemsize == table.dtype.itemsize:
+        src = src.view(table.dtype)  # raw bits of the --dtype element (float8 over uint8)
+    if src.dtype != table.dtype:
+        parser.error(f"argument --src: {a.src}: dtype {src.dtype} differs from the table's {table.dtype}")
+    dtype = a.dtype if a.dtype and np.dtype(dtypes.resolve(a.dtype).numpy) != table.dtype else None
+    rule = index_rule(from_any(ScatterOOB, a.oob, "oob"))
+    if rule == IDENTITY and idx.size:
+        raw = idx.view(np.uint32)
+        bad = np.flatnonzero(raw >= capacity)
+        if bad.size:
+            parser.error(f"argument --idx: {a.idx}: {bad.size} index(es) out of range [0, {capacity}) under --oob "
+                         f"undefined (first: position {bad[0]}, uint32 index {raw[bad[0]]}); pick --oob skip, clamp "
+                         "or wrap")
+    return Workload(a.coalesce, table, src, idx, oob=a.oob, dtype=dtype)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-last", help="check Conflict::Last scatters bitwise against the sequential "
                                                     "golden, K times, at scale")
     from .cli import positive_int
     p.add_argument("--coalesce", choices=("row", "elem"), default="row")
-    p.add_argument("--rows", type=positive_int, default=65536, help="table rows")
-    p.add_argument("--cols", type=positive_int, default=64, help="table columns")
-    p.add_argument("--n", type=positive_int, default=16_000_000, help="source elements (Row: at least --cols)")
+    p.add_argument("--rows", type=positive_int, help="table rows of the synthetic workload (default 65536)")
+    p.add_argument("--cols", type=positive_int, help="table columns of the synthetic workload (default 64)")
+    p.add_argument("--n", type=positive_int, help="source elements of the synthetic workload (default 16000000; "
+                                                  "Row: at least --cols)")
     p.add_argument("--repeat", type=positive_int, default=5, help="runs of each conflict policy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--last-path", choices=("auto", "slot", "owner"), default="auto")
+    p.add_argument("--idx", metavar="IDX.npy", help="your indices (int32 / uint32, 1-D): with --src, instead of the "
+                                                    "synthetic workload")
+    p.add_argument("--src", metavar="SRC.npy", help="your source: Row (len(idx), C); Elem 1-D of len(idx)")
+    p.add_argument("--table-file", metavar="TABLE.npy", help="the table to scatter into (Row 2-D)")
+    p.add_argument("--table-shape", type=_table_shape, metavar="RxC", help="or a table of this shape, filled with "
+                                                                           "a sentinel (with --dtype)")
+    p.add_argument("--dtype", help="element dtype of --table-shape (default float32), or a reinterpretation of "
+                                   "the files' bits (hifloat8 over uint8)")
+    p.add_argument("--oob", choices=("undefined", "skip", "clamp", "wrap"), default="undefined",
+                   help="ScatterOOB of your workload")
 
     def run(a):
-        if a.coalesce == "row" and a.n < a.cols:
-            p.error(f"argument --n: a Row workload moves whole rows of --cols {a.cols} elements; got --n {a.n}")
-        return validate_last(a.coalesce, a.rows, a.cols, a.n, a.repeat, a.seed, a.last_path)
+        if a.idx is not None or a.src is not None:
+            if a.idx is None or a.src is None:
+                p.error("argument --idx: --idx and --src go together")
+            for flag in ("rows", "cols", "n"):
+                if getattr(a, flag) is not None:
+                    p.error(f"argument --{flag}: not allowed with argument --idx (your workload has its own shape)")
+            workload = workload_from_files(p, a)
+            return validate_last(a.coalesce, repeat=a.repeat, last_path=a.last_path, workload=workload)
+        for flag in ("table_file", "table_shape", "dtype"):
+            if getattr(a, flag) is not None:
+                p.error(f"argument --{flag.replace('_', '-')}: only with --idx / --src")
+        rows, cols, n = a.rows or 65536, a.cols or 64, a.n or 16_000_000
+        if a.coalesce == "row" and n < cols:
+            p.error(f"argument --n: a Row workload moves whole rows of --cols {cols} elements; got --n {n}")
+        return validate_last(a.coalesce, rows, cols, n, a.repeat, a.seed, a.last_path)
     p.set_defaults(func=run)

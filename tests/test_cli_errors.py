@@ -72,3 +72,59 @@ def test_coalesce_bad_arguments(idx_files, idx, extra, needle):
 def test_inspect_bad_arguments(argv, needle):
     argv = ["--op", "mscatter", "--coalesce", "elem", *argv]
     assert_argparse_error(simt_pto("inspect", *argv), "inspect", needle)
+
+
+# -- validate-last on the user's own files ------------------------------------------------------------------------
+
+@pytest.fixture
+def user_files(tmp_path):
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, 40, 600, dtype=np.int32)
+    files = {"idx": idx, "src": np.arange(600, dtype=np.float32), "rsrc": np.arange(600 * 8, dtype=np.float32).reshape(600, 8),
+             "table": np.zeros((40, 8), np.float32), "f8": (np.arange(600) % 100).astype(np.uint8),
+             "idx64": idx.astype(np.int64), "idx2d": idx.reshape(20, 30), "short": np.arange(5, dtype=np.float32),
+             "f64src": np.arange(600, dtype=np.float64), "objects": np.array([{"a": 1}], dtype=object)}
+    paths = {}
+    for name, array in files.items():
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], array, allow_pickle=True)
+    paths["text"] = tmp_path / "text.npy"
+    paths["text"].write_text("not an array")
+    paths["missing"] = tmp_path / "missing.npy"
+    return {k: str(v) for k, v in paths.items()}
+
+
+@pytest.mark.parametrize("coalesce, src, table, dtype", [
+    ("elem", "src", ["--table-shape", "20x16"], "float32"),
+    ("row", "rsrc", ["--table-file", "table"], None),
+    ("elem", "f8", ["--table-shape", "10x32"], "float8_e4m3"),  # no A2/A3 golden: the serial loop
+])
+def test_validate_last_on_user_files_is_deterministic(user_files, coalesce, src, table, dtype):
+    table = [table[0], user_files.get(table[1], table[1])]
+    argv = ["validate-last", "--coalesce", coalesce, "--idx", user_files["idx"], "--src", user_files[src], *table,
+            "--repeat", "2", *(["--dtype", dtype] if dtype else [])]
+    proc = simt_pto(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert "LAST: 2 runs, 0 mismatches against the golden, 0 between runs: DETERMINISTIC" in proc.stdout
+    if dtype == "float8_e4m3":
+        assert "golden: a serial Python loop" in proc.stdout
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(idx="missing"), "argument --idx: {missing}: no such file"),
+    (dict(idx="text"), "argument --idx: {text}: not a readable .npy array"),
+    (dict(src="objects"), "argument --src: {objects}: not a readable .npy array"),
+    (dict(idx="idx64"), "argument --idx: {idx64}: indices must be int32 or uint32, got int64"),
+    (dict(idx="idx2d"), "argument --idx: {idx2d}: a 1-D index array is needed, got shape (20, 30)"),
+    (dict(src="short"), "argument --src: {short}: an Elem source is 1-D with len(idx) = 600 elements"),
+    (dict(src="f64src"), "argument --src: {f64src}: dtype float64 differs from the table's float32"),
+    (dict(shape="5x5"), "argument --idx: {idx}: "),  # indices up to 39 into a 25-slot table, under undefined
+    (dict(extra=["--rows", "8"]), "argument --rows: not allowed with argument --idx"),
+    (dict(extra=["--table-file", "{table}"]), "argument --table-shape: not allowed with argument --table-file"),
+])
+def test_validate_last_bad_files(user_files, change, needle):
+    idx, src = user_files[change.get("idx", "idx")], user_files[change.get("src", "src")]
+    extra = [e.format(**user_files) for e in change.get("extra", [])]
+    argv = ["validate-last", "--coalesce", "elem", "--idx", idx, "--src", src,
+            "--table-shape", change.get("shape", "20x16"), *extra]
+    assert_argparse_error(simt_pto(*argv), "validate-last", needle.format(**user_files))
