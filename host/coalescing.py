@@ -499,15 +499,9 @@ def _index_matrix(coalesce, raw, tile_shape, table_cols):
 
 
 def _remap(raw, capacity, rule):
-    """``kernels.index_policy.remap_index`` over an array: (slot, in range)."""
-    from simt_pto.policy import CLAMP, MASK, WRAP
-    if rule == CLAMP:
-        return np.minimum(raw, capacity - 1), np.ones(raw.shape, dtype=bool)
-    if rule == WRAP:
-        return raw % capacity, np.ones(raw.shape, dtype=bool)
-    if rule == MASK:
-        return raw, raw < capacity
-    return raw, np.ones(raw.shape, dtype=bool)
+    """The kernels' ``remap_index`` over an array: (slot, in range)."""
+    from simt_pto.kernels.index_policy import remap_array
+    return remap_array(np.ascontiguousarray(raw, dtype=np.int64), capacity, rule)
 
 
 def _check_oob(op, raw, capacity, rule, coalesce):

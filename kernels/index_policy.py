@@ -8,6 +8,7 @@ Zero (gather) and Skip (scatter) mask around the same unchecked core.
 from __future__ import annotations
 
 import numba
+import numpy as np
 from numba import njit
 
 from simt_pto.policy import CLAMP, IDENTITY, MASK, RULE_NAMES, WRAP, index_rule  # noqa: F401  (re-exported)
@@ -28,3 +29,15 @@ def remap_index(raw, capacity, rule):
     if rule == MASK:
         return u, u < capacity
     return u, True
+
+
+@njit(cache=True)
+def remap_array(raw, capacity, rule):
+    """:func:`remap_index` over an array of raw indices (host code: the coalescing analyzer): ``(slots,
+    in_range)`` as int64 and bool arrays of ``raw``'s shape."""
+    flat = raw.reshape(-1)
+    slots = np.empty(flat.size, np.int64)
+    in_range = np.empty(flat.size, np.bool_)
+    for i in range(flat.size):
+        slots[i], in_range[i] = remap_index(flat[i], capacity, rule)
+    return slots.reshape(raw.shape), in_range.reshape(raw.shape)
