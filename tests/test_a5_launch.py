@@ -298,9 +298,12 @@ def test_kernel_factories_close_over_integers_only():
         for name, factory in vars(module).items():
             if not (name.startswith("simt_") and name.endswith("_kernel") and callable(factory)):
                 continue
-            arity = len(inspect.signature(factory).parameters)
-            kernel = factory(*([1] * arity))
-            cells = [c.cell_contents for c in (kernel.__closure__ or ())]
-            assert (cells or arity == 0) and all(type(c) is int for c in cells), (name, cells)
+            params = list(inspect.signature(factory).parameters)
+            policy = {p: 11 + k for k, p in enumerate(params)}  # distinct values, to tell the cells apart
+            kernel = factory(*policy.values())
+            cells = dict(zip(kernel.__code__.co_freevars, (c.cell_contents for c in (kernel.__closure__ or ()))))
+            assert all(type(c) is int for c in cells.values()), (name, cells)
+            # every policy constant is in the closure, so two policies never share a cache index entry
+            assert cells == policy, (name, cells, policy)
             made += 1
     assert made >= 11

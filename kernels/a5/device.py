@@ -7,11 +7,14 @@ only (never over functions), so Numba's on-disk cache key is the same in every p
 """
 from __future__ import annotations
 
+import functools
+
 import numba
 
 from simt_pto.kernels.index_policy import remap_index
+from simt_pto.kernels.softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS
 from simt_pto.kernels.softfloat import _add_bits as add_bits
-from .intrinsics import atomic_cas, atomic_max, atomic_min, copy_run, prefetch
+from .intrinsics import atomic_add, atomic_cas, atomic_max, atomic_min, copy_run, prefetch
 
 NATIVE = 0
 """Element arithmetic the hardware atomics do directly (int32, uint32, float32 add)."""
@@ -174,6 +177,40 @@ def store_min_f32(views, e, v_bits):
         atomic_min(views[0], e, v_bits)
     else:
         atomic_max(views[1], e, numba.uint32(v_bits))
+
+
+STORE, ADD, MAX = 0, 1, 2
+"""ScatterAtomicOp NONE / ADD / MAX (MIN is the rule's last branch)."""
+
+
+@functools.cache
+def store_rule(atomic: int, fmt: int):
+    """The store of one scatter element, ``table[e] op= v``, for one (ScatterAtomicOp value, element format):
+    the one statement of the Store / Add / Max / Min rule every A5 scatter kernel inlines (:mod:`.simt` binds
+    it per backend and per the kernel's policy). ``atomic`` and ``fmt`` are this closure's constants, so when
+    Numba inlines it one branch survives: only 16-bit float adds carry the soft-float, and only float32
+    Max / Min take the table as the (int32, uint32) pair."""
+
+    def store_element(table, e, v):
+        if atomic == STORE:
+            table[e] = v
+        elif fmt == F16:
+            atomic_add_half(table, e, v, F16_EXP_BITS, F16_MAN_BITS)
+        elif fmt == BF16:
+            atomic_add_half(table, e, v, BF16_EXP_BITS, BF16_MAN_BITS)
+        elif fmt == F32_ORDER:
+            if atomic == MAX:
+                store_max_f32(table, e, v)
+            else:
+                store_min_f32(table, e, v)
+        elif atomic == ADD:
+            atomic_add(table, e, v)
+        elif atomic == MAX:
+            atomic_max(table, e, v)
+        else:
+            atomic_min(table, e, v)
+
+    return store_element
 
 
 HELPERS = (span_end, next_position, tile_offset_2d, dense_tile, region_offset, copy_row_segment, fill_row_segment,

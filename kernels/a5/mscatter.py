@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import functools
 
-from simt_pto.enums import ScatterAtomicOp
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from simt_pto.kernels.softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS
-from .device import (BF16, F16, F32_ORDER, atomic_add_half, copy_row_segment, dense_tile, next_position,
-                     region_offset, span_end, store_max_f32, store_min_f32, tile_offset_2d)
-from .intrinsics import atomic_add, atomic_max, atomic_min, block_range, lane_span, prefetch, warp_range
-
-STORE, ADD, MAX = int(ScatterAtomicOp.NONE), int(ScatterAtomicOp.ADD), int(ScatterAtomicOp.MAX)
-"""The ScatterAtomicOp values the factories' ``atomic`` constant is compared with (MIN is the last branch)."""
+from .device import (BF16, F16, F32_ORDER, STORE, copy_row_segment, dense_tile, next_position, region_offset, span_end,
+                     tile_offset_2d)
+from .intrinsics import atomic_max, block_range, lane_span, prefetch, store_element, warp_range
 
 
 @functools.cache
@@ -37,6 +32,7 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
 
     def simt_mscatter_row_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                  valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
+        store_policy = (atomic, fmt)  # noqa: F841  (the closure holds the policy: Numba's cache key, store_element)
         lane0, lanes = lane_span()
         col_step = warps_per_row * WARP
         for b in block_range(launch):
@@ -57,26 +53,7 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
                             for j in range(c, span_end(c, lanes, valid_cols)):
                                 e = dst_row + j
                                 v = src[tile_offset_2d(gr, j, src_rs, src_cs)]
-                                # ``atomic`` and ``fmt`` are closure constants: one branch survives. Written
-                                # out in the kernel, not a helper: Numba prunes a kernel's own dead branches
-                                # before it inlines callees, so only 16-bit float adds carry the soft-float.
-                                if atomic == STORE:
-                                    table[e] = v
-                                elif fmt == F16:
-                                    atomic_add_half(table, e, v, F16_EXP_BITS, F16_MAN_BITS)
-                                elif fmt == BF16:
-                                    atomic_add_half(table, e, v, BF16_EXP_BITS, BF16_MAN_BITS)
-                                elif fmt == F32_ORDER:
-                                    if atomic == MAX:
-                                        store_max_f32(table, e, v)
-                                    else:
-                                        store_min_f32(table, e, v)
-                                elif atomic == ADD:
-                                    atomic_add(table, e, v)
-                                elif atomic == MAX:
-                                    atomic_max(table, e, v)
-                                else:
-                                    atomic_min(table, e, v)
+                                store_element(table, e, v)
                             c += col_step
 
     return simt_mscatter_row_kernel
@@ -132,24 +109,7 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
                                                      rule)
                         if in_range:
                             v = src[region_offset(q, r, c, src_rs, src_cs, dense)]
-                            # One branch survives (see simt_mscatter_row_kernel).
-                            if atomic == STORE:
-                                table[slot] = v
-                            elif fmt == F16:
-                                atomic_add_half(table, slot, v, F16_EXP_BITS, F16_MAN_BITS)
-                            elif fmt == BF16:
-                                atomic_add_half(table, slot, v, BF16_EXP_BITS, BF16_MAN_BITS)
-                            elif fmt == F32_ORDER:
-                                if atomic == MAX:
-                                    store_max_f32(table, slot, v)
-                                else:
-                                    store_min_f32(table, slot, v)
-                            elif atomic == ADD:
-                                atomic_add(table, slot, v)
-                            elif atomic == MAX:
-                                atomic_max(table, slot, v)
-                            else:
-                                atomic_min(table, slot, v)
+                            store_element(table, slot, v)
                         r, c = next_position(r, c, valid_cols, lanes)
 
     return simt_mscatter_elem_kernel

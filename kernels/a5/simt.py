@@ -68,10 +68,30 @@ def family(backend: str) -> str:
 
 
 @functools.cache
+def _store_element(family_name: str, atomic: int, fmt: int):
+    jit = njit(inline="always") if family_name == "cpu" else _cuda_device_jit()
+    return jit(bind(device.store_rule(atomic, fmt), namespace(family_name)))
+
+
+def _cuda_device_jit():
+    from numba import cuda
+    return cuda.jit(device=True, inline="always")
+
+
+def _policy_scope(source, family_name: str) -> dict:
+    """What a kernel binds by its own policy: a scatter kernel's ``store_element`` (its closure holds ``atomic``
+    and ``fmt``), so the Store / Add / Max / Min rule is written once and each specialization inlines one branch."""
+    cells = dict(zip(source.__code__.co_freevars, (c.cell_contents for c in source.__closure__ or ())))
+    if "atomic" in cells and "fmt" in cells:
+        return {"store_element": _store_element(family_name, cells["atomic"], cells["fmt"])}
+    return {}
+
+
+@functools.cache
 def compile_kernel(source, family_name: str):
     """The dispatcher of one kernel source (a factory's result) for a backend family (compiled per
     argument types on first call)."""
-    bound = bind(source, namespace(family_name))
+    bound = bind(source, {**namespace(family_name), **_policy_scope(source, family_name)})
     if family_name == "cpu":
         return njit(nogil=True, cache=True)(bound)
     from numba import cuda
@@ -88,7 +108,7 @@ def argument_types(args) -> tuple:
 
 def cuda_source(source):
     """The CUDA-bound Python function of a kernel source (for ``numba.cuda.compile_ptx``)."""
-    return bind(source, namespace("cuda"))
+    return bind(source, {**namespace("cuda"), **_policy_scope(source, "cuda")})
 
 
 # -- launching ---------------------------------------------------------------------------------------------
