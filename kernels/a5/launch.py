@@ -44,7 +44,6 @@ class KernelLaunch:
     policy: tuple
     geometry: geometry.LaunchGeometry
     args: list
-    grid: int = 1
     write_back: list = field(default_factory=list)
     """(arg position, host array) pairs the kernel writes: copied back after a GPU launch."""
     finish: object = None
@@ -59,7 +58,7 @@ class KernelLaunch:
         backend = a5_backend()
         gpu = backend == "gpu"
         args = [_to_device(a) for a in self.args] if gpu else list(self.args)
-        simt.launch(self.kernel, self.grid, self.geometry.launch_warps, args, backend)
+        simt.launch(self.kernel, 1, self.geometry.launch_warps, args, backend)  # a tile op is one block
         if gpu:
             for pos, host in self.write_back:
                 dev, host = (args[pos][0], host[0]) if isinstance(host, tuple) else (args[pos], host)
