@@ -10,7 +10,7 @@ all-identical; tile shapes that change kLaunchWarps) it reports:
   median of repeats timed with CUDA events around the kernel launch alone (arrays staged on the device before,
   an idle spin kernel ahead of the start event so that launch overhead on the host is not timed). Index arrays
   longer than one tile run as one multi-block launch, block ``b`` = tile ``b`` (as ``simt_pto.host.large``);
-* the analyzer's predicted GM efficiency and sectors per request (:mod:`simt_pto.coalescing`, on a prefix of
+* the analyzer's predicted GM efficiency and sectors per request (:mod:`simt_pto.host.coalescing`, on a prefix of
   the indices), and beside it, when ``ncu`` is on PATH, the sectors Nsight Compute measures for the kernel;
 * peers in the same run when importable: torch ``index_select`` / ``take`` / ``index_add_`` / ``index_reduce_`` /
   ``scatter_reduce_`` / deterministic ``index_put_``, cupy ``take`` / ``cupyx.scatter_add`` / ``scatter_max``
@@ -186,7 +186,7 @@ def sample_size(p: Point, sample_lanes: int) -> int:
 
 def predict(p: Point, idx: np.ndarray, sample_lanes: int):
     """The analyzer on a prefix of the indices, for the point's call."""
-    from simt_pto import coalescing
+    from simt_pto.host import coalescing
     s = p.series
     tr = tile_rows_for(p)
     tile = None if tr is None else ((tr, p.cols) if s.coalesce == "row" else (tr, 1))
@@ -204,7 +204,7 @@ class Device:
         from numba import cuda
         from simt_pto.kernels.a5 import launch as launch_mod
         self.cuda, self.launch_mod, self.repeats = cuda, launch_mod, repeats
-        self.on_gpu = launch_mod.ON_GPU
+        self.on_gpu = launch_mod.on_gpu()
         self.spin = self._spinner() if self.on_gpu else None
         self.torch = self.cupy = None
         if peers and self.on_gpu:
@@ -262,7 +262,7 @@ class Device:
         the API's dispatch, then (non-Last) the kernel's multi-block form over the whole index array."""
         import simt_pto as pto
         from simt_pto import constraints
-        from simt_pto.coalescing import DEFAULT_TILE_ELEMS, DEFAULT_TILE_ROWS
+        from simt_pto.host.coalescing import DEFAULT_TILE_ELEMS, DEFAULT_TILE_ROWS
         from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
         s = p.series
         d = pto.dtypes.resolve(s.dtype)
@@ -295,10 +295,11 @@ class Device:
                                              pto.ScatterOOB.UNDEFINED, pto.ScatterConflict[_conflict(s).upper()],
                                              True, None)
             launch = resolve_mscatter(plan)
-        kernel = launch.kernel
-        names = list(inspect.signature(kernel.py_func).parameters)
+        from simt_pto.kernels.a5 import simt
+        kernel = simt.compile_kernel(launch.kernel, "cuda")  # the CUDA copy of the one kernel source
+        names = list(inspect.signature(launch.kernel).parameters)[1:]  # after the launch tuple
         args = dict(zip(names, launch.args))
-        grid = launch.grid
+        grid = 1
         data_name = "dst" if "dst" in args else "src"
         if launch.geometry.scheme == "last":
             n_used = tr  # one call: the tile's indices
@@ -321,8 +322,10 @@ class Device:
         ordered = [dev[k] for k in names]
         block = launch.geometry.block
 
+        launch_tuple = (0, grid, grid, launch.geometry.launch_warps)
+
         def run():
-            kernel[grid, block](*ordered)
+            kernel[grid, block](launch_tuple, *ordered)
 
         def check():
             if s.op != "mgather":
@@ -713,7 +716,7 @@ def main(argv=None) -> int:
     backend = pto.a5_backend()
     gpu = backend == "gpu" and not args.analyze_only and not args.simulate
     if backend != "gpu" and not args.simulate:
-        print("no CUDA GPU here (the A5 kernels would run on the CUDA simulator): running the analyzer-only part, "
+        print(f"no CUDA GPU here (the A5 backend is {backend}): running the analyzer-only part, "
               "predicted efficiency without bandwidth")
     elif args.analyze_only:
         print("--analyze-only: predicted efficiency without bandwidth")

@@ -1,4 +1,4 @@
-"""``simt-pto coalesce``: the coalescing analyzer (:mod:`simt_pto.coalescing`) on the command line.
+"""``simt-pto coalesce``: the coalescing analyzer (:mod:`simt_pto.host.coalescing`) on the command line.
 
     simt-pto coalesce --op mgather --coalesce elem --idx idx.npy --table 65536x64 --dtype float16 [--tile RxC]
                       [--atomic add] [--json]

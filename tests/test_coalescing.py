@@ -1,4 +1,4 @@
-"""The coalescing analyzer (simt_pto.coalescing) and ``simt-pto coalesce``.
+"""The coalescing analyzer (simt_pto.host.coalescing, re-exported as simt_pto.coalescing) and ``simt-pto coalesce``.
 
 Expected numbers are worked out by hand in the comments beside them, from the kernels' lane -> address mapping
 (kernels/a5/mgather.py, mscatter.py) and the launch geometry formulas (MGATHER.md / MSCATTER.md, "Performance
