@@ -2,16 +2,25 @@
 one: the usage line, then one error line naming the argument, on stderr; exit code 2; no traceback."""
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from simt_pto.host import cli
+
 
 def simt_pto(*argv):
-    return subprocess.run([sys.executable, "-m", "simt_pto.host.cli", *argv], capture_output=True, text=True,
-                          timeout=300)
+    """Run ``simt-pto ARGV`` in this process (as its console script does): the exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as exit_:
+            code = exit_.code
+    return subprocess.CompletedProcess(["simt-pto", *argv], code, out.getvalue(), err.getvalue())
 
 
 def assert_argparse_error(proc, command, needle):
