@@ -84,7 +84,7 @@ def _serial_last(w: Workload):
     for i, index in enumerate(w.idx.reshape(-1).tolist()):
         u = index & 0xFFFFFFFF
         slot = min(u, capacity - 1) if w.oob == "clamp" else u % capacity if w.oob == "wrap" else u
-        if slot < capacity:  # skip (and undefined, which was checked to be in range) drop nothing else
+        if slot < capacity:  # Skip drops the out-of-range ones (Undefined was checked to be in range)
             flat[slot] = src[i]
     return table, time.perf_counter() - start
 

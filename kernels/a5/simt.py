@@ -25,7 +25,7 @@ import time
 import types
 
 import numba
-import numpy
+import numpy as np
 from numba import njit
 
 from simt_pto import geometry
@@ -48,15 +48,15 @@ def bind(fn, namespace: dict):
 def namespace(family: str) -> dict:
     """The intrinsics and the bound device helpers of a backend family (``"cpu"`` or ``"cuda"``)."""
     if family == "cpu":
-        scope, jit = dict(intrinsics.CPU), njit(inline="always")
+        scope = dict(intrinsics.CPU)
     elif family == "cuda":
-        from numba import cuda
         from numba.cuda.core import caching as cuda_caching
         from simt_pto.kernels import cache
         cache.install(cuda_caching.CacheImpl)  # numba-cuda keeps a locator list of its own
-        scope, jit = dict(intrinsics.cuda_intrinsics()), cuda.jit(device=True, inline="always")
+        scope = dict(intrinsics.cuda_intrinsics())
     else:
         raise ValueError(f"unknown backend family {family!r}")
+    jit = _device_jit(family)
     for helper in device.HELPERS:
         scope[helper.__name__] = jit(bind(helper, scope))
     return scope
@@ -67,15 +67,17 @@ def family(backend: str) -> str:
     return "cpu" if backend == "cpu" else "cuda"
 
 
-@functools.cache
-def _store_element(family_name: str, atomic: int, fmt: int):
-    jit = njit(inline="always") if family_name == "cpu" else _cuda_device_jit()
-    return jit(bind(device.store_rule(atomic, fmt), namespace(family_name)))
-
-
-def _cuda_device_jit():
+def _device_jit(family_name: str):
+    """The decorator of an inlined device helper: ``njit(inline="always")`` or its CUDA twin."""
+    if family_name == "cpu":
+        return njit(inline="always")
     from numba import cuda
     return cuda.jit(device=True, inline="always")
+
+
+@functools.cache
+def _store_element(family_name: str, atomic: int, fmt: int):
+    return _device_jit(family_name)(bind(device.store_rule(atomic, fmt), namespace(family_name)))
 
 
 def _policy_scope(source, family_name: str) -> dict:
@@ -181,7 +183,7 @@ def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
 def _writeable(arg):
     if isinstance(arg, tuple):
         return tuple(_writeable(a) for a in arg)
-    if isinstance(arg, numpy.ndarray) and not arg.flags.writeable:
+    if isinstance(arg, np.ndarray) and not arg.flags.writeable:
         return arg.copy()
     return arg
 
