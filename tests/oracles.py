@@ -1,19 +1,10 @@
-"""Independent sequential oracles for the A5 MGATHER / MSCATTER tests, and the helpers they share.
+"""Test helpers around the A5 reference (:mod:`simt_pto.reference`): tiles and guarded tables built and read
+without the library's offset code, the A2/A3 NZ layout by brute force, and a budgeted parameter matrix.
 
-Everything here is written from MGATHER.md / MSCATTER.md, not from the library: plain Python loops over
-the valid region, working on raw bits (unsigned integers of the element's width), so float payloads,
-NaNs and the opaque hifloat8 move exactly as the hardware moves them.
-
-* Indices are cast to uint32 first (``-1`` is ``4294967295``), then remapped against ``capacity``
-  (TableRows in Row mode, TableSize = prod(Shape[0..4]) in Elem mode):
-  CLAMP ``min(u, capacity - 1)``; WRAP ``u % capacity``; ZERO (gather) / SKIP (scatter) "no slot".
-* Gather: Row ``dst[r, :] = table[slot(idx[r]) * validCols + (0 .. C-1)]``; Elem
-  ``dst[i, j] = table[slot(idx[i, j])]``; "no slot" gives ``T(0)``.
-* Scatter, ``Conflict::Last`` / atomics: the serial loop ``for i in range(N): table[idx[i]] op= src[i]``
-  in increasing flat source order, never NumPy's ``table[idx] = src`` (which promises no order for
-  repeated indices). Atomic Add / Max / Min are computed sequentially in the element type: integers wrap,
-  float32 rounds each add, float16 / bfloat16 compute each add as
-  ``(np.float32(a) + np.float32(b)).astype(T)`` (exact: float32 holds >= 2p + 2 bits of either type).
+The oracles themselves (index remap, gather, the serial scatter loop, atomics in the element type,
+Conflict::Default candidates) live in :mod:`simt_pto.reference`, written from MGATHER.md / MSCATTER.md
+independently of the kernels, so that ``simt-pto selftest`` ships the same statement of the spec as the
+tests; they are re-exported here under the names the tests use.
 
 The matrix helper :func:`budgeted` samples large parameter products with a fixed seed and a cap;
 ``SIMT_PTO_FULL_MATRIX=1`` runs the full product.
@@ -25,41 +16,18 @@ import os
 import random
 import zlib
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import simt_pto as pto
-
-# -- element types, as the spec names them ----------------------------------------------------------------------
-
-NUMPY_TYPES = {
-    "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
-    "uint32": np.uint32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
-    "float8_e4m3": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
-    "hifloat8": np.uint8,  # opaque: numpy cannot interpret it; moved as raw bits
-}
-"""Element dtype name -> the numpy type the tests build values in."""
+from simt_pto.reference import (ELEMENT_TYPES as NUMPY_TYPES, bits_type, candidates, combine, from_bits,  # noqa: F401
+                                gather_elem, gather_row, itemsize, kind, scatter, slot, to_bits, u32, writers)
 
 SENTINEL_BYTE = 0xA5
 GATHER_POLICIES = ("undefined", "clamp", "wrap", "zero")
 SCATTER_POLICIES = ("undefined", "skip", "clamp", "wrap")
 ATOMICS = ("none", "add", "max", "min")
 CONFLICTS = ("last", "default")
-
-
-def itemsize(dtype: str) -> int:
-    return np.dtype(NUMPY_TYPES[dtype]).itemsize
-
-
-def bits_type(dtype: str) -> np.dtype:
-    return np.dtype(f"uint{8 * itemsize(dtype)}")
-
-
-def kind(dtype: str) -> str:
-    if dtype == "hifloat8":
-        return "opaque"
-    return {"i": "int", "u": "uint"}.get(np.dtype(NUMPY_TYPES[dtype]).kind, "float")
 
 
 def sentinel(dtype: str) -> int:
@@ -77,15 +45,6 @@ def round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
-def to_bits(values, dtype: str) -> np.ndarray:
-    """Values (Python numbers or an array) converted to ``dtype`` and viewed as raw bits."""
-    return np.asarray(values).astype(NUMPY_TYPES[dtype]).view(bits_type(dtype))
-
-
-def from_bits(bits, dtype: str) -> np.ndarray:
-    return np.asarray(bits, dtype=bits_type(dtype)).view(NUMPY_TYPES[dtype])
-
-
 def case_rng(*key) -> np.random.Generator:
     """A generator seeded from the test case itself: the same draws on every run and in any order."""
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
@@ -95,24 +54,6 @@ def random_bits(rng, shape, dtype: str) -> np.ndarray:
     """Random raw bits of ``dtype`` (NaN patterns included: the ops move bits, not values)."""
     bt = bits_type(dtype)
     return rng.integers(0, np.iinfo(bt).max, size=shape, dtype=bt, endpoint=True)
-
-
-# -- index remap (MGATHER.md / MSCATTER.md, "Out-of-Bounds Behaviour") -------------------------------------------
-
-def u32(index) -> int:
-    """The ISA's cast of an index to uint32."""
-    return int(index) & 0xFFFFFFFF
-
-
-def slot(index, capacity: int, policy: str):
-    """The slot an index reaches under ``policy``, or None for "no slot" (Zero / Skip, and the emulator's
-    non-strict Undefined)."""
-    u = u32(index)
-    if policy == "clamp":
-        return min(u, capacity - 1)
-    if policy == "wrap":
-        return u % capacity
-    return u if u < capacity else None
 
 
 # -- UB tiles, addressed without the library's offset code -------------------------------------------------------
@@ -211,96 +152,6 @@ class GuardedTable:
         self.bits[:] = snapshot
 
 
-# -- gather oracle -----------------------------------------------------------------------------------------------
-
-def gather_row(table_bits, capacity: int, row_len: int, indices, policy: str) -> np.ndarray:
-    """``dst[r, :] = table[slot(idx[r]), :]`` with row stride ``row_len`` (A5: validCols); a missing slot
-    gives a row of ``T(0)``."""
-    out = np.zeros((len(indices), row_len), dtype=table_bits.dtype)
-    for r, index in enumerate(indices):
-        s = slot(index, capacity, policy)
-        if s is not None:
-            for c in range(row_len):
-                out[r, c] = table_bits[s * row_len + c]
-    return out
-
-
-def gather_elem(table_bits, capacity: int, indices, policy: str) -> np.ndarray:
-    """``dst[i, j] = table[slot(idx[i, j])]``; a missing slot gives ``T(0)``."""
-    indices = np.atleast_2d(indices)
-    out = np.zeros(indices.shape, dtype=table_bits.dtype)
-    for i in range(indices.shape[0]):
-        for j in range(indices.shape[1]):
-            s = slot(indices[i, j], capacity, policy)
-            if s is not None:
-                out[i, j] = table_bits[s]
-    return out
-
-
-# -- scatter oracle ----------------------------------------------------------------------------------------------
-
-def _value(bits: int, dtype: str):
-    v = from_bits(np.array([bits]), dtype)[0]
-    return int(v) if kind(dtype) in ("int", "uint") else v
-
-
-def combine(dtype: str, atomic: str, old_bits: int, new_bits: int) -> int:
-    """One ``table[e] = atom(table[e], v)`` in the element type, raw bits in and out."""
-    if atomic == "none":
-        return int(new_bits)
-    a, b = _value(old_bits, dtype), _value(new_bits, dtype)
-    if atomic == "add":
-        if kind(dtype) in ("int", "uint"):
-            return (a + b) & ((1 << 8 * itemsize(dtype)) - 1)
-        if dtype == "float32":
-            result = np.float32(a) + np.float32(b)
-        else:
-            result = (np.float32(a) + np.float32(b)).astype(NUMPY_TYPES[dtype])
-    elif atomic == "max":
-        result = max(a, b)
-    elif atomic == "min":
-        result = min(a, b)
-    else:
-        raise ValueError(atomic)
-    return int(to_bits(np.array([result]), dtype)[0])
-
-
-def writers(coalesce: str, indices, src_bits, capacity: int, policy: str, row_len: int):
-    """The writes of a scatter in flat source order: a list of (table element, raw bits)."""
-    src_bits = np.atleast_2d(src_bits)
-    out = []
-    if coalesce == "row":
-        for r, index in enumerate(indices):
-            s = slot(index, capacity, policy)
-            if s is not None:
-                out.extend((s * row_len + c, int(src_bits[r, c])) for c in range(row_len))
-    else:
-        indices = np.atleast_2d(indices)
-        for i in range(indices.shape[0]):
-            for j in range(indices.shape[1]):
-                s = slot(indices[i, j], capacity, policy)
-                if s is not None:
-                    out.append((s, int(src_bits[i, j])))
-    return out
-
-
-def scatter(table_bits, dtype: str, coalesce: str, indices, src_bits, capacity: int, policy: str,
-            atomic: str = "none", row_len: int = 0) -> np.ndarray:
-    """The serial loop ``for i in range(N): table[slot(idx[i])] op= src[i]`` (a new raw-bit array)."""
-    table = np.array(table_bits, copy=True)
-    for e, v in writers(coalesce, indices, src_bits, capacity, policy, row_len):
-        table[e] = combine(dtype, atomic, int(table[e]), v)
-    return table
-
-
-def candidates(coalesce: str, indices, src_bits, capacity: int, policy: str, row_len: int = 0) -> dict:
-    """Element -> the set of raw bits that may survive a racing (Conflict::Default) store."""
-    out: dict[int, set] = {}
-    for e, v in writers(coalesce, indices, src_bits, capacity, policy, row_len):
-        out.setdefault(e, set()).add(v)
-    return out
-
-
 def assert_one_of_colliders(got_bits, initial_bits, cands: dict) -> None:
     """Conflict::Default: each written element holds one of its writers' values, every other element
     keeps its initial value; where a slot has exactly one writer the value is exact."""
@@ -345,3 +196,50 @@ def budgeted(cases, cap: int | None, seed: int = 20240531):
                 chosen.append(k)
         cases = [cases[k] for k in sorted(chosen)]
     return [pytest.param(*c, id="-".join(str(x) for x in c)) for c in cases]
+
+
+# -- the A2/A3 NZ layout, by brute force (MGATHER.md "NZ Layout (A2/A3)"; independent of simt_pto.nz) ----------
+
+FRACTAL_ROWS = 16
+"""Rows of one NZ fractal block (``staticShape[3]``)."""
+
+
+def nz_shape(lrows: int, lcols: int, kc0: int, batches: int) -> tuple:
+    """``Shape<B, BCols, BRows, 16, kC0>`` of an NZ tensor holding a ``lrows x lcols`` logical matrix."""
+    return (batches, lcols // (kc0 * batches), lrows // FRACTAL_ROWS, FRACTAL_ROWS, kc0)
+
+
+def packed_strides(shape) -> tuple:
+    """Row-major strides of a dense tensor of ``shape``."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+def nz_gm_offset(lr: int, lc: int, shape, stride) -> int:
+    """GM element offset of logical ``(lr, lc)``: batch, block column, block row, row in block, column in
+    block, each times its stride."""
+    _, bcols, _, _, kc0 = shape
+    b = lc // (bcols * kc0)
+    bc = (lc % (bcols * kc0)) // kc0
+    ci = lc % kc0
+    br, ri = lr // FRACTAL_ROWS, lr % FRACTAL_ROWS
+    return b * stride[0] + bc * stride[1] + br * stride[2] + ri * stride[3] + ci * stride[4]
+
+
+def nz_logical(flat, shape, stride) -> np.ndarray:
+    """The logical matrix of an NZ tensor's flat memory."""
+    lrows, lcols = shape[2] * FRACTAL_ROWS, shape[0] * shape[1] * shape[4]
+    out = np.empty((lrows, lcols), flat.dtype)
+    for lr in range(lrows):
+        for lc in range(lcols):
+            out[lr, lc] = flat[nz_gm_offset(lr, lc, shape, stride)]
+    return out
+
+
+def nz_tile_off(r: int, c: int, rows: int, kc0: int) -> int:
+    """UB offset of ``(r, c)`` in an NZ tile of ``rows`` padded rows: ``(c / kC0) * (Rows * kC0) + r * kC0 +
+    (c % kC0)``."""
+    return (c // kc0) * (rows * kc0) + r * kc0 + (c % kc0)

@@ -15,6 +15,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import dtypes as D
+from oracles import nz_gm_offset, nz_logical, nz_shape, nz_tile_off, packed_strides
 
 ALL = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "bfloat16", "float32"]
 ADD_DTYPES = ["int8", "int16", "int32", "float16", "bfloat16", "float32"]
@@ -122,54 +123,19 @@ def oob_indices(rng, n, cap, oob, shape=None):
     return v
 
 
-# ---- brute-force NZ layout (independent of simt_pto.nz) ----------------------------------------
-def nz_shape(lrows, lcols, kc0, batches):
-    return (batches, lcols // (kc0 * batches), lrows // 16, 16, kc0)
-
-
-def packed(shape):
-    s, acc = [], 1
-    for n in reversed(shape):
-        s.append(acc)
-        acc *= n
-    return tuple(reversed(s))
-
-
-def nz_gm_offset(lr, lc, shape, stride):
-    b_n, bc_n, br_n, fr, kc0 = shape
-    b = lc // (bc_n * kc0)
-    bc = (lc % (bc_n * kc0)) // kc0
-    ci = lc % kc0
-    br, ri = lr // 16, lr % 16
-    return b * stride[0] + bc * stride[1] + br * stride[2] + ri * stride[3] + ci * stride[4]
-
-
 def nz_table(matrix, batches=1, stride=None, rng=None):
     """Lay ``matrix`` out as NZ GM memory by brute force; padding holds random sentinel bits."""
     d = dt(matrix.dtype)
     lrows, lcols = matrix.shape
     kc0 = 32 // matrix.dtype.itemsize
     shape = nz_shape(lrows, lcols, kc0, batches)
-    stride = tuple(stride) if stride is not None else packed(shape)
+    stride = tuple(stride) if stride is not None else packed_strides(shape)
     size = sum((n - 1) * s for n, s in zip(shape, stride)) + 1 + 7
     flat = rand_bits(rng, size, d) if rng is not None else np.zeros(size, matrix.dtype)
     for lr in range(lrows):
         for lc in range(lcols):
             flat[nz_gm_offset(lr, lc, shape, stride)] = matrix[lr, lc]
     return pto.GlobalTensor(flat, shape, stride, layout="nz"), shape, stride
-
-
-def nz_logical(flat, shape, stride):
-    lrows, lcols = shape[2] * 16, shape[0] * shape[1] * shape[4]
-    out = np.empty((lrows, lcols), flat.dtype)
-    for lr in range(lrows):
-        for lc in range(lcols):
-            out[lr, lc] = flat[nz_gm_offset(lr, lc, shape, stride)]
-    return out
-
-
-def nz_tile_off(r, c, rows, kc0):
-    return (c // kc0) * (rows * kc0) + r * kc0 + (c % kc0)
 
 
 def nz_tile(d, rows, cols, valid=None, rng=None):

@@ -399,3 +399,121 @@ def test_whole_array_calls_on_the_simulator(call):
         test_whole_array_calls_match_the_oracle_or_refuse_cleanly.hypothesis.inner_test(call)
     finally:
         pto.set_a5_backend("cpu")
+
+
+# -- NZ layouts (A2/A3 only): block-stride tables, fractal tiles, the NZ walk order ---------------------------
+
+@st.composite
+def nz_calls(draw):
+    """An MGATHER / MSCATTER between an NZ GM table (packed or stride-padded, one or two batches) and an NZ
+    tile; cpu and a5 have no NZ path and must refuse."""
+    op = draw(st.sampled_from(("mgather", "mscatter")))
+    target = draw(st.sampled_from(("a2a3", "a2a3", "a2a3", "cpu", "a5")))
+    coalesce = draw(st.sampled_from(("row", "elem")))
+    dtype = draw(st.sampled_from(DTYPES[:9] * 3 + DTYPES[9:12]))  # mostly the dtypes A2/A3 supports
+    kc0 = 32 // pto.dtypes.resolve(dtype).itemsize
+    batches, bcols, brows = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    shape = (batches, bcols, brows, 16, kc0)
+    gaps = draw(st.lists(st.integers(0, 3), min_size=4, max_size=4)) if draw(st.booleans()) else [0, 0, 0, 0]
+    s3 = kc0 + gaps[3]
+    s2 = 16 * s3 + gaps[2] * kc0
+    s1 = brows * s2 + gaps[1] * kc0
+    s0 = bcols * s1 + gaps[0] * kc0
+    stride = (s0, s1, s2, s3, draw(st.sampled_from((1,) * 7 + (2,))))  # Stride[4] != 1 is refused
+    lrows, lcols = brows * 16, batches * bcols * kc0
+    tile_rows = 16 * draw(st.integers(1, 2))
+    tile_cols = lcols if coalesce == "row" and draw(st.integers(0, 5)) else kc0 * draw(st.integers(1, 3))
+    vr = draw(st.integers(1, tile_rows))
+    vc = draw(st.integers(1, min(tile_cols, lcols) if coalesce == "row" else tile_cols))
+    capacity = lrows if coalesce == "row" else lrows * lcols
+    n = vr if coalesce == "row" else vr * vc
+    in_range = st.integers(0, capacity - 1)
+    out_of_range = st.one_of(st.sampled_from(SPECIAL_INDICES), st.integers(capacity, capacity + 3))
+    indices = draw(st.lists(st.one_of(in_range, in_range, in_range, out_of_range), min_size=n, max_size=n))
+    if draw(st.integers(0, 3)) == 0 and n > 1:  # collisions: the walk order decides
+        indices[-1] = indices[0]
+    atomic = draw(st.sampled_from(("none", "none", "add", "add", "max"))) if op == "mscatter" else "none"
+    small = atomic != "none"
+    memory = sum((e - 1) * s for e, s in zip(shape, stride)) + 1 + draw(st.integers(0, 5))
+    return dict(op=op, target=target, coalesce=coalesce, dtype=dtype, kc0=kc0, shape=shape, stride=stride,
+                tile=(tile_rows, tile_cols), valid=(vr, vc), indices=indices, atomic=atomic,
+                oob=draw(st.sampled_from(("undefined", "clamp", "wrap", "zero" if op == "mgather" else "skip"))),
+                strict=draw(st.booleans()), memory=draw(values_for(dtype, (memory,), small)),
+                tile_bits=draw(values_for(dtype, (tile_rows * tile_cols,), small)))
+
+
+def nz_expected(call):
+    """(expected table memory bits, expected tile bits) by the A2/A3 NZ walks of MGATHER.md / MSCATTER.md
+    ("NZ Layout (A2/A3)"), or "refuse" for an out-of-range index under strict UNDEFINED."""
+    from oracles import nz_gm_offset, nz_tile_off
+    op, kc0, (tile_rows, _), (vr, vc) = call["op"], call["kc0"], call["tile"], call["valid"]
+    shape, stride = call["shape"], call["stride"]
+    lcols = shape[0] * shape[1] * kc0
+    row = call["coalesce"] == "row"
+    capacity = shape[2] * 16 if row else shape[2] * 16 * lcols
+    rule = policy(op[1:], "a2a3", call["oob"], call["strict"])
+    memory, tile = bits(call["memory"]).copy(), bits(call["tile_bits"]).copy()
+
+    def gm(slot, c=None):  # Row: (logical row, column); Elem: the linear index
+        return nz_gm_offset(slot, c, shape, stride) if row else nz_gm_offset(slot // lcols, slot % lcols, shape, stride)
+
+    if row:
+        walk = [(r, None) for r in range(vr)]
+    else:  # block-col -> row -> col-in-block
+        walk = [(r, c) for b in range(-(-vc // kc0)) for r in range(vr) for c in range(b * kc0, min(b * kc0 + kc0, vc))]
+    values = np.array(call["indices"], np.int64)
+    if op == "mgather" and row and call["oob"] == "zero":
+        tile[:] = 0  # NZ Row, GatherOOB::Zero: the whole tile is zeroed once before the row DMAs
+    for r, c in walk:
+        slot, ok = remap(values[r if row else r * vc + c], capacity, rule)
+        if not ok and rule == "refuse":
+            return "refuse"
+        columns = range(lcols) if row else (c,)  # a Row DMA moves the whole logical row
+        for cc in columns:
+            t = nz_tile_off(r, cc, tile_rows, kc0)
+            if op == "mgather":
+                if ok:
+                    tile[t] = memory[gm(slot, cc) if row else gm(slot)]
+                elif not (row and call["oob"] == "zero"):
+                    tile[t] = 0
+            elif ok:
+                g = gm(slot, cc) if row else gm(slot)
+                memory[g] = combine(int(memory[g]), int(tile[t]), call["atomic"], call["dtype"])
+    return memory, tile
+
+
+@given(nz_calls())
+def test_nz_calls_match_the_oracle_or_refuse_cleanly(call):
+    from oracles import index_tile
+    d = pto.dtypes.resolve(call["dtype"])
+    memory = call["memory"]
+    buffer = np.empty(memory.size + 2 * GUARD, d.numpy)
+    bits(buffer)[:] = 0xA5
+    bits(buffer)[GUARD:GUARD + memory.size] = bits(memory)
+    table = pto.GlobalTensor(buffer[GUARD:GUARD + memory.size], call["shape"], call["stride"], layout="nz", dtype=d)
+    tile = pto.Tile(d, *call["tile"], blayout="col_major", slayout="row_major", valid=call["valid"])
+    bits(tile.data)[:] = bits(call["tile_bits"])
+    vr, vc = call["valid"]
+    values = np.array(call["indices"], np.int64)
+    idx = index_tile(values, "row") if call["coalesce"] == "row" else index_tile(values.reshape(vr, vc), "elem")
+    before, tile_before = bits(buffer).copy(), bits(tile.data).copy()
+    kw = dict(coalesce=call["coalesce"], oob=call["oob"], target=call["target"], strict=call["strict"])
+    try:
+        if call["op"] == "mgather":
+            pto.mgather(tile, table, idx, **kw)
+        else:
+            pto.mscatter(table, tile, idx, atomic=call["atomic"], **kw)
+    except ALLOWED as refusal:
+        event(f"NZ refused on {call['target']}: {type(refusal).__name__}: {getattr(refusal, 'rule', '')}")
+        assert np.array_equal(bits(buffer), before), "a refused call wrote the table"
+        assert np.array_equal(bits(tile.data), tile_before), "a refused call wrote the tile"
+        return
+    event(f"NZ ran: {call['op']} {call['coalesce']}")
+    assert call["target"] == "a2a3", "an NZ call was accepted by a target without NZ paths"
+    guard = np.r_[bits(buffer)[:GUARD], bits(buffer)[-GUARD:]]
+    assert (guard == np.r_[before[:GUARD], before[-GUARD:]]).all(), "wrote outside the table's memory"
+    expected = nz_expected(call)
+    assert not isinstance(expected, str), "an out-of-range index under strict UNDEFINED was not refused"
+    memory_want, tile_want = expected
+    assert np.array_equal(bits(buffer)[GUARD:GUARD + memory.size], memory_want), "table memory"
+    assert np.array_equal(bits(tile.data), tile_want), "tile"
