@@ -119,3 +119,33 @@ def uint32_of(index: int) -> int:
 def min_cols(dtype) -> int:
     """Smallest padded RowMajor Cols for ``dtype`` under the 32-byte rule (MGATHER.md, "Minimum Tile Shape")."""
     return 32 // pto.dtypes.resolve(dtype).itemsize
+
+
+# -- one test body on every target that supports the case ---------------------------------------------------------
+
+TARGETS = ("cpu", "a2a3", "a5")
+SPEC_ATOMIC_DTYPES = {
+    # MSCATTER.md, "Atomic Type Support". The CPU simulator takes these but runs a plain replace.
+    ("cpu", "add"): ("int32", "uint32", "float32", "float16"),
+    ("a2a3", "add"): ("int8", "int16", "int32", "float16", "bfloat16", "float32"),
+    ("a5", "add"): ("int32", "uint32", "float32", "float16", "bfloat16"),
+    ("a5", "max"): ("int32", "uint32", "float32"),
+    ("a5", "min"): ("int32", "uint32", "float32"),
+}
+
+
+def supports(target: str, dtype: str, atomic: str = "none") -> bool:
+    """Whether ``target``'s spec accepts ``dtype`` as an element type, and ``atomic`` on it."""
+    if dtype not in SPEC_ELEMENT_DTYPES[target]:
+        return False
+    return atomic == "none" or dtype in SPEC_ATOMIC_DTYPES.get((target, atomic), ())
+
+
+def for_targets(targets=TARGETS, dtypes=ALL_DTYPE_NAMES, atomic="none", **axes):
+    """Parametrize a test over ``target`` x ``dtype`` x each of ``axes`` (name -> values), keeping only the
+    (target, dtype) pairs the spec supports (CuPy's ``for_all_dtypes`` style): one body, every target."""
+    names = ["target", "dtype", *axes]
+    cases = [(t, d) for t in targets for d in dtypes if supports(t, d, atomic)]
+    for values in axes.values():
+        cases = [c + (v,) for c in cases for v in values]
+    return pytest.mark.parametrize(",".join(names), [pytest.param(*c, id="-".join(map(str, c))) for c in cases])

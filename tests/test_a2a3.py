@@ -145,44 +145,6 @@ def nz_tile(d, rows, cols, valid=None, rng=None):
     return t
 
 
-# ---------------------------------------------------------------------------------------------
-# MGATHER ND vs the cpu golden
-# ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("oob", GATHER_OOB)
-@pytest.mark.parametrize("dtype", ALL)
-def test_gather_row_nd_vs_cpu(dtype, oob):
-    rng = np.random.default_rng(seed(dtype, oob, "row"))
-    d = dt(dtype)
-    R, C, TR = 7, 5, 11
-    table = rand_bits(rng, (TR, C), d)
-    idx = oob_indices(rng, R, TR, oob)
-    outs = []
-    for target in ("a2a3", "cpu"):
-        dst = nd_tile(d, R, C)
-        dst.data[...] = rand_bits(np.random.default_rng(1), dst.data.shape, d)
-        pto.mgather(dst, pto.GlobalTensor(table.copy()), row_idx_tile(idx), coalesce="row", oob=oob, target=target)
-        outs.append(bits(dst.data).copy())
-    np.testing.assert_array_equal(outs[0], outs[1])
-
-
-@pytest.mark.parametrize("oob", GATHER_OOB)
-@pytest.mark.parametrize("dtype", ALL)
-def test_gather_elem_nd_vs_cpu(dtype, oob):
-    rng = np.random.default_rng(seed(dtype, oob, "elem"))
-    d = dt(dtype)
-    R, C, TR, TC = 5, 9, 6, 7
-    table = rand_bits(rng, (TR, TC), d)
-    idx = oob_indices(rng, R * C, TR * TC, oob, (R, C))
-    outs = []
-    for target in ("a2a3", "cpu"):
-        dst = nd_tile(d, R, C)
-        dst.data[...] = rand_bits(np.random.default_rng(2), dst.data.shape, d)
-        pto.mgather(dst, pto.GlobalTensor(table.copy()), elem_idx_tile(idx), coalesce="elem", oob=oob,
-                    target=target)
-        outs.append(bits(dst.data).copy())
-    np.testing.assert_array_equal(outs[0], outs[1])
-
-
 def test_gather_uint32_index_tile_and_undefined_checks():
     d = dt("float32")
     table = np.arange(40, dtype=np.float32).reshape(8, 5)
@@ -240,25 +202,6 @@ def test_gather_elem_nd_5d_flat(oob):
             slot, ok = remap(idx[r, c], 30, oob)
             expect[r * dst.cols + c] = bits(mem)[slot] if ok else 0
     np.testing.assert_array_equal(bits(dst.data), expect)
-
-
-# ---------------------------------------------------------------------------------------------
-# MSCATTER ND
-# ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", ALL)
-def test_scatter_elem_none_vs_cpu(dtype):
-    rng = np.random.default_rng(seed(dtype))
-    d = dt(dtype)
-    R, C, TR, TC = 4, 11, 5, 8
-    src = nd_tile(d, R, C, rng)
-    idx = rng.integers(0, 12, size=(R, C))          # many duplicates: last writer in (r, c) order
-    init = rand_bits(rng, (TR, TC), d)
-    outs = []
-    for target in ("a2a3", "cpu"):
-        table = init.copy()
-        pto.mscatter(pto.GlobalTensor(table), src, elem_idx_tile(idx), coalesce="elem", target=target)
-        outs.append(bits(table).copy())
-    np.testing.assert_array_equal(outs[0], outs[1])
 
 
 def scatter_oracle_nd(mem, src_vals, idx, mode, cap, oob, atomic, d, row_stride=0, cols=0):
@@ -327,19 +270,6 @@ def test_scatter_elem_nd_oracle(dtype, atomic, oob):
     pto.mscatter(pto.GlobalTensor(table, (1, 1, 1, 4, 10), (40, 40, 40, 10, 1)), src, elem_idx_tile(idx),
                  coalesce="elem", atomic=atomic, oob=oob, target="a2a3")
     np.testing.assert_array_equal(bits(table), bits(expect))
-
-
-def test_scatter_undefined_non_strict_drops_oob():
-    d = dt("int32")
-    table = np.zeros(16, np.int32)
-    src = nd_tile(d, 1, 4)
-    src.set(np.array([[1, 2, 3, 4]], np.int32))
-    with pytest.raises(pto.OutOfBoundsError):
-        pto.mscatter(pto.GlobalTensor(table), src, elem_idx_tile([[0, 16, 2, -1]]), coalesce="elem", target="a2a3")
-    assert not table.any()
-    pto.mscatter(pto.GlobalTensor(table), src, elem_idx_tile([[0, 16, 2, -1]]), coalesce="elem", target="a2a3",
-                 strict=False)
-    np.testing.assert_array_equal(table, [1, 0, 3] + [0] * 13)
 
 
 @pytest.mark.parametrize("coalesce", ["elem", "row"])
