@@ -22,6 +22,7 @@ import numpy as np
 import simt_pto as pto
 from simt_pto.kernels.a2a3 import mgather as mg
 from simt_pto.kernels.a2a3 import mscatter as ms
+from simt_pto.kernels import store
 from simt_pto.kernels.index_policy import IDENTITY
 
 
@@ -84,7 +85,7 @@ def main():
 
     # -- element scatter-add ----------------------------------------------------------------------
     vals = rng.standard_normal(n).astype(np.float32)
-    sloop = ms.elem_nd_loop(IDENTITY, ms.ADD_NATIVE)
+    sloop = ms.elem_nd_loop(IDENTITY, store.ADD, store.NATIVE)
     work_a = table.copy()
     sloop(work_a, vals, cols, idx32[:cols], cols, 1, cols, table_n)       # warm-up on a slice
     work_a[:] = table

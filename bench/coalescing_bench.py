@@ -202,9 +202,9 @@ class Device:
 
     def __init__(self, repeats: int, peers: bool):
         from numba import cuda
-        from simt_pto.kernels.a5 import launch as launch_mod
-        self.cuda, self.launch_mod, self.repeats = cuda, launch_mod, repeats
-        self.on_gpu = launch_mod.on_gpu()
+        from simt_pto.host import a5
+        self.cuda, self.a5, self.repeats = cuda, a5, repeats
+        self.on_gpu = a5.on_gpu()
         self.spin = self._spinner() if self.on_gpu else None
         self.torch = self.cupy = None
         if peers and self.on_gpu:
@@ -254,7 +254,7 @@ class Device:
         return self.cuda.event(timing=True), self.cuda.event(timing=True)
 
     def stage(self, a):
-        return self.launch_mod._to_device(a) if self.on_gpu else a
+        return self.a5.to_device(a) if self.on_gpu else a
 
     # -- the emulator ------------------------------------------------------------------------------------
     def build(self, p: Point, idx: np.ndarray, table_host: np.ndarray, rng):
@@ -262,21 +262,22 @@ class Device:
         the API's dispatch, then (non-Last) the kernel's multi-block form over the whole index array."""
         import simt_pto as pto
         from simt_pto import constraints
-        from simt_pto.host.coalescing import DEFAULT_TILE_ELEMS, DEFAULT_TILE_ROWS
-        from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
+        from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
+        from simt_pto.host.large import DEFAULT_MAX_TILE_ELEMS, DEFAULT_MAX_TILE_ROWS, fit_tile_rows
         s = p.series
         d = pto.dtypes.resolve(s.dtype)
         row = s.coalesce == "row"
-        tr = tile_rows_for(p) or (DEFAULT_TILE_ROWS if row else DEFAULT_TILE_ELEMS)
+        tr = tile_rows_for(p) or (DEFAULT_MAX_TILE_ROWS if row else DEFAULT_MAX_TILE_ELEMS)
         tr = min(tr, p.n)
         if row:
             unit = 32 // d.itemsize
-            while True:  # halve until the tiles fit the default UB budget, as the analyzer's default does
-                data = pto.Tile(d, tr, -(-p.cols // unit) * unit, valid=(tr, p.cols))
-                it = pto.Tile("int32", 1, -(-tr // 8) * 8, valid=(1, tr))
-                if data.nbytes + it.nbytes <= 128 * 1024 or tr == 1:
-                    break
-                tr //= 2
+
+            def tiles(rows):
+                return (pto.Tile(d, rows, -(-p.cols // unit) * unit, valid=(rows, p.cols)),
+                        pto.Tile("int32", 1, -(-rows // 8) * 8, valid=(1, rows)))
+            # halved until the tiles fit the default UB budget, as the analyzer's default does
+            tr = fit_tile_rows(tr, lambda rows: sum(t.nbytes for t in tiles(rows)), 128 * 1024)
+            data, it = tiles(tr)
             table = pto.GlobalTensor(table_host, dtype=d)
         else:
             data = pto.Tile(d, -(-tr // (32 // d.itemsize)) * (32 // d.itemsize), 1, blayout="col_major",

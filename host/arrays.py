@@ -11,7 +11,7 @@ from simt_pto.tensor import is_device_array
 
 
 @dataclass
-class _Array:
+class WholeArray:
     """An input array seen as 2-D (1-D index / element arrays become ``(N, 1)``)."""
 
     obj: object          # what the caller passed
@@ -26,7 +26,9 @@ class _Array:
         return self.rows * self.cols
 
 
-def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
+def wrap(obj, what, dtype=None, two_d_only=False) -> WholeArray:
+    """``obj`` (the call's ``what``: "table", "idx", "src") as a :class:`WholeArray`, or the ConstraintError /
+    TypeError that refuses it; ``dtype`` reinterprets a data array's elements."""
     device = is_device_array(obj)
     if device:
         info = obj.__cuda_array_interface__
@@ -52,10 +54,10 @@ def _wrap(obj, what, dtype=None, two_d_only=False) -> _Array:
         raise ConstraintError("whole-array op", None, f"{what} is {want}", f"{what} has shape {shape}")
     if rows * cols == 0 and what == "table":  # no indices (and so no source) is a no-op, as in numpy
         raise ConstraintError("whole-array op", None, "a non-empty table", f"table has shape {shape}")
-    return _Array(obj, dt, shape, rows, cols, device)
+    return WholeArray(obj, dt, shape, rows, cols, device)
 
 
-def _host(a: _Array) -> np.ndarray:
+def to_host(a: WholeArray) -> np.ndarray:
     """The array as a host numpy array of its element dtype (a copy for device arrays)."""
     if a.device:
         from numba import cuda

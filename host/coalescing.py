@@ -2,7 +2,7 @@
 
 :func:`analyze` validates the call with :func:`simt_pto.constraints.plan_mgather` /
 :func:`~simt_pto.constraints.plan_mscatter`, takes the kernel and its :class:`~simt_pto.geometry.LaunchGeometry`
-from the one A5 dispatch (``simt_pto.kernels.a5.resolve_mgather`` / ``resolve_mscatter``; nothing is launched),
+from the one A5 dispatch (``simt_pto.host.a5.resolve_mgather`` / ``resolve_mscatter``; nothing is launched),
 and replays that kernel's lane -> address mapping (kernels/a5/mgather.py, mscatter.py) with numpy:
 
 * Row: warp ``ty`` owns rows ``ty % kRowWarps, + kRowWarps, ...`` and column segment ``ty // kRowWarps``;
@@ -30,10 +30,10 @@ may spread a call's slots over several blocks: the same requests, issued by othe
 Not modelled: caches (every request counts its sectors as moved), timing, and data-dependent retries.
 float32 atomic Max / Min issue two predicated atomics (non-negative values on the int32 view, negative
 ones on the uint32 view); without the source values both are counted as one request. float16 /
-bfloat16 atomic Add is a compare-and-swap loop on the 32-bit word holding the element, in the padded
-staging copy ``resolve_mscatter`` makes (its own, aligned allocation: ``base_offset_bytes`` does not
-apply): one word load plus the first CAS per lane are counted; lanes of one request on the same word
-retry, and ``max_lanes_per_address`` bounds those rounds from below.
+bfloat16 atomic Add is a compare-and-swap loop on the aligned 32-bit word of the table holding the element
+(``base_offset_bytes`` shifts which word; a word the table covers only in part is a two-word staging copy on
+the device, counted at its place in the table): one word load plus the first CAS per lane are counted; lanes
+of one request on the same word retry, and ``max_lanes_per_address`` bounds those rounds from below.
 """
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ from simt_pto.enums import (BLayout, Coalesce, GatherExec, GatherOOB, ScatterAto
 from simt_pto.geometry import WARP
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
+
+from .large import default_tile_rows
 
 SECTOR = 32
 """Bytes in a GM sector (the unit a request moves)."""
@@ -459,20 +461,12 @@ def _idx_tile(coalesce, rows, cols, layout, idx_dtype) -> Tile:
     return Tile(idx_dtype, *_padded(rows, cols, 4, layout), blayout=layout, valid=(rows, cols))
 
 
-DEFAULT_TILE_ROWS = 256
-"""Row: default rows per tile (as ``simt_pto.host.large``), halved until the tiles fit the UB budget."""
-DEFAULT_TILE_ELEMS = 4096
-"""Elem: default positions per tile (as ``simt_pto.host.large``), halved until the tiles fit the UB budget."""
-
-
-def _default_tile_rows(coalesce, n_rows, cols, dtype, tile_layout, idx_layout, budget) -> int:
-    rows = min(n_rows, DEFAULT_TILE_ROWS if coalesce == Coalesce.ROW else max(1, DEFAULT_TILE_ELEMS // cols))
-    while rows > 1:
+def _tile_bytes(coalesce, cols, dtype, tile_layout, idx_layout):
+    """UB bytes of the data and index tiles of ``rows`` rows (for :func:`simt_pto.host.large.default_tile_rows`)."""
+    def tile_bytes(rows):
         d = _padded(rows, cols, dtype.itemsize, tile_layout)
-        if d[0] * d[1] * dtype.itemsize + _idx_tile(coalesce, rows, cols, idx_layout, _dt.int32).nbytes <= budget:
-            break
-        rows = max(1, rows // 2)
-    return rows
+        return d[0] * d[1] * dtype.itemsize + _idx_tile(coalesce, rows, cols, idx_layout, _dt.int32).nbytes
+    return tile_bytes
 
 
 def _index_matrix(coalesce, raw, tile_shape, table_cols):
@@ -572,15 +566,15 @@ def analyze(op, coalesce, idx, table_shape, tile_shape=None, dtype="float32", *,
     idx_layout = _layout(idx_layout, "idx_layout")
     n_rows = raw.shape[0]
     budget = ub.budget(op, "a5", dyn_ubuf_size)
-    R = (_default_tile_rows(coalesce, n_rows, C, dtype, tile_layout, idx_layout, budget) if tile_shape is None
-         else min(tile_shape[0], n_rows))
+    R = (default_tile_rows(coalesce, n_rows, C, _tile_bytes(coalesce, C, dtype, tile_layout, idx_layout), budget)
+         if tile_shape is None else min(tile_shape[0], n_rows))
 
     # The call, validated and dispatched as the API does it (one tile; every tile shares its geometry).
     padded = _padded(R, C, dtype.itemsize, tile_layout) if tile_padded is None else _shape2(tile_padded, "tile_padded")
     data = Tile(dtype, *padded, blayout=tile_layout, valid=(R, C))
     idx_tile = _idx_tile(coalesce, R, C, idx_layout, _dt.int32)
     table = GlobalTensor(np.zeros(table_shape, dtype=dtype.numpy), dtype=dtype)
-    from simt_pto.kernels import a5
+    from . import a5  # the A5 dispatch loads the kernels package: at the first analysis, not at import
     if op == "MGATHER":
         plan = constraints.plan_mgather("a5", data, table, idx_tile, coalesce, oob, GatherExec.SCALAR, None,
                                         bool(strict), dyn_ubuf_size)
@@ -620,7 +614,7 @@ class _Ctx:
     """What the walks share: the plan, the tile, the remapped indices, and the streams being filled."""
 
     def __init__(self, *, op, plan, launch, R, C, n_rows, blocks, warps, isz, base, slot, in_range, keep):
-        from simt_pto.kernels.a5.device import BF16, F16, F32_ORDER, NATIVE
+        from simt_pto.kernels.store import BF16, BF16_EDGE, F16, F16_EDGE, F32_ORDER, NATIVE
         self.op, self.plan, self.R, self.C, self.n_rows, self.blocks, self.warps = op, plan, R, C, n_rows, blocks, warps
         self.isz, self.base, self.slot, self.in_range, self.keep = isz, base, slot, in_range, keep
         self.geo = launch.geometry if launch is not None else None
@@ -630,7 +624,7 @@ class _Ctx:
         self.idx_step = plan.idx_step
         self.irs, self.ics = plan.idx.strides
         fmt = launch.policy[2] if launch is not None and len(launch.policy) == 3 else NATIVE
-        self.cas = fmt in (F16, BF16)
+        self.cas = fmt in (F16, BF16, F16_EDGE, BF16_EDGE)
         self.signed_split = fmt == F32_ORDER
         self.atomic = plan.atomic != ScatterAtomicOp.NONE
         self._streams: dict[str, Stream] = {}
@@ -643,8 +637,8 @@ class _Ctx:
     def notes(self) -> list[str]:
         out = []
         if self.cas:
-            out.append(f"{self.plan.dtype} atomic Add: a CAS loop on the 32-bit words of resolve_mscatter's aligned "
-                       "staging copy (base offset does not apply); one word load and the first CAS per lane counted")
+            out.append(f"{self.plan.dtype} atomic Add: a CAS loop on the table's aligned 32-bit words; one word load "
+                       "and the first CAS per lane counted")
         if self.signed_split:
             out.append("float32 atomic Max / Min: two predicated atomics (int32 view for values >= 0, uint32 view "
                        "for negative ones) counted as one request")
@@ -663,8 +657,8 @@ class _Ctx:
         """The GM access of table element ``elem`` (gather load; scatter store / atomic / CAS word)."""
         if self.op == "MGATHER":
             self.stream("table", "gm", "load", self.isz).add(self.base + elem * self.isz, active, block, warp)
-        elif self.cas:  # 16-bit float atomic Add: load the word, then compare-and-swap it (staging copy)
-            word = (elem >> 1) * 4
+        elif self.cas:  # 16-bit float atomic Add: load the aligned word holding the element, then compare-and-swap it
+            word = ((self.base + elem * 2) >> 2) * 4
             self.stream("table word", "gm", "load", 4).add(word, active, block, warp)
             self.stream("table", "gm", "atomic", 4).add(word, active, block, warp)
         else:

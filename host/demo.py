@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from simt_pto import ops
+from simt_pto.host import dispatch
 from simt_pto.backend import a5_backend
 from simt_pto.errors import ConstraintError
 from simt_pto.ops import mgather, mscatter
@@ -260,7 +260,7 @@ def available_targets() -> list[str]:
     found = []
     for target in TARGETS:
         try:
-            ops.target_module(target)
+            dispatch.runner(target)
             found.append(target)
         except ImportError:
             pass

@@ -49,8 +49,9 @@ TABLE_ROWS = 64
 """Rows of the Row-mode table (and ``TABLE_ROWS * cols`` elements of the flat Elem table)."""
 
 DEFAULT_CC = 90
-FORMAT_NAMES = {0: "native", 1: "float16-cas", 2: "bfloat16-cas", 3: "float32-order"}
-"""``kernels.a5.device`` element formats (NATIVE, F16, BF16, F32_ORDER) by value."""
+FORMAT_NAMES = {0: "native", 1: "float16-cas", 2: "bfloat16-cas", 3: "float32-order", 4: "float16-cas-edge",
+                5: "bfloat16-cas-edge"}
+"""``simt_pto.kernels.store`` element formats (NATIVE, F16, BF16, F32_ORDER, F16_EDGE, BF16_EDGE) by value."""
 SCALAR_FALLBACK = {"MGATHER": "MGatherScalarImpl", "MSCATTER": "MScatterScalarImpl"}
 
 _MODULE = "simt_pto.host.inspect"
@@ -135,9 +136,9 @@ def _zeros(d, shape):
 def resolve_launch(plan):
     """The A5 dispatch's :class:`KernelLaunch` for ``plan``; None for the ``(1, 1)`` Elem scalar fallback.
 
-    Imports ``simt_pto.kernels.a5``: call it in a process whose ``numba.cuda`` is in real mode
+    Imports ``simt_pto.host.a5`` (and the kernels): call it in a process whose ``numba.cuda`` is in real mode
     (see :func:`compile_here`)."""
-    from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
+    from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
     return (resolve_mgather if plan.op == "MGATHER" else resolve_mscatter)(plan)
 
 

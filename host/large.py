@@ -33,7 +33,7 @@ from simt_pto.errors import ConstraintError
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
 
-from .arrays import _Array, _host, _wrap
+from .arrays import WholeArray, to_host, wrap
 
 DEFAULT_MAX_TILE_ROWS = 256
 """Default cap on rows per Row tile: more, smaller tiles give a GPU more blocks to run at once."""
@@ -47,6 +47,22 @@ SLOT_PATH_MAX_WORK = 1 << 22
 
 def _round_up(n, unit):
     return -(-n // unit) * unit
+
+
+def fit_tile_rows(tile_rows: int, tile_bytes, budget) -> int:
+    """``tile_rows`` halved until the tiles of that many rows fit the UB: ``tile_bytes(rows) <= budget`` (no limit
+    when ``budget`` is None), or one row."""
+    limit = math.inf if budget is None else budget
+    while tile_rows > 1 and tile_bytes(tile_rows) > limit:
+        tile_rows = max(1, tile_rows // 2)
+    return tile_rows
+
+
+def default_tile_rows(coalesce, rows: int, cols: int, tile_bytes, budget) -> int:
+    """Rows per tile when the caller names none (the whole-array ops and the coalescing analyzer): at most
+    DEFAULT_MAX_TILE_ROWS (Row) or DEFAULT_MAX_TILE_ELEMS // cols (Elem) and ``rows``, then :func:`fit_tile_rows`."""
+    cap = DEFAULT_MAX_TILE_ROWS if coalesce == Coalesce.ROW else max(1, DEFAULT_MAX_TILE_ELEMS // cols)
+    return fit_tile_rows(min(rows, cap), tile_bytes, budget)
 
 
 def _tiles_for(op, target, coalesce, dtype, idx_dtype, rows, cols, tile_rows, dyn_ubuf_size):
@@ -67,19 +83,16 @@ def _tiles_for(op, target, coalesce, dtype, idx_dtype, rows, cols, tile_rows, dy
             idx = Tile(idx_dtype, tr, _round_up(cols, 8), valid=(tr, cols))
         return data, idx
 
-    limit = ub.budget(op, target, dyn_ubuf_size) or math.inf
     if tile_rows is None:
-        cap = DEFAULT_MAX_TILE_ROWS if coalesce == Coalesce.ROW else max(1, DEFAULT_MAX_TILE_ELEMS // cols)
-        tile_rows = min(rows, cap)
-        while tile_rows > 1 and sum(t.nbytes for t in build(tile_rows)) > limit:
-            tile_rows = max(1, tile_rows // 2)
+        tile_rows = default_tile_rows(coalesce, rows, cols, lambda tr: sum(t.nbytes for t in build(tr)),
+                                      ub.budget(op, target, dyn_ubuf_size))
     elif isinstance(tile_rows, bool) or not isinstance(tile_rows, (int, np.integer)) or tile_rows < 1:
         raise TypeError(f"tile_rows must be a positive int, got {tile_rows!r}")
     tile_rows = min(int(tile_rows), rows)
     return (*build(tile_rows), tile_rows)
 
 
-def _check_indices(op, target, idx: _Array, capacity, rule, strict):
+def _check_indices(op, target, idx: WholeArray, capacity, rule, strict):
     """UNDEFINED under strict: refuse out-of-range indices before anything is written."""
     from simt_pto.policy import IDENTITY
     if rule != IDENTITY:
@@ -87,17 +100,17 @@ def _check_indices(op, target, idx: _Array, capacity, rule, strict):
     if idx.device:
         bad_count, first = _device_bad_indices(idx, capacity)
         if bad_count:
-            host = _host(idx).reshape(-1)
+            host = to_host(idx).reshape(-1)
             raise constraints.out_of_range(op, target, capacity, [first], [int(host[first]) & 0xFFFFFFFF], bad_count)
         return
-    raw = _host(idx).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
+    raw = to_host(idx).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
     if int(raw.max()) < capacity:  # one pass, no temporaries: positions are built only on failure
         return
     bad = np.flatnonzero(raw >= capacity)
     raise constraints.out_of_range(op, target, capacity, bad[:5].tolist(), raw[bad[:5]].tolist(), int(bad.size))
 
 
-def _device_bad_indices(idx: _Array, capacity):
+def _device_bad_indices(idx: WholeArray, capacity):
     from numba import cuda
     from simt_pto.kernels.a5.validate import count_out_of_range
     dev = cuda.as_cuda_array(idx.obj).reshape(idx.size)
@@ -112,8 +125,8 @@ def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict,
     then the target's rules (the plan of one full tile) and the indices."""
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
-    table_a = _wrap(table, "table", dtype, two_d_only=coalesce == Coalesce.ROW)
-    idx_a = _wrap(idx, "idx")
+    table_a = wrap(table, "table", dtype, two_d_only=coalesce == Coalesce.ROW)
+    idx_a = wrap(idx, "idx")
     if coalesce == Coalesce.ROW and idx_a.cols != 1:
         raise ConstraintError(op, target, "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
     if check is not None:
@@ -156,7 +169,7 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
         from . import large_a5
         return large_a5.gather(plan, table_a, idx_a, tile_rows, out_shape, out_cols)
     out = np.zeros((idx_a.rows, out_cols), dtype=table_a.dtype.numpy)
-    host_table, host_idx = _host(table_a), _host(idx_a).reshape(idx_a.rows, idx_a.cols)
+    host_table, host_idx = to_host(table_a), to_host(idx_a).reshape(idx_a.rows, idx_a.cols)
     for r0 in range(0, idx_a.rows, tile_rows):
         r1 = min(r0 + tile_rows, idx_a.rows)
         dst, it = _tile_pair(plan, host_idx[r0:r1], None, coalesce)
@@ -189,7 +202,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     operands = {}
 
     def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
-        src_a = _wrap(src, "src", dtype)
+        src_a = wrap(src, "src", dtype)
         row = from_any(Coalesce, coalesce, "coalesce") == Coalesce.ROW
         want = (idx_a.rows, table_a.cols) if row else (idx_a.rows, idx_a.cols)
         if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
@@ -211,8 +224,8 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
         from . import large_a5
         large_a5.scatter(plan, table_a, src_a, idx_a, tile_rows, last_path, SLOT_PATH_MAX_WORK)
         return table
-    host_table, host_src = _host(table_a), _host(src_a).reshape(src_a.rows, src_a.cols)
-    host_idx = _host(idx_a).reshape(idx_a.rows, idx_a.cols)
+    host_table, host_src = to_host(table_a), to_host(src_a).reshape(src_a.rows, src_a.cols)
+    host_idx = to_host(idx_a).reshape(idx_a.rows, idx_a.cols)
     gt = _host_tensor(plan, host_table)
     from simt_pto.ops import mscatter
     for r0 in range(0, idx_a.rows, tile_rows):
@@ -232,11 +245,11 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order (MSCATTER.md,
     CPU Reference Form). Row indices are checked as rows first."""
     op = "MSCATTER"
-    table_a = _wrap(table, "table", dtype, two_d_only=True)
-    idx_a = _wrap(idx, "idx")
+    table_a = wrap(table, "table", dtype, two_d_only=True)
+    idx_a = wrap(idx, "idx")
     if idx_a.cols != 1:
         raise ConstraintError(op, "cpu", "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
-    src_a = _wrap(src, "src", dtype)
+    src_a = wrap(src, "src", dtype)
     want = (idx_a.rows, table_a.cols)
     if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
         raise ConstraintError(op, "cpu", "src matches idx (and the table row width, Row) and the table dtype",
@@ -244,14 +257,14 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     if table_a.size >= 2 ** 32:
         raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
                               f"table has {table_a.size} elements")
-    rows = _host(idx_a).reshape(-1).view(np.uint32).astype(np.int64)  # the ISA's cast: -1 is 4294967295
+    rows = to_host(idx_a).reshape(-1).view(np.uint32).astype(np.int64)  # the ISA's cast: -1 is 4294967295
     keep = rows < table_a.rows
     if not keep.all():
         bad = np.flatnonzero(~keep)
         if strict:  # the CPU simulator uses every index unchecked (it ignores ScatterOOB)
             raise constraints.out_of_range(op, "cpu", table_a.rows, bad[:5].tolist(), rows[bad[:5]].tolist(),
                                            int(bad.size))
-    host_src = _host(src_a).reshape(src_a.rows, src_a.cols)[keep]
+    host_src = to_host(src_a).reshape(src_a.rows, src_a.cols)[keep]
     elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
     if elem_idx.size:
         scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, coalesce="elem",
@@ -279,4 +292,5 @@ def _tile_pair(plan, idx_rows, data_rows, coalesce):
     return data, it
 
 
-__all__ = ["gather", "scatter"]
+__all__ = ["DEFAULT_MAX_TILE_ELEMS", "DEFAULT_MAX_TILE_ROWS", "default_tile_rows", "fit_tile_rows", "gather",
+           "scatter"]

@@ -10,15 +10,16 @@ import numpy as np
 from simt_pto import dtypes, geometry
 from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
-from simt_pto.kernels.a5 import launch as _launch, simt
-from simt_pto.kernels.a5.device import F32_ORDER, NATIVE
+from simt_pto.kernels import store
+from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
 from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
                                           simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
                                           simt_mscatter_owner_reset_kernel, simt_mscatter_row_kernel,
                                           simt_mscatter_row_last_kernel, simt_mscatter_row_owner_claim_kernel,
                                           simt_mscatter_row_owner_write_kernel)
-from .arrays import _host
+from . import a5
+from .arrays import to_host
 
 MAX_GRID = 2 ** 31 - 1
 """The CUDA limit on gridDim.x (the x dimension; y and z stop at 65535)."""
@@ -38,7 +39,7 @@ def _flat(a, dtype, gpu):
     """The array's memory as a flat ``dtype`` view: on the device (GPU backend) or host (cpu, simulator)."""
     if a.device:
         return _cuda().as_cuda_array(a.obj).reshape(a.size).view(dtype)
-    host = _host(a).reshape(-1).view(dtype)
+    host = to_host(a).reshape(-1).view(dtype)
     return _cuda().to_device(host) if gpu else host
 
 
@@ -73,7 +74,7 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
     own rows as in the A5 mapping."""
     row_bytes = itemsize * cols
     for unit in (8, 4, 2):
-        if unit > itemsize and row_bytes % unit == 0 and all(_launch.base_address(a) % unit == 0 for a in arrays):
+        if unit > itemsize and row_bytes % unit == 0 and all(a5.base_address(a) % unit == 0 for a in arrays):
             return unit
     return itemsize
 
@@ -116,19 +117,17 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
 
 
 def _scatter_operands(plan, table, src, gpu):
-    """(table argument, src flat, finish): the table in the form the store needs (see
-    :func:`simt_pto.kernels.a5.launch._scatter_table`), staged on the device."""
-    fmt = _launch._element_format(plan)
-    table_arg, finish = _launch._scatter_table(plan, fmt)
+    """(format, table argument, src flat, copy back, finish): the table in the form the store needs (see
+    :func:`simt_pto.host.a5.scatter_table`), staged on the device."""
+    fmt = a5.element_format(plan)
+    table_arg, finish = a5.scatter_table(plan, fmt)
     copy_back = None
-    if gpu and isinstance(table_arg, (np.ndarray, tuple)) and not table.device:
+    if gpu and not table.device and a5.holds_host_memory(table_arg):
         host = table_arg
-        table_arg = _launch._to_device(table_arg)
-        base_dev, base_host = (table_arg[0], host[0]) if isinstance(host, tuple) else (table_arg, host)
-        copy_back = lambda: base_dev.copy_to_host(base_host)  # noqa: E731
-    src_dtype = np.int32 if fmt == F32_ORDER else (
-        plan.dtype.bits if fmt != NATIVE or plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy)
-    return fmt, table_arg, _flat(src, src_dtype, gpu), copy_back, finish
+        table_arg = a5.to_device(table_arg)
+        device_arg = table_arg
+        copy_back = lambda: a5.copy_to_host(device_arg, host)  # noqa: E731
+    return fmt, table_arg, _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype), gpu), copy_back, finish
 
 
 def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):

@@ -24,7 +24,7 @@ BF16_MAN_BITS = 7
 
 
 @njit(inline="always", cache=True)
-def _add_bits(a, b, exp_bits, man_bits):
+def add_bits(a, b, exp_bits, man_bits):
     """Correctly rounded sum of two binary floats with ``exp_bits`` / ``man_bits`` fields (raw bits
     in, raw bits out). All intermediates are int64."""
     one = numba.int64(1)
@@ -143,10 +143,10 @@ def _add_bits(a, b, exp_bits, man_bits):
 @njit(inline="always", cache=True)
 def add_f16_bits(a, b):
     """float16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
-    return _add_bits(a, b, F16_EXP_BITS, F16_MAN_BITS)
+    return add_bits(a, b, F16_EXP_BITS, F16_MAN_BITS)
 
 
 @njit(inline="always", cache=True)
 def add_bf16_bits(a, b):
     """bfloat16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
-    return _add_bits(a, b, BF16_EXP_BITS, BF16_MAN_BITS)
+    return add_bits(a, b, BF16_EXP_BITS, BF16_MAN_BITS)

@@ -1,25 +1,18 @@
 """The public tile ops: MGATHER, MSCATTER, TLOAD, TSTORE, dispatched to a target.
 
-Each op validates the whole call first (:mod:`simt_pto.constraints`), then hands the resolved plan to
-the target's kernels: ``simt_pto.kernels.cpu`` (numpy golden), ``.a2a3`` (Numba loops) or ``.a5``
-(Numba CUDA SIMT kernels on the GPU or the CUDA simulator).
+Each op validates the whole call first (:mod:`simt_pto.constraints`), then hands the resolved plan to the one
+host entry point, ``simt_pto.host.dispatch``, which runs it on the target: ``cpu`` (numpy golden), ``a2a3``
+(Numba loops) or ``a5`` (the SIMT kernels on a GPU, the CPU or the CUDA simulator).
 """
 from __future__ import annotations
-
-import importlib
-
 
 from . import constraints
 from .enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                     target_from_any)
 from .errors import ConstraintError
+from .host import dispatch
 from .tensor import GlobalTensor
 from .tile import Tile
-
-
-def target_module(target: str):
-    """The kernels package of a target (imported on first use: ``a5`` picks its CUDA backend then)."""
-    return importlib.import_module(f"simt_pto.kernels.{target}")
 
 
 def _strict(strict):
@@ -44,7 +37,7 @@ def mgather(dst, table, idx, *, coalesce=Coalesce.ROW, oob=GatherOOB.UNDEFINED, 
     plan = constraints.plan_mgather(target, dst, table, idx, from_any(Coalesce, coalesce, "coalesce"),
                                     from_any(GatherOOB, oob, "oob"), from_any(GatherExec, exec, "exec"),
                                     scratch, _strict(strict), dyn_ubuf_size)
-    target_module(target).run_mgather(plan)
+    dispatch.run_mgather(plan)
     return dst
 
 
@@ -65,7 +58,7 @@ def mscatter(table, src, idx, *, coalesce=Coalesce.ROW, atomic=ScatterAtomicOp.N
     plan = constraints.plan_mscatter(target, table, src, idx, from_any(Coalesce, coalesce, "coalesce"),
                                      from_any(ScatterAtomicOp, atomic, "atomic"), from_any(ScatterOOB, oob, "oob"),
                                      from_any(ScatterConflict, conflict, "conflict"), _strict(strict), dyn_ubuf_size)
-    target_module(target).run_mscatter(plan)
+    dispatch.run_mscatter(plan)
     return table
 
 
@@ -114,4 +107,4 @@ def tstore(gtensor: GlobalTensor, tile: Tile) -> GlobalTensor:
     return gtensor
 
 
-__all__ = ["mgather", "mscatter", "tload", "tstore", "target_module"]
+__all__ = ["mgather", "mscatter", "tload", "tstore"]

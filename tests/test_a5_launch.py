@@ -19,7 +19,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import constraints
-from simt_pto.kernels.a5 import resolve_mgather, resolve_mscatter
+from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
 from simt_pto.kernels.a5 import mgather as a5_mgather
 from simt_pto.kernels.a5 import mscatter as a5_mscatter
 from oracles import make_tile, round_up

@@ -383,6 +383,34 @@ def test_add_half_on_any_word_alignment(coalesce, dtype, lead, n, tail):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("lead", [0, 1], ids=["odd-table", "mid-word-start"])
+def test_add_half_stages_only_the_boundary_words(dtype, lead):
+    """A table that ends (odd length) or starts (2 bytes past a 4-byte boundary) mid-word: the CAS runs on the
+    table's own whole words and only the boundary element is staged, so 10 adds into a 1,000,001-element table
+    allocate O(1) memory, not a copy of the table (2 MB there and back)."""
+    import tracemalloc
+    n = 1_000_001
+    buf = np.zeros(n + 2, dtype=pto.dtypes.resolve(dtype).numpy)
+    table = pto.GlobalTensor(buf[lead:lead + n])
+    indices = [0, n - 1, 1, n - 2, 0, n - 1, 7, 500_000, 2, n - 1]
+    vals = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=np.float64)
+    src = make_tile(dtype, 1, 32, valid=(1, 10), logical_bits=to_bits(vals, dtype).reshape(1, -1))
+    idx = index_tile([indices], "elem")
+    pto.mscatter(table, src, idx, coalesce="elem", atomic="add")  # compiles the kernel: not measured
+    tracemalloc.start()
+    try:
+        pto.mscatter(table, src, idx, coalesce="elem", atomic="add")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, f"{peak} bytes allocated for 10 adds"
+    want = np.zeros(n)
+    np.add.at(want, indices, 2 * vals)
+    np.testing.assert_array_equal(table.array.astype(np.float64), want)
+    assert not np.any(buf[:lead].astype(np.float64)) and not np.any(buf[lead + n:].astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 def test_add_half_random_values(coalesce, dtype):
     """Random values, rounded at every add: within HALF_ADD_TOL of the sequential float32-rounded oracle."""

@@ -131,3 +131,14 @@ def test_cpu_backend_kernels_load_from_the_disk_cache(tmp_path):
         assert p.returncode == 0, p.stderr
     assert runs[0].stdout.split() == ["0", "1"]   # compiled and saved
     assert runs[1].stdout.split() == ["1", "0"]   # loaded
+
+
+def test_a2a3_scatter_loops_close_over_their_whole_store_policy():
+    """Each A2/A3 scatter loop is a copy of one source with its ``store_element`` bound per (atomic, format)
+    (``simt_pto.kernels.store.bind_store``): Numba's cache key sees the closure, not the binding, so the closure
+    must hold the whole policy, as integers, or two policies would share one cache index entry."""
+    from simt_pto.kernels.a2a3 import mscatter
+    for factory in (mscatter.row_nd_loop, mscatter.elem_nd_loop, mscatter.row_nz_loop, mscatter.elem_nz_loop):
+        loop = factory(11, 12, 13).py_func
+        cells = dict(zip(loop.__code__.co_freevars, (c.cell_contents for c in loop.__closure__)))
+        assert cells == {"rule": 11, "atomic": 12, "fmt": 13}, (factory.__name__, cells)

@@ -330,7 +330,7 @@ def test_row_column_index_tensor(target):
 
 def test_simt_launch_geometry_and_dispatch():
     from simt_pto.geometry import l1_elem_geometry
-    from simt_pto.kernels.a5.launch import resolve_mgather, resolve_mgather_l1
+    from simt_pto.host.a5 import resolve_mgather, resolve_mgather_l1
     assert l1_elem_geometry(16, 8).block == (32, 4)          # 128 elements: 4 warps
     assert l1_elem_geometry(16, 16).launch_warps == 8
     assert l1_elem_geometry(64, 64).launch_warps == 32       # capped at 32

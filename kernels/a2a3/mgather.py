@@ -30,8 +30,17 @@ from numba import njit
 
 from simt_pto.enums import Coalesce, GatherOOB
 from simt_pto.kernels.index_policy import MASK, remap_index
+from simt_pto.nz import FRACTAL_NZ_ROW
 
 U = numba.uint64
+
+
+@njit(inline="always", cache=True)
+def nz_gm_row_base(lr, s2, s3):
+    """GM offset of logical row ``lr`` of an NZ tensor (its column 0): ``br * s2 + ri * s3`` with
+    ``br, ri = divmod(lr, FRACTAL_NZ_ROW)``."""
+    br = lr // FRACTAL_NZ_ROW
+    return br * s2 + (lr - br * FRACTAL_NZ_ROW) * s3
 
 
 @njit(inline="always", cache=True)
@@ -43,9 +52,7 @@ def nz_gm_offset(lr, lc, bcols, kc0, s0, s1, s2, s3, s4):
     rest = lc - b * per_batch
     bc = rest // kc0
     ci = rest - bc * kc0
-    br = lr // 16
-    ri = lr - br * 16
-    return b * s0 + bc * s1 + br * s2 + ri * s3 + ci * s4
+    return b * s0 + bc * s1 + nz_gm_row_base(lr, s2, s3) + ci * s4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,8 +115,7 @@ def row_nz_loop(rule, prefill):
         for r in range(rows):
             slot, ok = remap_index(idx[U(r * idx_step)], capacity, rule)
             if ok:
-                br = slot // 16
-                gbase = br * s2 + (slot - br * 16) * s3
+                gbase = nz_gm_row_base(slot, s2, s3)
                 for b in range(nbatch):
                     for bc in range(bcols):
                         g = gbase + b * s0 + bc * s1

@@ -13,9 +13,10 @@ for ADD every write accumulates, each add rounded in the element type, in walk o
 * Elem NZ: ``idx -> (idx // nLogicalCols, idx % nLogicalCols)`` -> NZ GM offset; the walk order is
   block-col -> row -> col-in-block (so "last write wins" / the accumulation order follow that walk).
 
-ScatterOOB SKIP drops the row / element; CLAMP / WRAP remap through ``remap_index``. Integer ADD wraps
-in the element type, float32 adds in float32, float16 / bfloat16 add through the integer soft-float
-of :mod:`simt_pto.kernels.softfloat` (correctly rounded per add).
+ScatterOOB SKIP drops the row / element; CLAMP / WRAP remap through ``remap_index``. Each element is stored
+by the one store rule of :mod:`simt_pto.kernels.store` (its sequential form, inlined per (atomic, format)):
+integer ADD wraps in the element type, float32 adds in float32, float16 / bfloat16 add through the integer
+soft-float of :mod:`simt_pto.kernels.softfloat` (correctly rounded per add).
 """
 from __future__ import annotations
 
@@ -25,30 +26,22 @@ import numba
 from numba import njit
 
 from simt_pto.enums import Coalesce, ScatterAtomicOp
+from simt_pto.kernels import store
 from simt_pto.kernels.gm import write_back
 from simt_pto.kernels.index_policy import remap_index
-from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
-from .mgather import index_bits, nz_gm_offset, nz_params
+from simt_pto.kernels.store import store_element
+from .mgather import index_bits, nz_gm_offset, nz_gm_row_base, nz_params
 
 U = numba.uint64
-
-STORE = 0
-"""Plain store (ScatterAtomicOp NONE), raw bits."""
-ADD_NATIVE = 1
-"""``table[g] = table[g] + v`` on a typed view: int8 / int16 / int32 wrap, float32 rounds in float32."""
-ADD_F16 = 2
-"""float16 add on raw bits (soft-float, RNE)."""
-ADD_BF16 = 3
-"""bfloat16 add on raw bits (soft-float, RNE)."""
 
 
 # Every computed array index goes through U (uint64): see the note in mgather.py.
 @functools.cache
-def row_nd_loop(rule, combine):
+def row_nd_loop(rule, atomic, fmt):
     """Row ND: per source row r (increasing), ``table[safeIdx * row_stride + c] op= src[r, c]``."""
 
-    @njit(cache=True)
     def mscatter_row_nd(table, src, src_rs, idx, idx_step, rows, cols, capacity, row_stride):
+        store_policy = (atomic, fmt)  # noqa: F841  (the closure holds the policy: Numba's cache key)
         for r in range(rows):
             slot, ok = remap_index(idx[U(r * idx_step)], capacity, rule)
             if ok:
@@ -57,24 +50,17 @@ def row_nd_loop(rule, combine):
                 for c in range(U(cols)):
                     gc = g + c
                     v = src[s + c]
-                    if combine == STORE:          # folded at compile time (closure constant)
-                        table[gc] = v
-                    elif combine == ADD_NATIVE:
-                        table[gc] = table[gc] + v
-                    elif combine == ADD_F16:
-                        table[gc] = add_f16_bits(table[gc], v)
-                    else:
-                        table[gc] = add_bf16_bits(table[gc], v)
+                    store_element(table, gc, v)
 
-    return mscatter_row_nd
+    return njit(cache=True)(store.bind_store(mscatter_row_nd, atomic, fmt))
 
 
 @functools.cache
-def elem_nd_loop(rule, combine):
+def elem_nd_loop(rule, atomic, fmt):
     """Elem ND: per element in increasing (r, c), ``table[safeIdx] op= src[r, c]``."""
 
-    @njit(cache=True)
     def mscatter_elem_nd(table, src, src_rs, idx, idx_rs, rows, cols, capacity):
+        store_policy = (atomic, fmt)  # noqa: F841  (the closure holds the policy: Numba's cache key)
         for r in range(rows):
             s = U(r * src_rs)
             i = U(r * idx_rs)
@@ -83,31 +69,23 @@ def elem_nd_loop(rule, combine):
                 if ok:
                     g = U(slot)
                     v = src[s + c]
-                    if combine == STORE:          # folded at compile time (closure constant)
-                        table[g] = v
-                    elif combine == ADD_NATIVE:
-                        table[g] = table[g] + v
-                    elif combine == ADD_F16:
-                        table[g] = add_f16_bits(table[g], v)
-                    else:
-                        table[g] = add_bf16_bits(table[g], v)
+                    store_element(table, g, v)
 
-    return mscatter_elem_nd
+    return njit(cache=True)(store.bind_store(mscatter_elem_nd, atomic, fmt))
 
 
 @functools.cache
-def row_nz_loop(rule, combine):
+def row_nz_loop(rule, atomic, fmt):
     """Row NZ: per source row r, per batch, ``gShape1`` bursts of ``kC0`` (the whole logical row)."""
 
-    @njit(cache=True)
     def mscatter_row_nz(table, src, tile_rows, idx, idx_step, rows, capacity, nbatch, bcols, kc0,
                         s0, s1, s2, s3, s4):
+        store_policy = (atomic, fmt)  # noqa: F841  (the closure holds the policy: Numba's cache key)
         blk = tile_rows * kc0
         for r in range(rows):
             slot, ok = remap_index(idx[U(r * idx_step)], capacity, rule)
             if ok:
-                br = slot // 16
-                gbase = br * s2 + (slot - br * 16) * s3
+                gbase = nz_gm_row_base(slot, s2, s3)
                 for b in range(nbatch):
                     for bc in range(bcols):
                         g0 = gbase + b * s0 + bc * s1
@@ -115,25 +93,18 @@ def row_nz_loop(rule, combine):
                         for ci in range(kc0):
                             g = U(g0 + ci * s4)
                             v = src[s + U(ci)]
-                            if combine == STORE:          # folded at compile time (closure constant)
-                                table[g] = v
-                            elif combine == ADD_NATIVE:
-                                table[g] = table[g] + v
-                            elif combine == ADD_F16:
-                                table[g] = add_f16_bits(table[g], v)
-                            else:
-                                table[g] = add_bf16_bits(table[g], v)
+                            store_element(table, g, v)
 
-    return mscatter_row_nz
+    return njit(cache=True)(store.bind_store(mscatter_row_nz, atomic, fmt))
 
 
 @functools.cache
-def elem_nz_loop(rule, combine):
+def elem_nz_loop(rule, atomic, fmt):
     """Elem NZ: block-col -> row -> col-in-block; ``idx -> (idx // lcols, idx % lcols)`` -> NZ GM offset."""
 
-    @njit(cache=True)
     def mscatter_elem_nz(table, src, tile_rows, idx, idx_rs, rows, cols, capacity, lcols, bcols, kc0,
                          s0, s1, s2, s3, s4):
+        store_policy = (atomic, fmt)  # noqa: F841  (the closure holds the policy: Numba's cache key)
         blk = tile_rows * kc0
         nblk = (cols + kc0 - 1) // kc0
         for bcol in range(nblk):
@@ -148,36 +119,24 @@ def elem_nz_loop(rule, combine):
                         lr = slot // lcols
                         g = U(nz_gm_offset(lr, slot - lr * lcols, bcols, kc0, s0, s1, s2, s3, s4))
                         v = src[s + ci]
-                        if combine == STORE:          # folded at compile time (closure constant)
-                            table[g] = v
-                        elif combine == ADD_NATIVE:
-                            table[g] = table[g] + v
-                        elif combine == ADD_F16:
-                            table[g] = add_f16_bits(table[g], v)
-                        else:
-                            table[g] = add_bf16_bits(table[g], v)
+                        store_element(table, g, v)
 
-    return mscatter_elem_nz
+    return njit(cache=True)(store.bind_store(mscatter_elem_nz, atomic, fmt))
 
 
-def combine_kind(plan) -> int:
-    if plan.atomic == ScatterAtomicOp.NONE:
-        return STORE
-    if plan.atomic != ScatterAtomicOp.ADD:  # the constraint layer rejects Max / Min on a2a3
+def store_policy(plan) -> tuple[int, int]:
+    """(ScatterAtomicOp value, element format) of the loops' store rule (:mod:`simt_pto.kernels.store`)."""
+    if plan.atomic not in (ScatterAtomicOp.NONE, ScatterAtomicOp.ADD):  # the constraint layer rejects Max / Min
         raise NotImplementedError(f"a2a3: atomic {plan.atomic.name} has no A2/A3 path")
-    name = plan.dtype.name
-    if name == "float16":
-        return ADD_F16
-    if name == "bfloat16":
-        return ADD_BF16
-    if name in ("int8", "int16", "int32", "float32"):
-        return ADD_NATIVE
-    raise NotImplementedError(f"a2a3: atomic Add on {name}")  # rejected by the constraint layer
+    if plan.atomic == ScatterAtomicOp.ADD and plan.dtype.name not in ("int8", "int16", "int32", "float32", "float16",
+                                                                      "bfloat16"):
+        raise NotImplementedError(f"a2a3: atomic Add on {plan.dtype.name}")  # rejected by the constraint layer
+    return int(plan.atomic), store.element_format(plan.atomic, plan.dtype.name)
 
 
 def run_mscatter(plan) -> None:
-    combine = combine_kind(plan)
-    view = plan.dtype.numpy if combine == ADD_NATIVE else plan.dtype.bits
+    atomic, fmt = store_policy(plan)
+    view = store.source_dtype(plan.atomic, fmt, plan.dtype)
     src = plan.tile
     sv = src.data.view(view)
     flat = plan.table.host_flat()      # a view of host memory, a copy of device memory
@@ -187,14 +146,14 @@ def run_mscatter(plan) -> None:
     if plan.nz:
         nbatch, bcols, kc0, lcols, (s0, s1, s2, s3, s4) = nz_params(plan)
         if plan.coalesce == Coalesce.ROW:
-            row_nz_loop(rule, combine)(table, sv, src.rows, idx, plan.idx_step, plan.rows, plan.capacity,
-                                       nbatch, bcols, kc0, s0, s1, s2, s3, s4)
+            row_nz_loop(rule, atomic, fmt)(table, sv, src.rows, idx, plan.idx_step, plan.rows, plan.capacity,
+                                           nbatch, bcols, kc0, s0, s1, s2, s3, s4)
         else:
-            elem_nz_loop(rule, combine)(table, sv, src.rows, idx, plan.idx.cols, plan.rows, plan.cols,
-                                        plan.capacity, lcols, bcols, kc0, s0, s1, s2, s3, s4)
+            elem_nz_loop(rule, atomic, fmt)(table, sv, src.rows, idx, plan.idx.cols, plan.rows, plan.cols,
+                                            plan.capacity, lcols, bcols, kc0, s0, s1, s2, s3, s4)
     elif plan.coalesce == Coalesce.ROW:
-        row_nd_loop(rule, combine)(table, sv, src.cols, idx, plan.idx_step, plan.rows, plan.cols, plan.capacity,
-                                   plan.row_stride)
+        row_nd_loop(rule, atomic, fmt)(table, sv, src.cols, idx, plan.idx_step, plan.rows, plan.cols, plan.capacity,
+                                       plan.row_stride)
     else:
-        elem_nd_loop(rule, combine)(table, sv, src.cols, idx, plan.idx.cols, plan.rows, plan.cols, plan.capacity)
+        elem_nd_loop(rule, atomic, fmt)(table, sv, src.cols, idx, plan.idx.cols, plan.rows, plan.cols, plan.capacity)
     write_back(plan, flat.view(plan.dtype.bits))     # device tables: publish the modified host copy

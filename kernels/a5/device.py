@@ -7,23 +7,38 @@ only (never over functions), so Numba's on-disk cache key is the same in every p
 """
 from __future__ import annotations
 
-import functools
-
 import numba
 
+from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from simt_pto.kernels.softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS
-from simt_pto.kernels.softfloat import _add_bits as add_bits
-from .intrinsics import atomic_add, atomic_cas, atomic_max, atomic_min, copy_run, prefetch
+from simt_pto.kernels.softfloat import add_bits
+from .intrinsics import atomic_cas, copy_run, prefetch
 
-NATIVE = 0
-"""Element arithmetic the hardware atomics do directly (int32, uint32, float32 add)."""
-F16 = 1
-"""float16 atomicAdd: a 32-bit CAS loop on the word holding the element."""
-BF16 = 2
-"""bfloat16 atomicAdd: likewise."""
-F32_ORDER = 3
-"""float32 atomicMax / atomicMin: integer atomics on the table viewed as (int32, uint32)."""
+
+def block_tile(b, tile_rows, valid_rows):
+    """``(row0, rows)`` of block ``b``'s tile: rows ``[b * tile_rows, row0 + rows)`` of the ``valid_rows`` (the
+    kernels' multi-block form: block ``b`` runs tile ``b``)."""
+    row0 = b * tile_rows
+    return row0, min(tile_rows, valid_rows - row0)
+
+
+def warp_row(base, ty, row_warps):
+    """The Row kernels' warp mapping, rows: in the row group from ``base``, warp ``ty`` takes tile row
+    ``base + ty % kRowWarps`` (and column segment ``ty // kRowWarps``: :func:`warp_column`)."""
+    return base + ty % row_warps
+
+
+def warp_column(ty, row_warps, lane0):
+    """The Row kernels' warp mapping, columns: the first column of lane ``lane0`` of warp ``ty``, in its column
+    segment ``ty // kRowWarps``: ``(ty // kRowWarps) * 32 + lane0`` (computed once the row is known to be valid)."""
+    return (ty // row_warps) * WARP + lane0
+
+
+def grid_stride(launch, b, ty, lane0):
+    """A flat grid-stride walk: ``(first item, stride)`` of thread ``g = b * threads + ty * 32 + lane0``, which takes
+    items ``g, g + grid threads, ...`` (``threads = kLaunchWarps * 32`` per block)."""
+    threads = launch[3] * WARP
+    return b * threads + ty * WARP + lane0, threads * launch[2]
 
 
 def span_end(first, lanes, stop):
@@ -114,12 +129,9 @@ def fill_row_segment(dst, dst_base, dst_cs, c, stop, step, lanes):
         c += step
 
 
-def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
-    """``table[e] += v`` for a 16-bit float (``exp_bits`` / ``man_bits`` fields) held in a uint32 view of
-    the table, rounded in the element type (round-to-nearest-even), as a compare-and-swap loop on the
-    aligned 32-bit word. The format is passed as field widths so one adder is inlined, not two."""
-    w = e >> 1
-    shift = (e & 1) * 16
+def cas_add_half(words, w, shift, v_bits, exp_bits, man_bits):
+    """``words[w]``'s 16-bit half at ``shift`` += ``v``, rounded in the element type (round-to-nearest-even), as a
+    compare-and-swap loop on the 32-bit word."""
     old = numba.int64(words[w])
     while True:
         cur = (old >> shift) & 0xFFFF
@@ -129,6 +141,36 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
         if prev == old:
             return
         old = prev
+
+
+def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
+    """``table[e] += v`` for a 16-bit float (``exp_bits`` / ``man_bits`` fields) held in a uint32 view of
+    the table, rounded in the element type (round-to-nearest-even), as a compare-and-swap loop on the
+    aligned 32-bit word (:func:`cas_add_half`). The format is passed as field widths so one adder is inlined,
+    not two. For a table that starts on a 4-byte boundary and holds an even number of elements (formats F16 /
+    BF16); otherwise :func:`atomic_add_half_edge`."""
+    cas_add_half(words, e >> 1, (e & 1) * 16, v_bits, exp_bits, man_bits)
+
+
+def atomic_add_half_edge(table, e, v_bits, exp_bits, man_bits):
+    """:func:`atomic_add_half` for a table that starts or ends mid-word (formats F16_EDGE / BF16_EDGE).
+
+    ``table`` is ``(words, edge, head)`` (``host/a5.half_atomic_words``): element ``e`` is half ``(e + head) & 1``
+    of aligned word ``(e + head) >> 1``; the table's whole words are ``words``, and a word the tensor covers
+    only in part (the first, the last) is ``edge[0]`` / ``edge[1]``, a staging copy, so that no CAS touches a
+    byte outside the tensor. The CAS runs on the word's array chosen here, so the compiler sees a generic
+    pointer (``atom.cas``, not ``atom.global.cas``): one adder inlined, and the common formats keep theirs."""
+    words, edge, head = table
+    p = e + head
+    w = (p >> 1) - head
+    cell = words
+    if w < 0:
+        cell = edge
+        w = 0
+    elif w >= words.size:
+        cell = edge
+        w = 1
+    cas_add_half(cell, w, (p & 1) * 16, v_bits, exp_bits, man_bits)
 
 
 def gather_element(dst, dst_offset, raw_index, table, table_size, rule):
@@ -157,63 +199,6 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
     return r * row_stride + c * col_stride
 
 
-# -- the store of one scatter element ------------------------------------------------------------------
-
-def store_max_f32(views, e, v_bits):
-    """ScatterAtomicOp MAX on float32 with integer atomics (``views`` = the table as (int32, uint32),
-    ``v_bits`` the value's int32 bits): IEEE floats order like sign-magnitude integers, so a
-    non-negative value is an ``atomicMax`` on int32 and a negative one an ``atomicMin`` on uint32.
-    (-0.0 orders below +0.0; a NaN with the sign clear wins, one with it set loses.)"""
-    if v_bits >= 0:
-        atomic_max(views[0], e, v_bits)
-    else:
-        atomic_min(views[1], e, numba.uint32(v_bits))
-
-
-def store_min_f32(views, e, v_bits):
-    """ScatterAtomicOp MIN on float32: ``atomicMin`` on int32 for non-negative values, ``atomicMax``
-    on uint32 for negative ones (see :func:`store_max_f32`)."""
-    if v_bits >= 0:
-        atomic_min(views[0], e, v_bits)
-    else:
-        atomic_max(views[1], e, numba.uint32(v_bits))
-
-
-STORE, ADD, MAX = 0, 1, 2
-"""ScatterAtomicOp NONE / ADD / MAX (MIN is the rule's last branch)."""
-
-
-@functools.cache
-def store_rule(atomic: int, fmt: int):
-    """The store of one scatter element, ``table[e] op= v``, for one (ScatterAtomicOp value, element format):
-    the one statement of the Store / Add / Max / Min rule every A5 scatter kernel inlines (:mod:`.simt` binds
-    it per backend and per the kernel's policy). ``atomic`` and ``fmt`` are this closure's constants, so when
-    Numba inlines it one branch survives: only 16-bit float adds carry the soft-float, and only float32
-    Max / Min take the table as the (int32, uint32) pair."""
-
-    def store_element(table, e, v):
-        if atomic == STORE:
-            table[e] = v
-        elif fmt == F16:
-            atomic_add_half(table, e, v, F16_EXP_BITS, F16_MAN_BITS)
-        elif fmt == BF16:
-            atomic_add_half(table, e, v, BF16_EXP_BITS, BF16_MAN_BITS)
-        elif fmt == F32_ORDER:
-            if atomic == MAX:
-                store_max_f32(table, e, v)
-            else:
-                store_min_f32(table, e, v)
-        elif atomic == ADD:
-            atomic_add(table, e, v)
-        elif atomic == MAX:
-            atomic_max(table, e, v)
-        else:
-            atomic_min(table, e, v)
-
-    return store_element
-
-
-HELPERS = (span_end, next_position, tile_offset_2d, dense_tile, region_offset, copy_row_segment, fill_row_segment,
-           prefetch_row_ahead, gather_element,
-           atomic_add_half, store_max_f32, store_min_f32)
+HELPERS = (block_tile, warp_row, warp_column, grid_stride, span_end, next_position, tile_offset_2d, dense_tile, region_offset,
+           copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element, cas_add_half, atomic_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

@@ -63,10 +63,6 @@ copy_run = _stub("copy_run")
 """``copy_run(dst, dst_start, src, src_start, n)``: ``dst[dst_start + j] = src[src_start + j]`` for ``j < n``
 (arrays of one dtype that do not overlap; CPU: one ``memcpy``, CUDA: a loop)."""
 
-store_element = _stub("store_element")
-"""``store_element(table, e, v)``: ``table[e] op= v`` by the scatter kernel's (ScatterAtomicOp, format): not an
-intrinsic of the machine but of the kernel's policy, bound per kernel from :func:`.device.store_rule`."""
-
 NAMES = ("block_range", "warp_range", "lane_span", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
          "prefetch", "copy_run")
 

@@ -6,9 +6,9 @@ Two executors, chosen by ``GatherExec``:
   issues the nd2nz row copies (Row) or fills the GM scratch and bulk-copies it (Elem). It is the same
   algorithm as A2/A3's scalar pipe: :func:`simt_pto.kernels.l1_scalar.run_mgather_l1_scalar`.
 * ``Simt`` (Elem only): the AIV vector core runs ``simt_mgather_l1_elem_kernel`` (GM -> GM scratch, NZ),
-  then the AIC copies the scratch onto the L1 tile: the launch :func:`.launch.resolve_mgather_l1` returns.
+  then the AIC copies the scratch onto the L1 tile: the launch ``simt_pto.host.a5.resolve_mgather_l1`` returns.
 
-This module holds the SIMT kernel; :mod:`.launch` chooses between the two executors.
+This module holds the SIMT kernel; the host (``simt_pto.host.a5``) chooses between the two executors.
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ import functools
 
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import (copy_row_segment, dense_tile, fill_row_segment, gather_element, next_position,
-                     prefetch_row_ahead, span_end, tile_offset_2d)
+from .device import (block_tile, copy_row_segment, dense_tile, fill_row_segment, gather_element, next_position,
+                     prefetch_row_ahead, span_end, tile_offset_2d, warp_column, warp_row)
 from .intrinsics import block_range, lane_span, warp_range
 
 
@@ -37,14 +37,13 @@ def simt_mgather_row_kernel(rule: int):
         lane0, lanes = lane_span()
         col_step = warps_per_row * WARP
         for b in block_range(launch):
-            row0 = b * tile_rows
-            rows = min(tile_rows, valid_rows - row0)
+            row0, rows = block_tile(b, tile_rows, valid_rows)
             for base in range(0, rows, row_warps):
                 for ty in warp_range(launch):
-                    r = base + ty % row_warps
+                    r = warp_row(base, ty, row_warps)
                     if r >= rows:
                         continue
-                    col_begin = (ty // row_warps) * WARP + lane0
+                    col_begin = warp_column(ty, row_warps, lane0)
                     gr = row0 + r
                     prefetch_row_ahead(table, idx, idx_step, gr, row0 + rows - 1, table_rows, valid_cols, rule, lanes)
                     slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
@@ -74,8 +73,8 @@ def simt_mgather_elem_kernel(rule: int):
         threads = launch[3] * WARP
         dense = dense_tile(dst_rs, dst_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
         for b in block_range(launch):
-            row0 = b * tile_rows
-            total = min(tile_rows, valid_rows - row0) * valid_cols
+            row0, tile_valid_rows = block_tile(b, tile_rows, valid_rows)
+            total = tile_valid_rows * valid_cols
             base = row0 * valid_cols
             for step in range(0, total, threads):
                 for ty in warp_range(launch):

@@ -10,7 +10,7 @@
   and every slot has exactly one writer, so a launch may spread slots over several blocks.
 
 Factories take the index rule, the ScatterAtomicOp value and the element format
-(:mod:`.device`) as compile-time constants and return the kernel as plain Python over the intrinsics of
+(:mod:`simt_pto.kernels.store`) as compile-time constants and return the kernel as plain Python over the intrinsics of
 :mod:`.intrinsics` (compiled per backend by :mod:`.simt`). ``launch`` is ``(block_lo, block_hi, grid,
 kLaunchWarps)``; a warp's lanes run as the span ``lane_span()`` returns (one lane on CUDA, 32 on the CPU).
 """
@@ -20,9 +20,10 @@ import functools
 
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import (BF16, F16, F32_ORDER, STORE, copy_row_segment, dense_tile, next_position, region_offset, span_end,
-                     tile_offset_2d)
-from .intrinsics import atomic_max, block_range, lane_span, prefetch, store_element, warp_range
+from simt_pto.kernels.store import BF16, BF16_EDGE, F16, F16_EDGE, F32_ORDER, STORE, store_element
+from .device import (block_tile, copy_row_segment, dense_tile, grid_stride, next_position, region_offset, span_end,
+                     tile_offset_2d, warp_column, warp_row)
+from .intrinsics import atomic_max, block_range, lane_span, prefetch, warp_range
 
 
 @functools.cache
@@ -36,14 +37,13 @@ def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
         lane0, lanes = lane_span()
         col_step = warps_per_row * WARP
         for b in block_range(launch):
-            row0 = b * tile_rows
-            rows = min(tile_rows, valid_rows - row0)
+            row0, rows = block_tile(b, tile_rows, valid_rows)
             for base in range(0, rows, row_warps):
                 for ty in warp_range(launch):
-                    r = base + ty % row_warps
+                    r = warp_row(base, ty, row_warps)
                     if r >= rows:
                         continue
-                    col_begin = (ty // row_warps) * WARP + lane0
+                    col_begin = warp_column(ty, row_warps, lane0)
                     gr = row0 + r
                     slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
                     if in_range:
@@ -72,8 +72,8 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
         threads = launch[3] * WARP
         dense = lanes > 1 and dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
         for b in block_range(launch):
-            row0 = b * tile_rows
-            total = min(tile_rows, valid_rows - row0) * valid_cols
+            row0, tile_valid_rows = block_tile(b, tile_rows, valid_rows)
+            total = tile_valid_rows * valid_cols
             base = row0 * valid_cols
             for step in range(0, total, threads):
                 for ty in warp_range(launch):
@@ -95,10 +95,10 @@ def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
                             if in_range:
                                 if fmt == F32_ORDER:
                                     prefetch(table[0], slot)
-                                elif fmt == F16:
+                                elif fmt == F16 or fmt == BF16:
                                     prefetch(table, slot >> 1)
-                                elif fmt == BF16:
-                                    prefetch(table, slot >> 1)
+                                elif fmt == F16_EDGE or fmt == BF16_EDGE:
+                                    prefetch(table[0], slot >> 1)  # a hint: the element's word, give or take the head
                                 else:
                                     prefetch(table, slot)
                             r, c = next_position(r, c, valid_cols, lanes)
@@ -123,11 +123,9 @@ def simt_mscatter_row_last_kernel(rule: int):
     def simt_mscatter_row_last_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                       valid_rows, valid_cols):
         lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        step = threads * launch[2]
         for b in block_range(launch):
             for ty in warp_range(launch):
-                first = b * threads + ty * WARP + lane0
+                first, step = grid_stride(launch, b, ty, lane0)
                 while first < table_rows:
                     for slot in range(first, span_end(first, lanes, table_rows)):
                         owner = valid_rows - 1
@@ -153,12 +151,10 @@ def simt_mscatter_elem_last_kernel(rule: int):
     def simt_mscatter_elem_last_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                        valid_rows, valid_cols):
         lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        step = threads * launch[2]
         total = valid_rows * valid_cols
         for b in block_range(launch):
             for ty in warp_range(launch):
-                first = b * threads + ty * WARP + lane0
+                first, step = grid_stride(launch, b, ty, lane0)
                 while first < table_size:
                     for slot in range(first, span_end(first, lanes, table_size)):
                         p = total - 1
@@ -188,11 +184,9 @@ def simt_mscatter_owner_reset_kernel():
 
     def simt_mscatter_owner_reset_kernel(launch, owner):
         lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        step = threads * launch[2]
         for b in block_range(launch):
             for ty in warp_range(launch):
-                first = b * threads + ty * WARP + lane0
+                first, step = grid_stride(launch, b, ty, lane0)
                 while first < owner.size:
                     for s in range(first, span_end(first, lanes, owner.size)):
                         owner[s] = -1
@@ -207,11 +201,9 @@ def simt_mscatter_row_owner_claim_kernel(rule: int):
 
     def simt_mscatter_row_owner_claim_kernel(launch, owner, idx, idx_step, table_rows, valid_rows):
         lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        step = threads * launch[2]
         for b in block_range(launch):
             for ty in warp_range(launch):
-                first = b * threads + ty * WARP + lane0
+                first, step = grid_stride(launch, b, ty, lane0)
                 while first < valid_rows:
                     for r in range(first, span_end(first, lanes, valid_rows)):
                         slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
@@ -234,18 +226,18 @@ def simt_mscatter_row_owner_write_kernel():
         lane0, lanes = lane_span()
         col_step = warps_per_row * WARP
         for b in block_range(launch):
-            row0 = b * tile_rows
-            rows = min(tile_rows, table_rows - row0)
+            row0, rows = block_tile(b, tile_rows, table_rows)
             for base in range(0, rows, row_warps):
                 for ty in warp_range(launch):
-                    r = base + ty % row_warps
+                    r = warp_row(base, ty, row_warps)
                     if r >= rows:
                         continue
+                    col_begin = warp_column(ty, row_warps, lane0)
                     slot = row0 + r
                     src_row = owner[slot]
                     if src_row >= 0:
-                        copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs,
-                                         (ty // row_warps) * WARP + lane0, valid_cols, col_step, lanes)
+                        copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs, col_begin,
+                                         valid_cols, col_step, lanes)
 
     return simt_mscatter_row_owner_write_kernel
 
@@ -257,13 +249,11 @@ def simt_mscatter_elem_owner_claim_kernel(rule: int):
     def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows,
                                               valid_cols):
         lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        step = threads * launch[2]
         total = valid_rows * valid_cols
         dense = dense_tile(idx_rs, idx_cs, valid_cols)
         for b in block_range(launch):
             for ty in warp_range(launch):
-                first = b * threads + ty * WARP + lane0
+                first, step = grid_stride(launch, b, ty, lane0)
                 while first < total:
                     end = span_end(first, lanes, total)
                     if lanes > 1 and dense:
@@ -296,11 +286,9 @@ def simt_mscatter_elem_owner_write_kernel():
 
     def simt_mscatter_elem_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, table_size, valid_cols):
         lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        step = threads * launch[2]
         for b in block_range(launch):
             for ty in warp_range(launch):
-                first = b * threads + ty * WARP + lane0
+                first, step = grid_stride(launch, b, ty, lane0)
                 while first < table_size:
                     for s in range(first, span_end(first, lanes, table_size)):
                         p = owner[s]

@@ -22,31 +22,24 @@ import functools
 import os
 import threading
 import time
-import types
 
 import numba
 import numpy as np
 from numba import njit
 
 from simt_pto import geometry
+from simt_pto.kernels import store
+from simt_pto.kernels.store import bind
 from . import device, intrinsics
 
 CHUNKS_PER_WORKER = 4
 """CPU launches split a grid into this many block ranges per worker (load balance for uneven blocks)."""
 
 
-def bind(fn, namespace: dict):
-    """A copy of ``fn`` (same code, closure and name) whose globals are its own plus ``namespace``."""
-    scope = dict(fn.__globals__)
-    scope.update(namespace)
-    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    copy.__qualname__, copy.__doc__, copy.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
-    return copy
-
-
 @functools.cache
 def namespace(family: str) -> dict:
-    """The intrinsics and the bound device helpers of a backend family (``"cpu"`` or ``"cuda"``)."""
+    """The intrinsics and the bound device helpers of a backend family (``"cpu"`` or ``"cuda"``), and the
+    read-modify-write primitives of the store rule (:mod:`simt_pto.kernels.store`) bound to the atomics."""
     if family == "cpu":
         scope = dict(intrinsics.CPU)
     elif family == "cuda":
@@ -58,6 +51,11 @@ def namespace(family: str) -> dict:
         raise ValueError(f"unknown backend family {family!r}")
     jit = _device_jit(family)
     for helper in device.HELPERS:
+        scope[helper.__name__] = jit(bind(helper, scope))
+    # lanes race: every read-modify-write of the store rule is an atomic
+    scope.update(rmw_add=scope["atomic_add"], rmw_max=scope["atomic_max"], rmw_min=scope["atomic_min"],
+                 rmw_add_half=scope["atomic_add_half"])
+    for helper in store.HELPERS:
         scope[helper.__name__] = jit(bind(helper, scope))
     return scope
 
@@ -77,7 +75,10 @@ def _device_jit(family_name: str):
 
 @functools.cache
 def _store_element(family_name: str, atomic: int, fmt: int):
-    return _device_jit(family_name)(bind(device.store_rule(atomic, fmt), namespace(family_name)))
+    scope = namespace(family_name)
+    if fmt in (store.F16_EDGE, store.BF16_EDGE):  # the table starts or ends mid-word: (words, edge, head)
+        scope = {**scope, "rmw_add_half": scope["atomic_add_half_edge"]}
+    return _device_jit(family_name)(bind(store.store_rule(atomic, fmt), scope))
 
 
 def _policy_scope(source, family_name: str) -> dict:

@@ -1,0 +1,335 @@
+"""Host side of the A5 target: choose the kernel for a validated call, size its launch, stage its memory, and
+run the ``(1, 1)`` Elem scalar fallbacks (MGATHER.md / MSCATTER.md, "A5 Form", "Performance Considerations — A5").
+
+:func:`resolve_mgather` / :func:`resolve_mscatter` are the one A5 dispatch: :func:`run_mgather` / :func:`run_mscatter`
+launch what they return, ``simt-pto inspect`` compiles the same :class:`KernelLaunch` without a GPU, and the
+whole-array ops (:mod:`.large_a5`) stage their tables with :func:`scatter_table` and :func:`to_device`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simt_pto import geometry
+from simt_pto.backend import a5_backend
+from simt_pto.enums import Coalesce, GatherExec, ScatterAtomicOp, ScatterConflict
+from simt_pto.kernels import store
+from simt_pto.kernels.a5 import simt
+from simt_pto.kernels.a5.l1 import simt_mgather_l1_elem_kernel
+from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
+from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
+                                          simt_mscatter_row_kernel, simt_mscatter_row_last_kernel)
+from simt_pto.kernels.index_policy import remap_index
+from simt_pto.kernels.l1_scalar import run_mgather_l1_scalar
+from simt_pto.kernels.store import BF16, F16, F32_ORDER, NATIVE
+
+
+def on_gpu() -> bool:
+    """True when the A5 kernels run on a CUDA GPU (host arrays are staged to the device and back)."""
+    return a5_backend() == "gpu"
+
+
+def _cuda():
+    from numba import cuda
+    return cuda
+
+
+@dataclass
+class KernelLaunch:
+    """One SIMT launch: which kernel (by its spec name), its compile-time policy, its geometry and args
+    (``args`` follow the kernel's ``launch`` tuple, which :func:`simt.launch` supplies)."""
+
+    name: str
+    factory: object
+    policy: tuple
+    geometry: geometry.LaunchGeometry
+    args: list
+    write_back: list = field(default_factory=list)
+    """(arg position, host array or tuple of host arrays) pairs the kernel writes: copied back after a GPU launch."""
+    finish: object = None
+    """Called after the launch (the 16-bit atomic boundary words, the GM -> L1 copy)."""
+
+    @property
+    def kernel(self):
+        """The kernel source (plain Python; :mod:`simt_pto.kernels.a5.simt` compiles it per backend)."""
+        return self.factory(*self.policy)
+
+    def run(self, backend: str | None = None) -> None:
+        """Launch on ``backend`` (default: the current A5 backend, :func:`simt_pto.backend.a5_backend`)."""
+        backend = a5_backend() if backend is None else backend
+        gpu = backend == "gpu"
+        args = [to_device(a) for a in self.args] if gpu else list(self.args)
+        simt.launch(self.kernel, 1, self.geometry.launch_warps, args, backend)  # a tile op is one block
+        if gpu:
+            for pos, host in self.write_back:
+                copy_to_host(args[pos], host)
+            _cuda().synchronize()
+        if self.finish is not None:
+            self.finish()
+
+
+def to_device(arg):
+    """Host arrays to the GPU (anything else as it is): a tuple of views of one host buffer (the float32 Max / Min
+    (int32, uint32) pair) becomes views of one device buffer; any other tuple, its members one by one."""
+    if isinstance(arg, np.ndarray):
+        return _cuda().to_device(arg)
+    if isinstance(arg, tuple):
+        if len(arg) == 2 and all(isinstance(a, np.ndarray) for a in arg) and np.shares_memory(*arg):
+            base = _cuda().to_device(arg[0])
+            return base, base.view(arg[1].dtype)
+        return tuple(to_device(a) for a in arg)
+    return arg
+
+
+def copy_to_host(device_arg, host_arg) -> None:
+    """Copy what :func:`to_device` staged back into the host arrays it came from (each buffer once)."""
+    if isinstance(host_arg, np.ndarray):
+        device_arg.copy_to_host(host_arg)
+    elif isinstance(host_arg, tuple):
+        for i, (dev, host) in enumerate(zip(device_arg, host_arg)):
+            if isinstance(host, np.ndarray) and not any(isinstance(h, np.ndarray) and np.shares_memory(host, h)
+                                                        for h in host_arg[:i]):
+                dev.copy_to_host(host)
+
+
+def holds_host_memory(arg) -> bool:
+    """True when ``arg`` (an array or a tuple) holds host memory, which a GPU launch must copy back."""
+    return any(isinstance(a, np.ndarray) for a in (arg if isinstance(arg, tuple) else (arg,)))
+
+
+def table_memory(plan, dtype):
+    """The table's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
+    return gm_memory(plan.table, dtype)
+
+
+def gm_memory(tensor, dtype):
+    """A GM tensor's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
+    if tensor.on_device:
+        return _cuda().as_cuda_array(tensor.array).reshape(tensor.size).view(dtype)
+    return tensor.flat.view(dtype)
+
+
+def tile_bits(tile):
+    """The tile's storage as raw bits (the kernels move bits)."""
+    return tile.data.view(tile.dtype.bits)
+
+
+def _row_idx_args(plan):
+    return plan.idx.data, plan.idx_step
+
+
+def resolve_mgather_l1(plan) -> KernelLaunch | None:
+    """The launch for a GM -> L1 MGATHER (MAT destination): ``simt_mgather_l1_elem_kernel`` for
+    ``GatherExec::Simt`` (Elem only), sized by :func:`geometry.l1_elem_geometry` over the padded NZ tile;
+    None for ``GatherExec::Scalar`` (the cube core's scalar walk, no SIMT launch).
+
+    The launch writes the GM scratch; its ``finish`` is the AIC's bulk ``copy_gm_to_cbuf`` of the first
+    ``Rows * Cols`` scratch elements onto the L1 tile."""
+    if plan.exec != GatherExec.SIMT:
+        return None
+    dst, bits, n = plan.tile, plan.dtype.bits, plan.tile_elems
+    scratch = gm_memory(plan.scratch, bits)
+    geo = geometry.l1_elem_geometry(dst.rows, dst.cols)
+    args = [scratch, table_memory(plan, bits), gm_memory(plan.idx, np.uint32), plan.idx_step, plan.rows,
+            plan.cols, plan.capacity, dst.rows, n, plan.kc0]
+
+    def copy_gm_to_cbuf():
+        staged = scratch[:n].copy_to_host() if plan.scratch.on_device else scratch[:n]
+        tile_bits(dst)[:] = staged
+    return KernelLaunch("simt_mgather_l1_elem_kernel", simt_mgather_l1_elem_kernel, (plan.rule,), geo, args,
+                        write_back=[] if plan.scratch.on_device else [(0, scratch)], finish=copy_gm_to_cbuf)
+
+
+def resolve_mgather(plan) -> KernelLaunch | None:
+    """The launch for an MGATHER; None for the ``(1, 1)`` Elem case (``MGatherScalarImpl``) and for the
+    scalar GM -> L1 walk (see :func:`resolve_mgather_l1`)."""
+    if plan.l1:
+        return resolve_mgather_l1(plan)
+    dst, table = plan.tile, table_memory(plan, plan.dtype.bits)
+    dst_bits = tile_bits(dst)
+    rs, cs = dst.strides
+    if plan.coalesce == Coalesce.ROW:
+        geo = geometry.row_geometry(plan.rows, plan.cols)
+        idx, step = _row_idx_args(plan)
+        args = [dst_bits, rs, cs, idx, step, table, plan.capacity, plan.rows, plan.cols, plan.rows,
+                geo.row_warps, geo.warps_per_row]
+        return KernelLaunch("simt_mgather_row_kernel", simt_mgather_row_kernel, (plan.rule,), geo, args,
+                            write_back=[(0, dst_bits)])
+    if plan.rows == 1 and plan.cols == 1:
+        return None
+    geo = geometry.elem_geometry(plan.rows, plan.cols)
+    irs, ics = plan.idx.strides
+    args = [dst_bits, rs, cs, plan.idx.data, irs, ics, table, plan.capacity, plan.rows, plan.cols, plan.rows]
+    return KernelLaunch("simt_mgather_elem_kernel", simt_mgather_elem_kernel, (plan.rule,), geo, args,
+                        write_back=[(0, dst_bits)])
+
+
+def element_format(plan) -> int:
+    """The scatter's element format (:func:`simt_pto.kernels.store.element_format`); a 16-bit float Add on a table
+    that starts or ends mid-word takes the F16_EDGE / BF16_EDGE form (:func:`half_atomic_words`)."""
+    fmt = store.element_format(plan.atomic, plan.dtype.name)
+    if fmt in store.EDGE and not _whole_words(table_memory(plan, np.uint16)):
+        return store.EDGE[fmt]
+    return fmt
+
+
+def _whole_words(bits) -> bool:
+    """True when 16-bit table memory is whole 32-bit words: it starts on a 4-byte boundary, its length is even."""
+    return bits.size % 2 == 0 and base_address(bits) % 4 == 0
+
+
+def scatter_table(plan, fmt):
+    """(table argument, finish) for a scatter: raw bits for stores, the typed element for native atomics,
+    the (int32, uint32) views for float32 Max / Min, the table's uint32 words for 16-bit float atomics, and for
+    a table that starts or ends mid-word the word triple of :func:`half_atomic_words` (whose ``finish``
+    publishes the boundary elements)."""
+    if fmt == NATIVE:
+        dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
+        return table_memory(plan, dtype), None
+    if fmt == F32_ORDER:
+        return (table_memory(plan, np.int32), table_memory(plan, np.uint32)), None
+    if fmt in (F16, BF16):
+        return table_memory(plan, np.uint32), None
+    return half_atomic_words(plan)
+
+
+def half_atomic_words(plan):
+    """((words, edge, head), finish) for a float16 / bfloat16 atomicAdd on a table that starts or ends mid-word
+    (F16_EDGE / BF16_EDGE), whose CAS loop works on the aligned 32-bit word that holds the element
+    (``kernels/a5/device.atomic_add_half_edge``).
+
+    ``head`` (0 or 1) is the number of elements before the table's first 4-byte boundary; element ``e`` lives in
+    half ``(e + head) & 1`` of aligned word ``(e + head) >> 1``. ``words`` are the table's own whole words (no
+    copy). A word only partly inside the tensor (the first one when ``head`` is 1, the last one when the count
+    after the head is odd) is never CASed in place: its element is staged in ``edge`` (two words, in the same
+    half), and ``finish`` writes it back. O(1) extra memory and traffic, and no CAS ever touches a byte outside
+    the tensor."""
+    n = plan.table.size
+    bits = table_memory(plan, np.uint16)
+    head = (base_address(bits) % 4) // 2
+    whole = (n - head) // 2
+    words = bits[head:head + 2 * whole].view(np.uint32)
+    tail = n - head - 2 * whole  # 0 or 1: the last element, in the low half of a word the tensor ends inside
+    staged = np.zeros(2, dtype=np.uint32)
+    pieces = [(0, 0, 16)] if head else []  # (edge word, element, shift)
+    if tail:
+        pieces.append((1, n - 1, 0))
+    if plan.table.on_device:
+        ends = {e: bits[e:e + 1].copy_to_host()[0] for _, e, _ in pieces}
+        for w, e, shift in pieces:
+            staged[w] = int(ends[e]) << shift
+        edge = _cuda().to_device(staged)
+
+        def publish_device():
+            back = edge.copy_to_host()
+            for w, e, shift in pieces:
+                bits[e:e + 1].copy_to_device(np.array([(int(back[w]) >> shift) & 0xFFFF], dtype=np.uint16))
+        return (words, edge, head), publish_device
+    for w, e, shift in pieces:
+        staged[w] = int(bits[e]) << shift
+
+    def publish():
+        for w, e, shift in pieces:
+            bits[e] = (int(staged[w]) >> shift) & 0xFFFF
+    return (words, staged, head), publish
+
+
+def base_address(array) -> int:
+    """The address of a host (numpy) or device (Numba) array's first element."""
+    if isinstance(array, np.ndarray):
+        return array.ctypes.data
+    return array.device_ctypes_pointer.value
+
+
+def resolve_mscatter(plan) -> KernelLaunch | None:
+    """The launch for an MSCATTER; None for the ``(1, 1)`` Elem case (``MScatterScalarImpl``)."""
+    src = plan.tile
+    fmt = element_format(plan)
+    src_data = src.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
+    rs, cs = src.strides
+    last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
+    if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
+        return None
+    table, finish = scatter_table(plan, fmt)
+    # Host memory (a host table, the 16-bit atomic boundary words) comes back after a GPU launch.
+    write_back = [(0, table)] if holds_host_memory(table) else []
+    if plan.coalesce == Coalesce.ROW:
+        idx, step = _row_idx_args(plan)
+        if last:
+            geo = geometry.last_geometry(plan.capacity)
+            args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols]
+            return KernelLaunch("simt_mscatter_row_last_kernel", simt_mscatter_row_last_kernel, (plan.rule,),
+                                geo, args, write_back=write_back, finish=finish)
+        geo = geometry.row_geometry(plan.rows, plan.cols)
+        args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols, plan.rows,
+                geo.row_warps, geo.warps_per_row]
+        return KernelLaunch("simt_mscatter_row_kernel", simt_mscatter_row_kernel, (plan.rule, int(plan.atomic), fmt),
+                            geo, args, write_back=write_back, finish=finish)
+    irs, ics = plan.idx.strides
+    if last:
+        geo = geometry.last_geometry(plan.capacity)
+        args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols]
+        return KernelLaunch("simt_mscatter_elem_last_kernel", simt_mscatter_elem_last_kernel, (plan.rule,),
+                            geo, args, write_back=write_back, finish=finish)
+    geo = geometry.elem_geometry(plan.rows, plan.cols)
+    args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols, plan.rows]
+    return KernelLaunch("simt_mscatter_elem_kernel", simt_mscatter_elem_kernel, (plan.rule, int(plan.atomic), fmt),
+                        geo, args, write_back=write_back, finish=finish)
+
+
+# -- the (1, 1) Elem scalar fallbacks: no SIMT launch ---------------------------------------------------
+
+def _scalar_slot(plan):
+    raw = plan.idx.data[plan.idx.offsets()[0, 0]]
+    return remap_index(raw, plan.capacity, plan.rule)
+
+
+def mgather_scalar_impl(plan) -> None:
+    """``MGatherScalarImpl`` (MGATHER.md, A5): the ``(1, 1)`` Elem gather on the AIV scalar pipe."""
+    slot, in_range = _scalar_slot(plan)
+    value = 0
+    if in_range:
+        memory = table_memory(plan, plan.dtype.bits)
+        value = memory[slot:slot + 1].copy_to_host()[0] if plan.table.on_device else memory[slot]
+    tile_bits(plan.tile)[plan.tile.offsets()[0, 0]] = value
+
+
+def mscatter_scalar_impl(plan) -> None:
+    """``MScatterScalarImpl`` (MSCATTER.md, A5): the ``(1, 1)`` Elem scatter on the AIV scalar pipe, one
+    read-modify-write of the slot by the sequential store rule (:func:`simt_pto.kernels.store.sequential_store`)."""
+    slot, in_range = _scalar_slot(plan)
+    if not in_range:
+        return
+    fmt = element_format(plan)
+    view = store.source_dtype(plan.atomic, fmt, plan.dtype)
+    memory = table_memory(plan, plan.dtype.bits)[slot:slot + 1]
+    cell = (memory.copy_to_host() if plan.table.on_device else memory).view(view)
+    at = plan.tile.offsets()[0, 0]
+    value = plan.tile.data[at:at + 1].view(view)[0]
+    store.sequential_store(int(plan.atomic), fmt)((cell, cell.view(np.uint32)) if fmt == F32_ORDER else cell, 0, value)
+    if plan.table.on_device:
+        memory.copy_to_device(cell.view(plan.dtype.bits))
+
+
+def run_mgather(plan, backend: str | None = None) -> None:
+    """MGATHER on A5: the launch :func:`resolve_mgather` returns on ``backend``, or a scalar path (the ``(1, 1)``
+    Elem fallback, the cube core's GM -> L1 walk)."""
+    if plan.l1:  # GM -> L1: the SIMT executor's launch, or the cube core's scalar walk
+        launch = resolve_mgather_l1(plan)
+        run_mgather_l1_scalar(plan) if launch is None else launch.run(backend)
+        return
+    launch = resolve_mgather(plan)
+    mgather_scalar_impl(plan) if launch is None else launch.run(backend)
+
+
+def run_mscatter(plan, backend: str | None = None) -> None:
+    """MSCATTER on A5: the launch :func:`resolve_mscatter` returns on ``backend``, or the ``(1, 1)`` Elem fallback."""
+    launch = resolve_mscatter(plan)
+    mscatter_scalar_impl(plan) if launch is None else launch.run(backend)
+
+
+__all__ = ["KernelLaunch", "base_address", "copy_to_host", "element_format", "gm_memory", "half_atomic_words",
+           "holds_host_memory", "mgather_scalar_impl", "mscatter_scalar_impl", "on_gpu", "resolve_mgather",
+           "resolve_mgather_l1", "resolve_mscatter", "run_mgather", "run_mscatter", "scatter_table", "table_memory",
+           "tile_bits", "to_device"]

@@ -1,0 +1,46 @@
+"""The one host entry point of the tile ops: a validated plan (:class:`simt_pto.plan.Plan`) runs on its target.
+
+``simt_pto.ops`` validates a call into a plan and forwards it here. :func:`runner` picks the target's code:
+
+* ``cpu``: :mod:`simt_pto.kernels.cpu`, the CPU simulator's semantics in numpy (the golden);
+* ``a2a3``: :mod:`simt_pto.kernels.a2a3`, the A2/A3 paths as sequential Numba loops;
+* ``a5``: :mod:`simt_pto.host.a5`, the SIMT kernels' dispatch, on the backend :func:`simt_pto.backend.a5_backend`
+  chooses at the first A5 call (``gpu``, ``cpu`` or ``simulator``; ``SIMT_PTO_A5_BACKEND`` / ``set_a5_backend``).
+
+Each target's code is imported at its first call, so ``import simt_pto`` loads no kernel.
+"""
+from __future__ import annotations
+
+import importlib
+
+from simt_pto.backend import a5_backend
+
+RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5"}
+"""The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
+
+
+def runner(target: str):
+    """The module that runs ``target``'s plans (imported on first use)."""
+    try:
+        return importlib.import_module(RUNNERS[target])
+    except KeyError:
+        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(RUNNERS)}") from None
+
+
+def run_mgather(plan) -> None:
+    """Run a validated MGATHER plan on its target (a5: on the current A5 backend)."""
+    if plan.target == "a5":
+        runner("a5").run_mgather(plan, a5_backend())
+    else:
+        runner(plan.target).run_mgather(plan)
+
+
+def run_mscatter(plan) -> None:
+    """Run a validated MSCATTER plan on its target (a5: on the current A5 backend)."""
+    if plan.target == "a5":
+        runner("a5").run_mscatter(plan, a5_backend())
+    else:
+        runner(plan.target).run_mscatter(plan)
+
+
+__all__ = ["RUNNERS", "run_mgather", "run_mscatter", "runner"]

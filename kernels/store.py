@@ -1,0 +1,200 @@
+"""The store of one MSCATTER element, ``table[e] op= v`` (MSCATTER.md, "ScatterAtomicOp", "Conflict
+Resolution"): the Store / Add / Max / Min rule per element format, written once for every target.
+
+:func:`store_rule` names four read-modify-write primitives (``rmw_add``, ``rmw_max``, ``rmw_min``,
+``rmw_add_half``); who runs it binds them:
+
+* the A5 kernels (:mod:`simt_pto.kernels.a5.simt`) bind them to the hardware atomics (``atomicAdd`` /
+  ``atomicMax`` / ``atomicMin``, and the 32-bit CAS loop of a 16-bit float add), since lanes race;
+* sequential code (the A2/A3 loops, the A5 ``(1, 1)`` scalar fallback) takes :func:`sequential_store`: the
+  primitives of this module, a plain load, combine and store, since nothing races.
+
+Either way the result of one store is the same bits: integer adds wrap in the element type, float32 adds round
+in float32, float16 / bfloat16 adds round once in the element type (:mod:`.softfloat`), float32 Max / Min
+order -0.0 below +0.0 and a NaN by its sign bit (:func:`store_max_f32`).
+
+``atomic`` and ``fmt`` are the closure constants of each generated rule (a ``functools.cache`` factory over
+ints, so Numba's on-disk cache key is the same in every process): once inlined, one branch survives, and
+Numba prunes the dead ones before it inlines the helpers they call.
+"""
+from __future__ import annotations
+
+import functools
+import types
+
+import numba
+import numpy as np
+from numba import njit
+
+from simt_pto.enums import ScatterAtomicOp
+from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits
+
+# -- the element formats: how a (ScatterAtomicOp, dtype) is stored -----------------------------------------
+
+NATIVE = 0
+"""Element arithmetic done on the element type itself (a store, an integer or float32 add, integer Max / Min)."""
+F16 = 1
+"""float16 Add on raw bits (A5: a 32-bit CAS loop on the word holding the element)."""
+BF16 = 2
+"""bfloat16 Add on raw bits, likewise."""
+F32_ORDER = 3
+"""float32 Max / Min with integer compares, on the table viewed as (int32, uint32) (:func:`store_max_f32`)."""
+F16_EDGE = 4
+"""float16 Add on a table that starts or ends mid-word (A5: the table's whole words plus the staged boundary
+words, ``host/a5.half_atomic_words``; sequential code stores in place, as F16)."""
+BF16_EDGE = 5
+"""bfloat16 Add on a table that starts or ends mid-word, likewise."""
+EDGE = {F16: F16_EDGE, BF16: BF16_EDGE}
+"""The mid-word format of each 16-bit float Add format."""
+
+STORE, ADD, MAX, MIN = (int(ScatterAtomicOp.NONE), int(ScatterAtomicOp.ADD), int(ScatterAtomicOp.MAX),
+                        int(ScatterAtomicOp.MIN))
+"""ScatterAtomicOp values, as the ints the rules close over."""
+
+
+def element_format(atomic, dtype_name: str) -> int:
+    """The element format of a scatter of ``dtype_name`` with ``atomic``: F16 / BF16 for a 16-bit float Add,
+    F32_ORDER for float32 Max / Min, NATIVE otherwise."""
+    if atomic == ScatterAtomicOp.ADD and dtype_name == "float16":
+        return F16
+    if atomic == ScatterAtomicOp.ADD and dtype_name == "bfloat16":
+        return BF16
+    if atomic in (ScatterAtomicOp.MAX, ScatterAtomicOp.MIN) and dtype_name == "float32":
+        return F32_ORDER
+    return NATIVE
+
+
+def source_dtype(atomic, fmt: int, dtype):
+    """The numpy dtype the source values are read as: the element type for a NATIVE atomic, the int32 bits for
+    F32_ORDER, the raw bits (``dtype.bits``) otherwise (stores move bits; 16-bit float adds work on bits)."""
+    if fmt == F32_ORDER:
+        return np.dtype(np.int32)
+    if fmt == NATIVE and atomic != ScatterAtomicOp.NONE:
+        return dtype.numpy
+    return dtype.bits
+
+
+# -- the rule ----------------------------------------------------------------------------------------------
+
+def store_max_f32(views, e, v_bits):
+    """ScatterAtomicOp MAX on float32 with integer compares (``views`` = the table as (int32, uint32),
+    ``v_bits`` the value's int32 bits): IEEE floats order like sign-magnitude integers, so a non-negative value
+    is an int32 max and a negative one a uint32 min. (-0.0 orders below +0.0; a NaN with the sign clear wins,
+    one with it set loses.)"""
+    if v_bits >= 0:
+        rmw_max(views[0], e, v_bits)
+    else:
+        rmw_min(views[1], e, numba.uint32(v_bits))
+
+
+def store_min_f32(views, e, v_bits):
+    """ScatterAtomicOp MIN on float32: an int32 min for non-negative values, a uint32 max for negative ones
+    (see :func:`store_max_f32`)."""
+    if v_bits >= 0:
+        rmw_min(views[0], e, v_bits)
+    else:
+        rmw_max(views[1], e, numba.uint32(v_bits))
+
+
+HELPERS = (store_max_f32, store_min_f32)
+"""The rule's helpers, bound with the same primitives as the rule."""
+
+
+@functools.cache
+def store_rule(atomic: int, fmt: int):
+    """The store of one scatter element, ``table[e] op= v``, for one (ScatterAtomicOp value, element format).
+    ``table`` and ``v`` are as the format holds them: the element view (NATIVE), raw bits (a store; F16 / BF16,
+    A5: the uint32 words, or for F16_EDGE / BF16_EDGE the (words, edge, head) triple, which A5 binds
+    ``rmw_add_half`` for), the (int32, uint32) views and int32 bits (F32_ORDER)."""
+
+    def store_element(table, e, v):
+        if atomic == STORE:
+            table[e] = v
+        elif fmt == F16 or fmt == F16_EDGE:
+            rmw_add_half(table, e, v, F16_EXP_BITS, F16_MAN_BITS)
+        elif fmt == BF16 or fmt == BF16_EDGE:
+            rmw_add_half(table, e, v, BF16_EXP_BITS, BF16_MAN_BITS)
+        elif fmt == F32_ORDER:
+            if atomic == MAX:
+                store_max_f32(table, e, v)
+            else:
+                store_min_f32(table, e, v)
+        elif atomic == ADD:
+            rmw_add(table, e, v)
+        elif atomic == MAX:
+            rmw_max(table, e, v)
+        else:
+            rmw_min(table, e, v)
+
+    return store_element
+
+
+def store_element(table, e, v):
+    """``store_element(table, e, v)``: ``table[e] op= v`` by the kernel's or loop's (ScatterAtomicOp, format), bound
+    from :func:`store_rule` (A5: :mod:`simt_pto.kernels.a5.simt`; sequential loops: :func:`bind_store`). Unbound,
+    as here, it only raises."""
+    raise RuntimeError("store_element() is bound per kernel or loop by its store policy (simt_pto.kernels.store)")
+
+
+# -- the sequential primitives: a plain read-modify-write ------------------------------------------------
+
+@njit(inline="always")
+def rmw_add(table, e, v):
+    """``table[e] = table[e] + v`` in the element type (integers wrap, float32 rounds in float32)."""
+    table[e] = table[e] + v
+
+
+@njit(inline="always")
+def rmw_max(table, e, v):
+    """``table[e] = max(table[e], v)`` (signed or unsigned by the dtype)."""
+    if v > table[e]:
+        table[e] = v
+
+
+@njit(inline="always")
+def rmw_min(table, e, v):
+    """``table[e] = min(table[e], v)``."""
+    if v < table[e]:
+        table[e] = v
+
+
+@njit(inline="always")
+def rmw_add_half(table, e, v_bits, exp_bits, man_bits):
+    """``table[e] += v`` for a 16-bit float on raw bits (``exp_bits`` / ``man_bits`` fields), rounded once (RNE)."""
+    table[e] = add_bits(table[e], v_bits, exp_bits, man_bits)
+
+
+def bind(fn, namespace: dict):
+    """A copy of ``fn`` (same code, closure and name) whose globals are its own plus ``namespace``: how one
+    source is given per-backend or per-policy functions (the A5 intrinsics, a loop's ``store_element``)."""
+    scope = dict(fn.__globals__)
+    scope.update(namespace)
+    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__qualname__, copy.__doc__, copy.__module__ = fn.__qualname__, fn.__doc__, fn.__module__
+    return copy
+
+
+@functools.cache
+def _sequential_helpers() -> dict:
+    scope: dict = {}
+    for helper in HELPERS:
+        scope[helper.__name__] = njit(inline="always")(bind(helper, scope))
+    return scope
+
+
+@functools.cache
+def sequential_store(atomic: int, fmt: int):
+    """:func:`store_rule` with the sequential primitives: an ``njit(inline="always")`` function that sequential
+    loops inline and host code calls directly (the A5 scalar fallback, on a one-element copy)."""
+    return njit(inline="always", cache=True)(bind(store_rule(atomic, fmt), _sequential_helpers()))
+
+
+def bind_store(loop, atomic: int, fmt: int):
+    """A copy of a sequential loop source whose ``store_element`` is :func:`sequential_store` of its policy. The loop's
+    closure must hold ``atomic`` and ``fmt`` (Numba's cache key)."""
+    return bind(loop, {"store_element": sequential_store(atomic, fmt)})
+
+
+__all__ = ["ADD", "BF16", "BF16_EDGE", "EDGE", "F16", "F16_EDGE", "F32_ORDER", "HELPERS", "MAX", "MIN", "NATIVE",
+           "STORE", "bind", "bind_store", "element_format", "rmw_add", "rmw_add_half", "rmw_max", "rmw_min",
+           "sequential_store", "source_dtype", "store_element", "store_max_f32", "store_min_f32", "store_rule"]
