@@ -11,6 +11,7 @@ SUBCOMMANDS = (
     "simt_pto.host.inspect",     # simt-pto inspect
     "simt_pto.host.coalesce",    # simt-pto coalesce
     "simt_pto.host.validate",    # simt-pto validate-last
+    "simt_pto.host.selftest",    # simt-pto selftest
 )
 
 

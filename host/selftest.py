@@ -1,0 +1,586 @@
+"""``simt-pto selftest``: every A5 backend this process can use, checked against the reference.
+
+For each backend (``gpu`` where a device is found, ``cpu``, and the CUDA simulator with a tenth of the
+cases) a seeded differential matrix runs every kernel family the A5 dispatch launches (:data:`FAMILIES`)
+x every element dtype x GatherOOB / ScatterOOB rule x atomic x conflict, on small and on tile-edge shapes
+(valid < padded, ColMajor tiles, ``[R, 1]`` indices, out-of-range indices), and compares each call with
+:mod:`simt_pto.reference`: bitwise; a float atomic Add within ``(k + 1) * eps * (|t0| + sum |c_i|)``;
+Conflict::Default leaves each slot holding one of its writers. Every table sits between guard bands, and
+the inputs of a call must come back unchanged. Then the whole-array stage gathers and scatters arrays of
+16M elements (Conflict::Last against the sequential result, bitwise).
+
+A case is a small dict of parameters plus the arrays it was built from; a failing case is shrunk (fewer
+rows) while it still fails and written as an ``.npz`` that ``simt-pto selftest --replay FILE.npz`` runs
+again. Exit status: 0 when nothing failed, 1 when something did, 2 for bad arguments.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from simt_pto import reference as ref
+from simt_pto.backend import a5_backend, a5_backends, set_a5_backend
+from simt_pto.dtypes import ELEMENT_DTYPES, atomic_dtypes
+from simt_pto.enums import ScatterAtomicOp
+from simt_pto.errors import ConstraintError, OutOfBoundsError
+from simt_pto.ops import mgather, mscatter
+from simt_pto.tensor import GlobalTensor
+from simt_pto.tile import Tile
+
+FAMILIES = {
+    "row_gather": "simt_mgather_row_kernel",
+    "elem_gather": "simt_mgather_elem_kernel",
+    "scalar_gather": "MGatherScalarImpl (the (1, 1) Elem gather)",
+    "l1_elem_gather": "simt_mgather_l1_elem_kernel (GM -> L1, GatherExec::Simt)",
+    "row_scatter": "simt_mscatter_row_kernel (atomics, Conflict::Default)",
+    "row_last_scatter": "simt_mscatter_row_last_kernel (Conflict::Last)",
+    "elem_scatter": "simt_mscatter_elem_kernel (atomics, Conflict::Default)",
+    "elem_last_scatter": "simt_mscatter_elem_last_kernel (Conflict::Last)",
+    "scalar_scatter": "MScatterScalarImpl (the (1, 1) Elem scatter)",
+    "whole_array": "pto.gather / pto.scatter over whole arrays (owner kernels for Conflict::Last, atomics)",
+}
+"""Kernel family -> what the A5 dispatch launches for it."""
+
+GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
+SCATTER_OOB = ("undefined", "skip", "clamp", "wrap")
+VARIANTS = ("small", "edge")
+GUARD = 16
+"""Sentinel elements on each side of every table (a stray write shows as a changed guard)."""
+SENTINEL = 0xA5
+SIMULATOR_SHARE = 10
+"""The simulator runs every tenth case of the matrix (it interprets every thread in Python)."""
+WHOLE_ARRAY_ELEMENTS = {"gpu": 1 << 24, "cpu": 1 << 24, "simulator": 1 << 12}
+INT32_MAX = 2 ** 31 - 1
+
+
+# -- the matrix --------------------------------------------------------------------------------------------------
+
+def _dtypes() -> tuple[str, ...]:
+    return tuple(d.name for d in ELEMENT_DTYPES["a5"])
+
+
+def _atomic_combos() -> list[tuple[str, str]]:
+    """(atomic, dtype) pairs the A5 scatter supports: every dtype for a plain store, the atomic dtypes else."""
+    out = [("none", d) for d in _dtypes()]
+    for atomic in ("add", "max", "min"):
+        out += [(atomic, d.name) for d in atomic_dtypes("a5", ScatterAtomicOp[atomic.upper()])]
+    return out
+
+
+def matrix(families=tuple(FAMILIES), quick: bool = False) -> list[dict]:
+    """The cases, as parameter dicts: every (family, dtype, policy, atomic, conflict, variant); with
+    ``quick`` one case per family x dtype (the policies and variants taken in turn)."""
+    cases = []
+    for family in families:
+        if family == "whole_array":
+            continue
+        if family.endswith("gather"):
+            combos = [("none", d, oob, "last") for d in _dtypes() for oob in GATHER_OOB]
+        elif family.endswith("last_scatter"):
+            combos = [("none", d, oob, "last") for d in _dtypes() for oob in SCATTER_OOB]
+        else:
+            combos = [(a, d, oob, "default" if a == "none" else "last") for a, d in _atomic_combos() for oob in SCATTER_OOB]
+            if family == "scalar_scatter":
+                combos += [("none", d, oob, "last") for d in _dtypes() for oob in SCATTER_OOB]
+        variants = ("small",) if family.startswith("scalar") else VARIANTS
+        family_cases = [dict(family=family, atomic=a, dtype=d, oob=oob, conflict=c, variant=v)
+                        for a, d, oob, c in combos for v in variants]
+        if quick:  # one case per dtype, the policies, atomics and variants taken in turn
+            by_dtype = {}
+            for case in family_cases:
+                by_dtype.setdefault(case["dtype"], []).append(case)
+            family_cases = [group[i * 5 % len(group)] for i, group in enumerate(by_dtype.values())]
+        cases += family_cases
+    for k, case in enumerate(cases):
+        case["seed"] = k
+    return cases
+
+
+# -- building a case ---------------------------------------------------------------------------------------------
+
+def _values(rng, shape, dtype, atomic):
+    """Raw bits fit for ``atomic``: anything for a store or an integer atomic; finite nonzero floats with
+    mixed signs for float atomics (Max / Min: no -0.0 against +0.0, no NaN)."""
+    bt = ref.bits_type(dtype)
+    if atomic == "none" or ref.kind(dtype) in ("int", "uint"):
+        return rng.integers(0, np.iinfo(bt).max, size=shape, dtype=bt, endpoint=True)
+    scale = 1000.0 if dtype == "float32" else 4.0
+    values = rng.uniform(-scale, scale, size=shape)
+    values[values == 0] = 1.0
+    return ref.to_bits(values, dtype)
+
+
+def _indices(rng, capacity, shape, oob):
+    """Indices with collisions (drawn from a range smaller than the sources); out-of-range ones (capacity,
+    capacity + 5, -1, -7, 2^31 - 1) unless UNDEFINED, which promises in-range indices."""
+    idx = rng.integers(0, capacity, size=shape).astype(np.int64)
+    if oob != "undefined" and (idx.size > 1 or rng.integers(2)):
+        flat = idx.reshape(-1)
+        bad = np.array([capacity, capacity + 5, -1, -7, INT32_MAX])[: max(1, flat.size // 3)]
+        flat[rng.choice(flat.size, size=bad.size, replace=False)] = bad
+    return idx
+
+
+def build(case: dict) -> tuple[dict, dict]:
+    """(parameters, arrays) of one case: the tile and table shapes, layouts and the logical arrays."""
+    rng = np.random.default_rng([case["seed"], 2026])
+    family, dtype, edge = case["family"], case["dtype"], case["variant"] == "edge"
+    unit = 32 // ref.itemsize(dtype)  # the 32-byte minimum contiguous extent (MGATHER.md, "Minimum Tile Shape")
+    p = dict(case)
+    if family.startswith("scalar"):
+        rows, cols = 1, 1
+    elif family == "l1_elem_gather":
+        rows, cols = (19, unit + 3) if edge else (5, unit)
+    elif family.startswith("row"):
+        rows, cols = (37, 40) if edge else (5, 7)
+    else:
+        rows, cols = (9, 37) if edge else (3, 5)
+    row_mode = family.startswith("row")
+    blayout = "col_major" if edge and family != "l1_elem_gather" and rng.integers(2) else "row_major"
+    if family == "l1_elem_gather":
+        tile_shape = (-(-rows // 16) * 16, -(-cols // unit) * unit)
+    elif blayout == "row_major":
+        tile_shape = (rows + (3 if edge else 0), -(-(cols + (2 if edge else 0)) // unit) * unit)
+    else:
+        tile_shape = (-(-(rows + 3) // unit) * unit, cols + 2)
+    capacity = max(2, rows // 2 + 1) if row_mode else max(2, rows * cols // 2 + 1)
+    if family.startswith("scalar"):
+        capacity = 7
+    idx = _indices(rng, capacity, (rows,) if row_mode else (rows, cols), case["oob"])
+    p.update(rows=rows, cols=cols, blayout=blayout, tile_shape=tile_shape, capacity=capacity,
+             idx_layout=("col" if edge and row_mode and rows > 1 else "row") if row_mode else
+             ("elem_col" if edge and family != "l1_elem_gather" else "elem"),
+             index_dtype="uint32" if edge else "int32")
+    table = _values(rng, capacity * (cols if row_mode else 1), dtype, case["atomic"])
+    arrays = dict(table=table, idx=idx)
+    if family.endswith("scatter"):
+        arrays["src"] = _values(rng, (rows, cols), dtype, case["atomic"])
+    return p, arrays
+
+
+def _sentinel(dtype) -> int:
+    """The sentinel byte over the element's width."""
+    return int.from_bytes(bytes([SENTINEL]) * ref.itemsize(dtype), "little")
+
+
+def _tile(dtype, shape, valid, blayout, logical=None, loc="vec"):
+    """A tile whose storage is all sentinel, with ``logical`` bits written at :func:`ref.tile_offset`."""
+    kw = dict(blayout="col_major", slayout="row_major") if loc == "mat" else dict(blayout=blayout)
+    tile = Tile(dtype, shape[0], shape[1], valid=valid, loc=loc, **kw)
+    storage = tile.data.view(ref.bits_type(dtype))
+    storage[:] = _sentinel(dtype)
+    if logical is not None:
+        for r in range(logical.shape[0]):
+            for c in range(logical.shape[1]):
+                storage[ref.tile_offset(blayout, shape[0], shape[1], r, c)] = logical[r, c]
+    return tile, storage
+
+
+def _read(storage, shape, blayout):
+    """The padded tile's logical contents, ``shape`` of raw bits."""
+    out = np.empty(shape, storage.dtype)
+    for r in range(shape[0]):
+        for c in range(shape[1]):
+            out[r, c] = storage[ref.tile_offset(blayout, shape[0], shape[1], r, c)]
+    return out
+
+
+def _index_tile(idx, layout, index_dtype):
+    bits = (idx.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)
+    if layout in ("row", "col"):
+        bits = bits.reshape((1, -1) if layout == "row" else (-1, 1))
+    unit = 8
+    r, c = bits.shape
+    blayout = "col_major" if layout in ("col", "elem_col") else "row_major"
+    shape = (r, -(-c // unit) * unit) if blayout == "row_major" else (-(-r // unit) * unit, c)
+    tile, storage = _tile(index_dtype, shape, (r, c), blayout, bits)
+    return tile, storage
+
+
+def _guarded(dtype, bits, shape):
+    """(buffer bits, GlobalTensor): the table between two guard bands of sentinel elements."""
+    buffer = np.full(bits.size + 2 * GUARD, _sentinel(dtype), ref.bits_type(dtype))
+    buffer[GUARD:GUARD + bits.size] = bits.reshape(-1)
+    memory = buffer[GUARD:GUARD + bits.size]
+    memory = memory if dtype == "hifloat8" else memory.view(ref.ELEMENT_TYPES[dtype])
+    return buffer, GlobalTensor(memory, shape=shape, dtype=dtype)
+
+
+# -- running and checking one case -------------------------------------------------------------------------------
+
+def execute(p: dict, arrays: dict) -> list[str]:
+    """Run one case on the current A5 backend; what differs from the reference (empty: it passed)."""
+    family, dtype, rows, cols = p["family"], p["dtype"], int(p["rows"]), int(p["cols"])
+    row_mode = family.startswith("row")
+    cap, tile_shape, blayout = int(p["capacity"]), tuple(int(n) for n in p["tile_shape"]), p["blayout"]
+    table_bits, idx = arrays["table"], arrays["idx"]
+    buffer, table = _guarded(dtype, table_bits, (cap, cols) if row_mode else (cap,))
+    before = buffer.copy()
+    problems = []
+    try:
+        if family == "l1_elem_gather":
+            return _execute_l1(p, arrays, buffer, table, before)
+        it, it_storage = _index_tile(idx, p["idx_layout"], p["index_dtype"])
+        it_before = it_storage.copy()
+        coalesce = "row" if row_mode else "elem"
+        if family.endswith("gather"):
+            dst, storage = _tile(dtype, tile_shape, (rows, cols), blayout)
+            mgather(dst, table, it, coalesce=coalesce, oob=p["oob"], target="a5")
+            got = _read(storage, tile_shape, blayout)
+            want = (ref.gather_row(table_bits, cap, cols, idx, p["oob"]) if row_mode
+                    else ref.gather_elem(table_bits, cap, idx, p["oob"]))
+            bad = np.argwhere(got[:rows, :cols] != want)
+            problems += [f"dst[{r}, {c}] = {hex(int(got[r, c]))}, expected {hex(int(want[r, c]))}" for r, c in bad[:8]]
+            pad = np.ones(tile_shape, bool)
+            pad[:rows, :cols] = False
+            if (got[pad] != _sentinel(dtype)).any():
+                problems.append("wrote the destination tile's padding")
+            if not np.array_equal(buffer, before):
+                problems.append("a gather wrote its table or the memory around it")
+        else:
+            src, src_storage = _tile(dtype, tile_shape, (rows, cols), blayout, arrays["src"])
+            src_before = src_storage.copy()
+            mscatter(table, src, it, coalesce=coalesce, atomic=p["atomic"], oob=p["oob"], conflict=p["conflict"],
+                     target="a5")
+            problems += ref.scatter_mismatches(buffer[GUARD:-GUARD], table_bits, dtype, coalesce, idx, arrays["src"],
+                                               cap, p["oob"], p["atomic"], p["conflict"], cols if row_mode else 0)[:8]
+            if not (np.array_equal(buffer[:GUARD], before[:GUARD]) and np.array_equal(buffer[-GUARD:], before[-GUARD:])):
+                problems.append("wrote outside the table")
+            if not np.array_equal(src_storage, src_before):
+                problems.append("changed the source tile")
+        if not np.array_equal(it_storage, it_before):
+            problems.append("changed the index tile")
+    except (ConstraintError, OutOfBoundsError, TypeError) as refusal:
+        problems.append(f"refused a legal call: {type(refusal).__name__}: {refusal}")
+    return problems
+
+
+def _execute_l1(p, arrays, buffer, table, before) -> list[str]:
+    """GM -> L1 Elem with the SIMT executor: the scratch's first Rows * Cols elements and the L1 tile hold the
+    gathered values in NZ order, zeros at the padding and at masked lanes; nothing beyond is written."""
+    dtype, rows, cols, cap = p["dtype"], int(p["rows"]), int(p["cols"]), int(p["capacity"])
+    tr, tc = (int(n) for n in p["tile_shape"])
+    k = 32 // ref.itemsize(dtype)
+    idx = arrays["idx"]
+    index = GlobalTensor(np.ascontiguousarray((idx.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)))
+    dst, storage = _tile(dtype, (tr, tc), (rows, cols), "col_major", loc="mat")
+    scratch_buffer, scratch = _guarded(dtype, np.full(tr * tc, _sentinel(dtype), ref.bits_type(dtype)), (tr * tc,))
+    mgather(dst, table, index, coalesce="elem", oob=p["oob"], target="a5", exec="simt", scratch=scratch)
+    logical = np.zeros((tr, tc), ref.bits_type(dtype))
+    logical[:rows, :cols] = ref.gather_elem(arrays["table"], cap, idx, p["oob"])
+    want = np.empty(tr * tc, logical.dtype)
+    for r in range(tr):
+        for c in range(tc):
+            want[ref.nz_tile_offset(tr, k, r, c)] = logical[r, c]
+    problems = []
+    for name, got in (("L1 tile", storage), ("scratch", scratch_buffer[GUARD:GUARD + tr * tc])):
+        bad = np.flatnonzero(got != want)
+        problems += [f"{name}[{e}] = {hex(int(got[e]))}, expected {hex(int(want[e]))}" for e in bad[:8]]
+    if (np.r_[scratch_buffer[:GUARD], scratch_buffer[GUARD + tr * tc:]] != _sentinel(dtype)).any():
+        problems.append("wrote outside the scratch's Rows * Cols elements")
+    if not np.array_equal(buffer, before):
+        problems.append("a gather wrote its table or the memory around it")
+    return problems
+
+
+@contextlib.contextmanager
+def _integer_wrap_is_by_design():
+    """Integer Add wraps by design; the CUDA simulator's atomicAdd (a numpy scalar add) warns about it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
+        yield
+
+
+def shrink(p: dict, arrays: dict) -> tuple[dict, dict]:
+    """The smallest prefix of the case's rows that still fails (halving, then one row at a time)."""
+    rows = int(p["rows"])
+    while rows > 1:
+        for fewer in sorted({rows // 2, rows - 1}):
+            q, a = dict(p, rows=fewer), dict(arrays, idx=arrays["idx"][:fewer])
+            if "src" in arrays:
+                a["src"] = arrays["src"][:fewer]
+            if execute(q, a):
+                p, arrays, rows = q, a, fewer
+                break
+        else:
+            break
+    return p, arrays
+
+
+def save(path: Path, p: dict, arrays: dict, problems: list[str]) -> None:
+    np.savez(path, params=json.dumps(p), problems=json.dumps(problems), **arrays)
+
+
+def load(path) -> tuple[dict, dict]:
+    with np.load(path, allow_pickle=False) as data:
+        p = json.loads(str(data["params"]))
+        arrays = {k: data[k] for k in data.files if k not in ("params", "problems")}
+    return p, arrays
+
+
+# -- the whole-array stage ---------------------------------------------------------------------------------------
+
+def whole_array_checks(backend: str, seed: int = 7):
+    """(name, problems) of each whole-array check at the backend's size: an Elem gather with clamp, a Row
+    and an Elem Conflict::Last scatter through the owner kernels (claim each slot for its largest source
+    position, then write it; bitwise against the sequential result), an int32 atomic Add (wrapping)."""
+    from simt_pto.host.large import gather, scatter
+    n = WHOLE_ARRAY_ELEMENTS[backend]
+    rng = np.random.default_rng(seed)
+    cols = 64
+    table = rng.integers(-2 ** 31, 2 ** 31, n // 4, dtype=np.int64).astype(np.int32)
+    idx = rng.integers(-8, n // 4 + 8, n).astype(np.int32)
+    want = table[ref.slots(idx, table.size, "clamp")]
+    got = gather(table, idx, coalesce="elem", oob="clamp", target="a5")
+    yield "Elem gather, GatherOOB::Clamp", _differences(got, want)
+    for coalesce in ("row", "elem"):
+        if coalesce == "row":
+            t = np.full((n // cols // 4, cols), -1.0, np.float32)
+            i = rng.integers(0, t.shape[0], n // cols).astype(np.int32)
+            s = np.arange(i.size * cols, dtype=np.float32).reshape(-1, cols)
+        else:
+            t = np.full(n // 4, -1.0, np.float32)
+            i = rng.integers(0, t.size, n).astype(np.int32)
+            s = (np.arange(n, dtype=np.int64) % (1 << 24)).astype(np.float32)
+        want = ref.last_writer_scatter(t, i.astype(np.int64), s)
+        scatter(t, s, i, coalesce=coalesce, conflict="last", target="a5", last_path="owner")
+        yield f"{coalesce.capitalize()} scatter, Conflict::Last (owner kernels)", _differences(t, want)
+    t = rng.integers(-2 ** 31, 2 ** 31, n // 4, dtype=np.int64).astype(np.int32)
+    i = rng.integers(0, t.size, n).astype(np.int32)
+    s = rng.integers(-2 ** 31, 2 ** 31, n, dtype=np.int64).astype(np.int32)
+    sums = np.zeros(t.size, np.int64)
+    np.add.at(sums, i, s.astype(np.int64))
+    want = ((t.astype(np.int64) + sums) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    scatter(t, s, i, coalesce="elem", atomic="add", target="a5")
+    yield "Elem scatter, atomic Add int32", _differences(t, want)
+
+
+def _differences(got, want) -> list[str]:
+    got, want = np.asarray(got), np.asarray(want)
+    gb = got.reshape(-1).view(f"u{got.itemsize}")
+    wb = want.reshape(-1).view(f"u{want.itemsize}")
+    bad = np.flatnonzero(gb != wb)
+    return [f"{bad.size} of {gb.size} elements differ; first at {bad[0]}: {got.reshape(-1)[bad[0]]!r}, "
+            f"expected {want.reshape(-1)[bad[0]]!r}"] if bad.size else []
+
+
+# -- the run -----------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class FamilyResult:
+    passed: int = 0
+    failed: int = 0
+    failures: list = dataclasses.field(default_factory=list)
+    """(case parameters, problems, .npz path or None) of each failure."""
+
+
+@dataclasses.dataclass
+class SelftestResult:
+    """What :func:`selftest` found: per backend, per kernel family, the counts and the failures."""
+
+    backends: dict
+    """backend name -> {family name -> FamilyResult}."""
+    devices: dict
+    versions: dict
+    out_dir: str | None = None
+    seconds: dict = dataclasses.field(default_factory=dict)
+    """backend name -> wall time of its run."""
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.failed for fams in self.backends.values() for f in fams.values())
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "versions": self.versions, "out": self.out_dir,
+                "backends": {b: {"device": self.devices[b], "seconds": round(self.seconds.get(b, 0.0), 1),
+                                 "passed": sum(f.passed for f in fams.values()),
+                                 "failed": sum(f.failed for f in fams.values()),
+                                 "families": {name: {"passed": f.passed, "failed": f.failed,
+                                                     "failures": [dict(params=pp, problems=pr, npz=path)
+                                                                  for pp, pr, path in f.failures]}
+                                              for name, f in fams.items()}}
+                             for b, fams in self.backends.items()}}
+
+
+def versions() -> dict:
+    import numba
+    out = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__}
+    try:
+        from importlib.metadata import version
+        out["numba-cuda"] = version("numba-cuda")
+    except Exception:  # noqa: BLE001  (not installed: the key is left out)
+        pass
+    from simt_pto.backend import gpu_present
+    if "gpu" in a5_backends() and gpu_present():
+        from numba import cuda
+        out["cuda driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+        out["cuda runtime"] = ".".join(map(str, cuda.runtime.get_version()))
+    return out
+
+
+def device_name(backend: str) -> str:
+    if backend == "gpu":
+        from numba import cuda
+        name = cuda.get_current_device().name
+        return name.decode() if isinstance(name, bytes) else str(name)
+    if backend == "simulator":
+        return "Numba CUDA simulator"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def selftest(backends=None, quick: bool = False, families=None, out_dir=None, progress: bool = False,
+             whole_array: bool | None = None) -> SelftestResult:
+    """Run the differential matrix (and, unless ``quick``, the whole-array stage) on each backend.
+
+    ``backends``: names from :func:`simt_pto.a5_backends` (default: all this process can use); ``families``:
+    a subset of :data:`FAMILIES`; ``out_dir``: where failing cases are written (default: a new
+    ``selftest-<time>`` folder in the current directory, made at the first failure)."""
+    available = a5_backends()
+    backends = list(backends or available)
+    for b in backends:
+        if b not in available:
+            raise ValueError(f"backend {b!r} is not available in this process (available: {', '.join(available)})")
+    families = tuple(families or FAMILIES)
+    for f in families:
+        if f not in FAMILIES:
+            raise ValueError(f"family {f!r}: expected one of {', '.join(FAMILIES)}")
+    whole_array = (not quick if whole_array is None else whole_array) and "whole_array" in families
+    cases = matrix(families, quick)
+    result = SelftestResult({}, {}, versions(), out_dir=str(out_dir) if out_dir else None)
+    previous = a5_backend()
+    try:
+        with _integer_wrap_is_by_design():
+            for backend in backends:
+                start = time.perf_counter()
+                set_a5_backend(backend)
+                result.devices[backend] = device_name(backend)
+                result.backends[backend] = {f: FamilyResult() for f in families}
+                mine = cases[::SIMULATOR_SHARE] if backend == "simulator" else cases
+                with tqdm(total=len(mine) + (4 if whole_array else 0), desc=f"selftest {backend}",
+                          disable=not progress, file=sys.stderr, leave=False) as bar:
+                    for case in mine:
+                        _run_case(result, backend, case)
+                        bar.update()
+                    if whole_array:
+                        for name, problems in whole_array_checks(backend):
+                            _record(result.backends[backend]["whole_array"], {"check": name}, problems, None)
+                            bar.update()
+                result.seconds[backend] = time.perf_counter() - start
+    finally:
+        set_a5_backend(previous)
+    return result
+
+
+def _record(family: FamilyResult, params, problems, path) -> None:
+    if problems:
+        family.failed += 1
+        family.failures.append((params, problems, path))
+    else:
+        family.passed += 1
+
+
+def _run_case(result: SelftestResult, backend: str, case: dict) -> None:
+    """Run one case; a failure is shrunk and written as an ``.npz`` into the result's folder."""
+    p, arrays = build(case)
+    problems = execute(p, arrays)
+    path = None
+    if problems:
+        if result.out_dir is None:
+            result.out_dir = f"selftest-{time.strftime('%Y%m%d-%H%M%S')}"
+        Path(result.out_dir).mkdir(parents=True, exist_ok=True)
+        p, arrays = shrink(p, arrays)
+        problems = execute(p, arrays) or problems
+        path = str(Path(result.out_dir) / f"{backend}-{p['family']}-{p['dtype']}-{p['oob']}-{p['atomic']}-"
+                                          f"{p['conflict']}-{p['seed']}.npz")
+        save(path, dict(p, backend=backend), arrays, problems)
+    _record(result.backends[backend][case["family"]], p, problems, path)
+
+
+def replay(path) -> tuple[dict, list[str]]:
+    """Run a case written by :func:`selftest` again on the current backend: (parameters, problems)."""
+    p, arrays = load(path)
+    return p, execute(p, arrays)
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+
+def register(sub) -> None:
+    parser = sub.add_parser("selftest", help="check every A5 backend of this machine against the reference",
+                            description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", default="all",
+                        help="gpu, cpu, simulator or all (default: all this process can use)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one case per kernel family x dtype, no whole-array stage (under a minute)")
+    parser.add_argument("--family", action="append", choices=tuple(FAMILIES), help="only this kernel family (repeatable)")
+    parser.add_argument("--out", metavar="DIR", help="where failing cases are written (default: a new folder here)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line of stdout")
+    parser.add_argument("--replay", metavar="FILE.npz", help="run one failing case written by an earlier selftest")
+    parser.set_defaults(func=run, parser=parser)
+
+
+def run(args) -> int:
+    parser = args.parser
+    if args.replay:
+        if not os.path.isfile(args.replay):
+            parser.error(f"--replay: no such file: {args.replay}")
+        try:
+            p, arrays = load(args.replay)
+        except (OSError, ValueError, KeyError) as e:
+            parser.error(f"--replay: {args.replay} is not a selftest case ({e})")
+        backend = p.get("backend", "cpu") if args.backend == "all" else args.backend
+        if backend not in a5_backends():
+            parser.error(f"--backend: {backend!r} is not available here (available: {', '.join(a5_backends())})")
+        previous = a5_backend()
+        set_a5_backend(backend)
+        try:
+            with _integer_wrap_is_by_design():
+                problems = execute(p, arrays)
+        finally:
+            set_a5_backend(previous)
+        what = ", ".join(f"{k}={p[k]}" for k in ("family", "dtype", "oob", "atomic", "conflict", "rows", "cols"))
+        print(f"replay on {backend}: {what}")
+        print("\n".join(f"  {line}" for line in problems) if problems else "  passed")
+        if args.json:
+            print(json.dumps({"ok": not problems, "backend": backend, "params": p, "problems": problems}))
+        return 1 if problems else 0
+    available = a5_backends()
+    backends = available if args.backend == "all" else (args.backend,)
+    if args.backend != "all" and args.backend not in available:
+        parser.error(f"--backend: {args.backend!r} is not available here (available: {', '.join(available)})")
+    start = time.perf_counter()
+    result = selftest(backends, quick=args.quick, families=args.family, out_dir=args.out,
+                      progress=sys.stderr.isatty())
+    print(f"simt-pto selftest{' --quick' if args.quick else ''}: "
+          + ", ".join(f"{k} {v}" for k, v in result.versions.items()))
+    for backend, fams in result.backends.items():
+        print(f"{backend} ({result.devices[backend]}), {result.seconds[backend]:.0f} s:")
+        for name, f in fams.items():
+            if f.passed or f.failed:
+                print(f"  {name:18s} passed {f.passed:4d}  failed {f.failed:3d}   {FAMILIES[name]}")
+            for p, problems, path in f.failures:
+                print(f"    FAILED {json.dumps(p)}")
+                for line in problems[:4]:
+                    print(f"      {line}")
+                if path:
+                    print(f"      replay: simt-pto selftest --replay {path}")
+    print(f"{'PASSED' if result.ok else 'FAILED'} in {time.perf_counter() - start:.0f} s"
+          + (f"; failing cases in {result.out_dir}" if not result.ok and result.out_dir else ""))
+    if args.json:
+        print(json.dumps(result.to_json()))
+    return 0 if result.ok else 1

@@ -1,0 +1,132 @@
+"""``simt-pto selftest``: it passes on the backends this machine has, and it catches a broken kernel.
+
+The fault test injects a one-line fault into one specialization of one kernel (the Elem gather under
+GatherOOB::Wrap drops the last element of each block) and checks that selftest fails with exit status 1,
+names only that specialization's cases, and writes ``.npz`` cases that ``--replay`` fails on while the
+fault is in and passes on once it is gone.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simt_pto import dtypes, policy
+from simt_pto.host import a5 as a5_dispatch
+from simt_pto.host import cli, selftest
+
+KERNEL_SOURCE = Path(a5_dispatch.__file__).parents[1] / "kernels" / "a5" / "mgather.py"
+FAULT = ("            total = tile_valid_rows * valid_cols\n",
+         "            total = tile_valid_rows * valid_cols - 1\n")
+
+
+def run_cli(capsys, *argv):
+    status = cli.main(["selftest", *argv])
+    out = capsys.readouterr().out
+    return status, out, json.loads(out.strip().splitlines()[-1]) if "--json" in argv else None
+
+
+def test_quick_selftest_passes_on_cpu(capsys):
+    status, out, report = run_cli(capsys, "--backend", "cpu", "--quick", "--json")
+    assert status == 0, out
+    assert report["ok"] and set(report["backends"]) == {"cpu"}
+    families = report["backends"]["cpu"]["families"]
+    element_dtypes = len(dtypes.ELEMENT_DTYPES["a5"])
+    for name in selftest.FAMILIES:
+        if name != "whole_array":  # --quick has no whole-array stage
+            assert families[name] == {"passed": element_dtypes, "failed": 0, "failures": []}, name
+    assert "numba" in report["versions"] and "cpu (" in out
+
+
+def test_the_matrix_covers_every_policy_atomic_and_dtype():
+    cases = selftest.matrix()
+    a5_dtypes = {d.name for d in dtypes.ELEMENT_DTYPES["a5"]}
+    for family in selftest.FAMILIES:
+        if family == "whole_array":
+            continue
+        mine = [c for c in cases if c["family"] == family]
+        assert {c["dtype"] for c in mine} == a5_dtypes, family
+        policies = selftest.GATHER_OOB if family.endswith("gather") else selftest.SCATTER_OOB
+        assert {c["oob"] for c in mine} == set(policies), family
+    for family in ("row_scatter", "elem_scatter", "scalar_scatter"):
+        pairs = {(c["atomic"], c["dtype"]) for c in cases if c["family"] == family}
+        for atomic in ("add", "max", "min"):
+            supported = {d.name for d in dtypes.atomic_dtypes("a5", dtypes.ScatterAtomicOp[atomic.upper()])}
+            assert {d for a, d in pairs if a == atomic} == supported, (family, atomic)
+    edge = [selftest.build(c)[0] for c in cases if c["variant"] == "edge" and c["family"] == "row_gather"]
+    assert any(p["blayout"] == "col_major" for p in edge) and any(p["idx_layout"] == "col" for p in edge)
+    assert all(p["tile_shape"][0] > p["rows"] or p["tile_shape"][1] > p["cols"] for p in edge)
+
+
+@pytest.fixture
+def faulty_elem_gather(tmp_path, monkeypatch):
+    """``simt_mgather_elem_kernel`` with one line changed, for the Wrap specialization only (the copy is a
+    module of its own in ``tmp_path``, so Numba's disk cache of the real kernel is not touched)."""
+    text = KERNEL_SOURCE.read_text()
+    assert text.count(FAULT[0]) >= 1
+    text = text.replace(FAULT[0], FAULT[1]).replace("from .", "from simt_pto.kernels.a5.")
+    (tmp_path / "faulty_mgather.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    faulty = importlib.import_module("faulty_mgather")
+    real = a5_dispatch.simt_mgather_elem_kernel
+
+    def factory(rule):
+        return faulty.simt_mgather_elem_kernel(rule) if rule == policy.WRAP else real(rule)
+
+    monkeypatch.setattr(a5_dispatch, "simt_mgather_elem_kernel", factory)
+    return monkeypatch, real
+
+
+def test_an_injected_fault_fails_selftest_with_a_replayable_case(capsys, tmp_path, faulty_elem_gather):
+    out_dir = tmp_path / "cases"
+    status, out, report = run_cli(capsys, "--backend", "cpu", "--quick", "--family", "elem_gather",
+                                  "--out", str(out_dir), "--json")
+    assert status == 1, out
+    family = report["backends"]["cpu"]["families"]["elem_gather"]
+    assert family["failed"] >= 1 and family["passed"] >= 1
+    assert {f["params"]["oob"] for f in family["failures"]} == {"wrap"}
+    files = sorted(out_dir.glob("*.npz"))
+    assert len(files) == family["failed"]
+    assert f"replay: simt-pto selftest --replay {files[0]}" in out
+    shrunk = selftest.load(files[0])[0]
+    assert shrunk["rows"] == 1  # the smallest failing call: one row still shows the dropped element
+    status, out, _ = run_cli(capsys, "--replay", str(files[0]))
+    assert status == 1 and "expected" in out
+    monkeypatch, real = faulty_elem_gather
+    monkeypatch.setattr(a5_dispatch, "simt_mgather_elem_kernel", real)  # the fault fixed
+    status, out, _ = run_cli(capsys, "--replay", str(files[0]))
+    assert status == 0, out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--backend", "tpu"], "--backend: 'tpu' is not available"),
+    (["--replay", "/nonexistent/case.npz"], "--replay: no such file"),
+    (["--family", "row"], "argument --family: invalid choice"),
+])
+def test_bad_arguments_exit_2_with_one_error_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["selftest", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "usage: simt-pto selftest" in err and "Traceback" not in err
+
+
+def test_replay_refuses_a_file_that_is_not_a_case(capsys, tmp_path):
+    bogus = tmp_path / "bogus.npz"
+    np.savez(bogus, table=np.zeros(3))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["selftest", "--replay", str(bogus)])
+    assert exit_.value.code == 2 and "is not a selftest case" in capsys.readouterr().err
+
+
+def test_selftest_on_the_simulator(capsys):
+    """A tenth of the cases, the kernels interpreted by Numba's CUDA simulator."""
+    from simt_pto import a5_backends
+    if "simulator" not in a5_backends():
+        pytest.skip("numba.cuda runs in real mode in this process: no simulator")
+    result = selftest.selftest(["simulator"], quick=True, families=("row_gather", "elem_last_scatter", "row_scatter"))
+    fams = result.backends["simulator"]
+    assert result.ok and sum(f.passed for f in fams.values()) >= 2, result.to_json()
