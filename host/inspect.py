@@ -87,11 +87,13 @@ def normalise_cc(cc) -> int:
 
 
 def build_plan(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="float32", index_dtype="int32",
-               rows=8, cols=64, strict=True):
+               rows=8, cols=64, strict=True, mid_word=False):
     """Build the tiles and table for the call and validate it for target ``a5``: the :class:`Plan`.
 
     ``op`` is ``"mgather"`` or ``"mscatter"``; ``atomic`` and ``conflict`` apply to MSCATTER only
-    (defaults: NONE, LAST); ``oob`` defaults to UNDEFINED. Raises :class:`ConstraintError` for a call
+    (defaults: NONE, LAST); ``oob`` defaults to UNDEFINED. ``mid_word`` starts the table one element into
+    an allocation, so a 16-bit float table starts mid-word (the float16 / bfloat16 Add's boundary-word
+    format). Raises :class:`ConstraintError` for a call
     the spec forbids, ValueError / TypeError for a malformed one.
     """
     op = str(op).strip().lower()
@@ -102,10 +104,8 @@ def build_plan(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="flo
     d = _dt.resolve(dtype)
     data = _tile(d, rows, cols)
     idx = _tile(index_dtype, 1, rows) if coalesce == Coalesce.ROW else _tile(index_dtype, rows, cols)
-    if coalesce == Coalesce.ROW:
-        memory = _zeros(d, (TABLE_ROWS, cols))
-    else:
-        memory = _zeros(d, (TABLE_ROWS * cols,))
+    shape = (TABLE_ROWS, cols) if coalesce == Coalesce.ROW else (TABLE_ROWS * cols,)
+    memory = _zeros(d, (TABLE_ROWS * cols + 1,))[1:].reshape(shape) if mid_word else _zeros(d, shape)
     table = GlobalTensor(memory, dtype=d)
     if op == "mgather":
         for name, value in (("atomic", atomic), ("conflict", conflict)):

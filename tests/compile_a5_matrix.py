@@ -194,6 +194,12 @@ def enumerate_specs(include_whole_array=True):
                     fallbacks += 1  # GatherExec::Scalar: the cube core's scalar walk
                 else:
                     add(launch.name, launch.factory, launch.policy, launch.args, "l1", op, dict(kw, exec="simt"))
+        if (op == "mscatter" and kw["atomic"] == "add" and kw["dtype"] in ("float16", "bfloat16")
+                and kw["oob"] == "undefined" and kw["index_dtype"] == "int32"):
+            # a table starting mid-word: the boundary-word formats (F16_EDGE / BF16_EDGE), one rule each (their
+            # remap is the same code as the whole-word kernels'; each costs ~20x a plain compile)
+            launch = resolve_launch(build_plan(op, **dict(kw, mid_word=True)))
+            add(launch.name, launch.factory, launch.policy, launch.args, "tile", op, dict(kw, mid_word=True))
         if kw["coalesce"] == "elem":  # the (1, 1) Elem call takes the scalar pipe: no launch
             fallbacks += resolve_launch(build_plan(op, **dict(kw, rows=1, cols=1))) is None
         if include_whole_array:
@@ -243,8 +249,10 @@ def _compile_one(i, ccs):
 
 
 def _slow(spec) -> bool:
-    """The 16-bit float CAS-loop adds (element format F16 / BF16): softfloat inlined, ~20x the compile time."""
-    return spec.kind == "scatter-atomic" and spec.policy[-1] in (1, 2)
+    """The 16-bit float CAS-loop adds (element formats F16 / BF16 and their mid-word twins): softfloat inlined,
+    ~20x the compile time."""
+    from simt_pto.kernels import store
+    return spec.kind == "scatter-atomic" and spec.policy[-1] in (store.F16, store.BF16, store.F16_EDGE, store.BF16_EDGE)
 
 
 def _cost(spec) -> int:
