@@ -140,6 +140,19 @@ def add_bits(a, b, exp_bits, man_bits):
     return (sign << sshift) | (xfield << mb_) | (sig & mmask)
 
 
+@njit(cache=True)
+def add_bits_called(a, b, exp_bits, man_bits):
+    """:func:`add_bits` as a function that is called, not inlined: the A5 kernels compiled for the CPU call it
+    (``simt.namespace("cpu")``), so the soft-float compiles once per process instead of into every 16-bit float
+    Add specialization (about 5 s of compile each). A GPU lane keeps the inlined adder. The two formats are
+    spelled out so that each adder is compiled with its field widths as constants (as when inlined)."""
+    if exp_bits == F16_EXP_BITS and man_bits == F16_MAN_BITS:
+        return add_bits(a, b, F16_EXP_BITS, F16_MAN_BITS)
+    if exp_bits == BF16_EXP_BITS and man_bits == BF16_MAN_BITS:
+        return add_bits(a, b, BF16_EXP_BITS, BF16_MAN_BITS)
+    return add_bits(a, b, exp_bits, man_bits)
+
+
 @njit(inline="always", cache=True)
 def add_f16_bits(a, b):
     """float16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""

@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 from simt_pto import geometry
-from simt_pto.kernels import store
+from simt_pto.kernels import softfloat, store
 from simt_pto.kernels.store import bind
 from . import device, intrinsics
 
@@ -42,6 +42,7 @@ def namespace(family: str) -> dict:
     read-modify-write primitives of the store rule (:mod:`simt_pto.kernels.store`) bound to the atomics."""
     if family == "cpu":
         scope = dict(intrinsics.CPU)
+        scope["add_bits"] = softfloat.add_bits_called  # one compiled adder, called (compile time; see there)
     elif family == "cuda":
         from numba.cuda.core import caching as cuda_caching
         from simt_pto.kernels import cache
