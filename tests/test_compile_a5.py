@@ -8,8 +8,8 @@ argument types), compiles each with ``numba.cuda.compile_ptx`` and assembles it 
 The tests read its JSON report: nothing fails, nothing spills, every atomic specialization holds the
 hardware atomic of its (op, dtype) and no other, and plain-store kernels hold no atomic at all.
 
-Cost: all ~400 specializations x 2 cc in about 110 s on 2 cores (the float16 / bfloat16 atomic adds
-dominate, ~1.5 s each). Needs the toolchain extra (``pip install ".[toolchain]"``, which ``.[test]``
+Cost: all ~370 specializations x 2 cc in about 240 s on 2 cores (the float16 / bfloat16 atomic adds
+dominate, ~5 s each). Needs the toolchain extra (``pip install ".[toolchain]"``, which ``.[test]``
 includes); skipped, with the reason, without ``ptxas``.
 """
 from __future__ import annotations
