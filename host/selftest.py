@@ -173,8 +173,10 @@ def _sentinel(dtype) -> int:
     return int.from_bytes(bytes([SENTINEL]) * ref.itemsize(dtype), "little")
 
 
-def _tile(dtype, shape, valid, blayout, logical=None, loc="vec"):
-    """A tile whose storage is all sentinel, with ``logical`` bits written at :func:`ref.tile_offset`."""
+def sentinel_tile(dtype, shape, valid=None, blayout="row_major", logical=None, loc="vec"):
+    """(tile, storage bits): a padded ``shape`` tile whose storage is all sentinel, with the 2-D ``logical`` bits
+    (top-left aligned) written at :func:`ref.tile_offset`, not through the library's offset code. A ``"mat"``
+    tile is NZ (ColMajor + 512-byte RowMajor fractals) and takes no ``logical``."""
     kw = dict(blayout="col_major", slayout="row_major") if loc == "mat" else dict(blayout=blayout)
     tile = Tile(dtype, shape[0], shape[1], valid=valid, loc=loc, **kw)
     storage = tile.data.view(ref.bits_type(dtype))
@@ -186,8 +188,8 @@ def _tile(dtype, shape, valid, blayout, logical=None, loc="vec"):
     return tile, storage
 
 
-def _read(storage, shape, blayout):
-    """The padded tile's logical contents, ``shape`` of raw bits."""
+def read_storage(storage, shape, blayout):
+    """A padded RowMajor / ColMajor tile's logical contents from its storage bits: ``shape`` of raw bits."""
     out = np.empty(shape, storage.dtype)
     for r in range(shape[0]):
         for c in range(shape[1]):
@@ -195,16 +197,22 @@ def _read(storage, shape, blayout):
     return out
 
 
-def _index_tile(idx, layout, index_dtype):
-    bits = (idx.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)
+def index_tile(idx, layout, index_dtype, rows=None, cols=None):
+    """(tile, storage bits) of an index tile holding ``idx`` (cast to uint32 bits: -1 is 4294967295).
+
+    ``layout``: ``"row"`` = ``[1, R]`` RowMajor (Row mode); ``"col"`` = ``[R, 1]`` ColMajor (Row mode, A5);
+    ``"elem"`` = ``[R, C]`` RowMajor; ``"elem_col"`` = ``[R, C]`` ColMajor. The padded contiguous extent is
+    rounded up to the 32-byte rule (8 indices) unless ``rows`` / ``cols`` give it."""
+    if layout not in ("row", "col", "elem", "elem_col"):
+        raise ValueError(f"layout: expected row, col, elem or elem_col, got {layout!r}")
+    bits = (np.asarray(idx).astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)
     if layout in ("row", "col"):
         bits = bits.reshape((1, -1) if layout == "row" else (-1, 1))
-    unit = 8
     r, c = bits.shape
     blayout = "col_major" if layout in ("col", "elem_col") else "row_major"
-    shape = (r, -(-c // unit) * unit) if blayout == "row_major" else (-(-r // unit) * unit, c)
-    tile, storage = _tile(index_dtype, shape, (r, c), blayout, bits)
-    return tile, storage
+    up8 = lambda n: -(-n // 8) * 8  # noqa: E731
+    shape = (rows or r, cols or up8(c)) if blayout == "row_major" else (rows or up8(r), cols or c)
+    return sentinel_tile(index_dtype, shape, (r, c), blayout, bits)
 
 
 def _guarded(dtype, bits, shape):
@@ -230,13 +238,13 @@ def execute(p: dict, arrays: dict) -> list[str]:
     try:
         if family == "l1_elem_gather":
             return _execute_l1(p, arrays, buffer, table, before)
-        it, it_storage = _index_tile(idx, p["idx_layout"], p["index_dtype"])
+        it, it_storage = index_tile(idx, p["idx_layout"], p["index_dtype"])
         it_before = it_storage.copy()
         coalesce = "row" if row_mode else "elem"
         if family.endswith("gather"):
-            dst, storage = _tile(dtype, tile_shape, (rows, cols), blayout)
+            dst, storage = sentinel_tile(dtype, tile_shape, (rows, cols), blayout)
             mgather(dst, table, it, coalesce=coalesce, oob=p["oob"], target="a5")
-            got = _read(storage, tile_shape, blayout)
+            got = read_storage(storage, tile_shape, blayout)
             want = (ref.gather_row(table_bits, cap, cols, idx, p["oob"]) if row_mode
                     else ref.gather_elem(table_bits, cap, idx, p["oob"]))
             bad = np.argwhere(got[:rows, :cols] != want)
@@ -248,7 +256,7 @@ def execute(p: dict, arrays: dict) -> list[str]:
             if not np.array_equal(buffer, before):
                 problems.append("a gather wrote its table or the memory around it")
         else:
-            src, src_storage = _tile(dtype, tile_shape, (rows, cols), blayout, arrays["src"])
+            src, src_storage = sentinel_tile(dtype, tile_shape, (rows, cols), blayout, arrays["src"])
             src_before = src_storage.copy()
             mscatter(table, src, it, coalesce=coalesce, atomic=p["atomic"], oob=p["oob"], conflict=p["conflict"],
                      target="a5")
@@ -273,7 +281,7 @@ def _execute_l1(p, arrays, buffer, table, before) -> list[str]:
     k = 32 // ref.itemsize(dtype)
     idx = arrays["idx"]
     index = GlobalTensor(np.ascontiguousarray((idx.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)))
-    dst, storage = _tile(dtype, (tr, tc), (rows, cols), "col_major", loc="mat")
+    dst, storage = sentinel_tile(dtype, (tr, tc), (rows, cols), loc="mat")
     scratch_buffer, scratch = _guarded(dtype, np.full(tr * tc, _sentinel(dtype), ref.bits_type(dtype)), (tr * tc,))
     mgather(dst, table, index, coalesce="elem", oob=p["oob"], target="a5", exec="simt", scratch=scratch)
     logical = np.zeros((tr, tc), ref.bits_type(dtype))

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
+from simt_pto.host.selftest import index_tile as selftest_index_tile, read_storage, sentinel_tile
 from simt_pto.reference import (ELEMENT_TYPES as NUMPY_TYPES, bits_type, candidates, combine, from_bits,  # noqa: F401
                                 gather_elem, gather_row, itemsize, kind, scatter, slot, to_bits, u32, writers)
 
@@ -56,67 +57,26 @@ def random_bits(rng, shape, dtype: str) -> np.ndarray:
     return rng.integers(0, np.iinfo(bt).max, size=shape, dtype=bt, endpoint=True)
 
 
-# -- UB tiles, addressed without the library's offset code -------------------------------------------------------
-
-def storage_offset(tile, r: int, c: int) -> int:
-    """``tile_offset_2d``: RowMajor ``r * Cols + c``; ColMajor ``c * Rows + r``."""
-    if tile.blayout == pto.BLayout.ROW_MAJOR:
-        return r * tile.cols + c
-    return c * tile.rows + r
-
+# -- UB tiles, addressed without the library's offset code (selftest's builders) -------------------------------------------------------
 
 def make_tile(dtype: str, rows: int, cols: int, valid=None, blayout="row_major", logical_bits=None):
-    """A VEC tile whose storage is all sentinel, with ``logical_bits`` (a 2-D array, top-left aligned)
-    written element by element through :func:`storage_offset`."""
-    tile = pto.Tile(dtype, rows, cols, valid=valid, blayout=blayout)
-    raw = tile.data.view(bits_type(dtype))
-    raw[:] = sentinel(dtype)
-    if logical_bits is not None:
-        logical_bits = np.atleast_2d(np.asarray(logical_bits))
-        for r in range(logical_bits.shape[0]):
-            for c in range(logical_bits.shape[1]):
-                raw[storage_offset(tile, r, c)] = logical_bits[r, c]
-    return tile
+    """A VEC tile whose storage is all sentinel, with ``logical_bits`` (a 2-D array, top-left aligned) written
+    element by element at ``tile_offset_2d`` (``simt_pto.host.selftest.sentinel_tile``)."""
+    logical = None if logical_bits is None else np.atleast_2d(np.asarray(logical_bits))
+    return sentinel_tile(dtype, (rows, cols), valid, blayout, logical)[0]
 
 
 def read_tile(tile) -> np.ndarray:
     """The tile's whole padded logical contents as raw bits, ``(rows, cols)``."""
-    raw = tile.data.view(np.dtype(f"uint{8 * tile.data.itemsize}"))
-    out = np.empty((tile.rows, tile.cols), dtype=raw.dtype)
-    for r in range(tile.rows):
-        for c in range(tile.cols):
-            out[r, c] = raw[storage_offset(tile, r, c)]
-    return out
+    blayout = "row_major" if tile.blayout == pto.BLayout.ROW_MAJOR else "col_major"
+    return read_storage(tile.data.view(bits_type(tile.dtype.name)), (tile.rows, tile.cols), blayout)
 
 
 def index_tile(values, layout: str = "row", index_dtype: str = "int32", rows=None, cols=None):
-    """An index tile holding ``values``.
-
-    ``layout``: ``"row"`` = ``[1, R]`` RowMajor (Row mode); ``"col"`` = ``[R, 1]`` ColMajor (Row mode, A5);
-    ``"elem"`` = ``[R, C]`` RowMajor; ``"elem_col"`` = ``[R, C]`` ColMajor. Padded extents are rounded up
-    to the 32-byte rule unless given.
-    """
-    v = np.asarray(values, dtype=np.int64)
-    vals = (v & 0xFFFFFFFF).astype(np.uint32) if index_dtype == "uint32" else v.astype(np.int32)
-    bits = vals.view(np.uint32)
-
-    def up8(n):
-        return round_up(n, 8)
-
-    if layout == "row":
-        bits = bits.reshape(1, -1)
-        return make_tile(index_dtype, rows or 1, cols or up8(bits.shape[1]), valid=bits.shape, logical_bits=bits)
-    if layout == "col":
-        bits = bits.reshape(-1, 1)
-        return make_tile(index_dtype, rows or up8(bits.shape[0]), cols or 1, valid=bits.shape,
-                         blayout="col_major", logical_bits=bits)
-    if layout == "elem":
-        return make_tile(index_dtype, rows or bits.shape[0], cols or up8(bits.shape[1]), valid=bits.shape,
-                         logical_bits=bits)
-    if layout == "elem_col":
-        return make_tile(index_dtype, rows or up8(bits.shape[0]), cols or bits.shape[1], valid=bits.shape,
-                         blayout="col_major", logical_bits=bits)
-    raise ValueError(layout)
+    """An index tile holding ``values`` (``simt_pto.host.selftest.index_tile``): ``"row"`` = ``[1, R]``
+    RowMajor, ``"col"`` = ``[R, 1]`` ColMajor, ``"elem"`` / ``"elem_col"`` = ``[R, C]`` RowMajor / ColMajor;
+    the padded extents are rounded up to the 32-byte rule unless given."""
+    return selftest_index_tile(values, layout, index_dtype, rows, cols)[0]
 
 
 # -- GM tables with guard bands ----------------------------------------------------------------------------------
