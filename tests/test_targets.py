@@ -13,21 +13,15 @@ import numpy as np
 import simt_pto as pto
 from simt_pto import reference as ref
 from conftest import for_targets, min_cols, random_values, sentinel_bits
+from oracles import index_tile as oracle_index_tile, make_tile
 
 GATHER_POLICIES = ("undefined", "clamp", "wrap", "zero")
 INT32_MIN = -2 ** 31
 
 
-def sentinel_tile(dtype, rows, cols, valid):
-    tile = pto.Tile(dtype, rows, cols, valid=valid)
-    tile.data.view(tile.dtype.bits)[:] = sentinel_bits(dtype)
-    return tile
-
-
 def index_tile(values):
-    """A RowMajor int32 index tile holding ``values`` (2-D; -1 stays the uint32 4294967295)."""
-    v = (np.asarray(values, np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
-    return pto.Tile.from_array(v, v.shape[0], -(-v.shape[1] // 8) * 8)
+    """A RowMajor ``[R, C]`` index tile holding ``values`` (-1 stays the uint32 4294967295)."""
+    return oracle_index_tile(np.atleast_2d(values), "elem")
 
 
 def indices(rng, shape, capacity, policy):
@@ -56,7 +50,7 @@ def test_mgather_row(target, dtype, policy, guarded_table, rng):
     valid_cols, table_rows, rows = cols - 3, 7, 5
     table = guarded_table(table_rows, valid_cols, dtype)
     before = table.bits.copy()
-    dst = sentinel_tile(dtype, rows + 1, cols, valid=(rows, valid_cols))
+    dst = make_tile(dtype, rows + 1, cols, valid=(rows, valid_cols))
     idx = indices(rng, (1, rows), table_rows, policy)
     pto.mgather(dst, table.tensor, index_tile(idx), coalesce="row", oob=policy, target=target)
     assert_valid_region(dst, ref.gather_row(table.bits[:table.core], table_rows, valid_cols, idx[0], policy))
@@ -69,7 +63,7 @@ def test_mgather_elem(target, dtype, policy, guarded_table, rng):
     valid_cols, rows = cols - 3, 3
     table = guarded_table(5, 9, dtype)
     before = table.bits.copy()
-    dst = sentinel_tile(dtype, rows + 1, cols, valid=(rows, valid_cols))
+    dst = make_tile(dtype, rows + 1, cols, valid=(rows, valid_cols))
     idx = indices(rng, (rows, valid_cols), 45, policy)
     pto.mgather(dst, table.tensor, index_tile(idx), coalesce="elem", oob=policy, target=target)
     assert_valid_region(dst, ref.gather_elem(table.bits[:table.core], 45, idx, policy))
@@ -81,8 +75,8 @@ def test_non_strict_undefined_gather_reads_zero(target, dtype, coalesce, guarded
     table = guarded_table(4, min_cols(dtype), dtype)
     capacity = 4 if coalesce == "row" else table.core
     idx = np.array([[1, capacity, -1, 0]])
-    dst = (sentinel_tile(dtype, 4, table.cols, valid=(4, table.cols)) if coalesce == "row"
-           else sentinel_tile(dtype, 1, table.cols, valid=(1, 4)))
+    dst = (make_tile(dtype, 4, table.cols, valid=(4, table.cols)) if coalesce == "row"
+           else make_tile(dtype, 1, table.cols, valid=(1, 4)))
     pto.mgather(dst, table.tensor, index_tile(idx), coalesce=coalesce, oob="undefined", strict=False, target=target)
     core = table.bits[:table.core]
     want = (ref.gather_row(core, 4, table.cols, idx[0], "zero") if coalesce == "row"
@@ -100,7 +94,7 @@ def test_mscatter_elem_last_writer_wins(target, dtype, guarded_table, rng):
     initial = table.bits[:table.core].copy()
     values = random_values(rng, (rows, valid_cols), dtype)
     idx = rng.integers(0, 6, size=(rows, valid_cols))
-    src = sentinel_tile(dtype, 4, cols, valid=(rows, valid_cols))
+    src = make_tile(dtype, 4, cols, valid=(rows, valid_cols))
     src.set(values)
     pto.mscatter(table.tensor, src, index_tile(idx), coalesce="elem", conflict="last", target=target)
     want = ref.scatter(initial, dtype, "elem", idx, values.view(table.bits.dtype), table.core, "undefined")
