@@ -7,6 +7,9 @@ whole-array ops (:mod:`.large_a5`) stage their tables with :func:`scatter_table`
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +51,10 @@ class KernelLaunch:
     write_back: list = field(default_factory=list)
     """(arg position, host array or tuple of host arrays) pairs the kernel writes: copied back after a GPU launch."""
     finish: object = None
-    """Called after the launch (the 16-bit atomic boundary words, the GM -> L1 copy)."""
+    """Called after the launch (the GM -> L1 copy)."""
+    boundary: object = None
+    """The staged boundary words of a mid-word 16-bit float Add (:class:`BoundaryWords`): the launch runs inside
+    :meth:`BoundaryWords.held`."""
 
     @property
     def kernel(self):
@@ -59,12 +65,13 @@ class KernelLaunch:
         """Launch on ``backend`` (default: the current A5 backend, :func:`simt_pto.backend.a5_backend`)."""
         backend = a5_backend() if backend is None else backend
         gpu = backend == "gpu"
-        args = [to_device(a) for a in self.args] if gpu else list(self.args)
-        simt.launch(self.kernel, 1, self.geometry.launch_warps, args, backend)  # a tile op is one block
-        if gpu:
-            for pos, host in self.write_back:
-                copy_to_host(args[pos], host)
-            _cuda().synchronize()
+        with holding(self.boundary):
+            args = [to_device(a) for a in self.args] if gpu else list(self.args)
+            simt.launch(self.kernel, 1, self.geometry.launch_warps, args, backend)  # a tile op is one block
+            if gpu:
+                for pos, host in self.write_back:
+                    copy_to_host(args[pos], host)
+                _cuda().synchronize()
         if self.finish is not None:
             self.finish()
 
@@ -180,10 +187,10 @@ def _whole_words(bits) -> bool:
 
 
 def scatter_table(plan, fmt):
-    """(table argument, finish) for a scatter: raw bits for stores, the typed element for native atomics,
+    """(table argument, boundary) for a scatter: raw bits for stores, the typed element for native atomics,
     the (int32, uint32) views for float32 Max / Min, the table's uint32 words for 16-bit float atomics, and for
-    a table that starts or ends mid-word the word triple of :func:`half_atomic_words` (whose ``finish``
-    publishes the boundary elements)."""
+    a table that starts or ends mid-word the word triple of a :class:`BoundaryWords` (returned as ``boundary``:
+    the launch must run inside its :meth:`BoundaryWords.held`, see :func:`holding`)."""
     if fmt == NATIVE:
         dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
         return table_memory(plan, dtype), None
@@ -191,48 +198,178 @@ def scatter_table(plan, fmt):
         return (table_memory(plan, np.int32), table_memory(plan, np.uint32)), None
     if fmt in (F16, BF16):
         return table_memory(plan, np.uint32), None
-    return half_atomic_words(plan)
+    boundary = BoundaryWords(plan)
+    return boundary.arg, boundary
 
 
-def half_atomic_words(plan):
-    """((words, edge, head), finish) for a float16 / bfloat16 atomicAdd on a table that starts or ends mid-word
-    (F16_EDGE / BF16_EDGE), whose CAS loop works on the aligned 32-bit word that holds the element
-    (``kernels/a5/device.atomic_add_half_edge``).
+def holding(boundary):
+    """The context a scatter's launches run in: :meth:`BoundaryWords.held` for a mid-word 16-bit float Add,
+    else nothing."""
+    return contextlib.nullcontext() if boundary is None else boundary.held()
 
-    ``head`` (0 or 1) is the number of elements before the table's first 4-byte boundary; element ``e`` lives in
-    half ``(e + head) & 1`` of aligned word ``(e + head) >> 1``. ``words`` are the table's own whole words (no
-    copy). A word only partly inside the tensor (the first one when ``head`` is 1, the last one when the count
-    after the head is odd) is never CASed in place: its element is staged in ``edge`` (two words, in the same
-    half), and ``finish`` writes it back. O(1) extra memory and traffic, and no CAS ever touches a byte outside
-    the tensor."""
-    n = plan.table.size
-    bits = table_memory(plan, np.uint16)
-    head = (base_address(bits) % 4) // 2
-    whole = (n - head) // 2
-    words = bits[head:head + 2 * whole].view(np.uint32)
-    tail = n - head - 2 * whole  # 0 or 1: the last element, in the low half of a word the tensor ends inside
-    staged = np.zeros(2, dtype=np.uint32)
-    pieces = [(0, 0, 16)] if head else []  # (edge word, element, shift)
-    if tail:
-        pieces.append((1, n - 1, 0))
-    if plan.table.on_device:
-        ends = {e: bits[e:e + 1].copy_to_host()[0] for _, e, _ in pieces}
-        for w, e, shift in pieces:
-            staged[w] = int(ends[e]) << shift
-        edge = _cuda().to_device(staged)
 
-        def publish_device():
-            back = edge.copy_to_host()
-            for w, e, shift in pieces:
-                bits[e:e + 1].copy_to_device(np.array([(int(back[w]) >> shift) & 0xFFFF], dtype=np.uint16))
-        return (words, edge, head), publish_device
-    for w, e, shift in pieces:
-        staged[w] = int(bits[e]) << shift
+class BoundaryWords:
+    """The table argument of a float16 / bfloat16 atomicAdd on a table that starts or ends mid-word (F16_EDGE /
+    BF16_EDGE): ``(words, edge, head)`` for ``kernels/a5/device.atomic_add_half_edge``, whose CAS loop works on the
+    aligned 32-bit word that holds the element.
 
-    def publish():
-        for w, e, shift in pieces:
-            bits[e] = (int(staged[w]) >> shift) & 0xFFFF
-    return (words, staged, head), publish
+    A word the tensor covers only in part (the first one when the table starts at an odd 2-byte offset, the last
+    one when it ends mid-word) is CASed in place when the word lies inside the memory allocation that holds the
+    tensor (the other half is never changed: the CAS writes back what it read there). Otherwise (the word crosses
+    the allocation's edge, or the allocation is unknown) it is staged: the element is loaded into ``edge`` (two
+    words, the element in the same half) before the launch and written back after it, so that no access ever
+    reaches a byte outside the allocation. Whether a word is staged depends on the word and its allocation only,
+    so every call that touches it agrees; calls that stage the same word are serialised by a lock keyed by the
+    word's address (:meth:`held`), so concurrent calls lose no update.
+
+    ``head`` encodes the layout: bit 0 is set when element 0 is the high half of its word (the table starts at an
+    odd 2-byte offset), bit 1 when that first word is staged (``words`` then starts at the next word). Element
+    ``e`` is half ``(e + (head & 1)) & 1`` of word ``((e + (head & 1)) >> 1) - (head >> 1)`` of ``words``; an index
+    past either end of ``words`` is ``edge[0]`` / ``edge[1]``. O(1) extra memory and traffic."""
+
+    def __init__(self, plan):
+        self.device = plan.table.on_device
+        bits = table_memory(plan, np.uint16)
+        self._bits = bits
+        n = plan.table.size
+        address = base_address(bits)
+        odd_start = (address % 4) // 2
+        tail = (n - odd_start) % 2  # 1: the last element is the low half of a word the tensor ends inside
+        lo, hi, owner = _allocation(plan.table.array, address, 2 * n)
+        first = -odd_start if odd_start and address - 2 >= lo else odd_start  # element where ``words`` starts
+        last = n + tail if tail and address + 2 * n + 2 <= hi else n - tail   # element where ``words`` ends
+        words = None
+        if first < 0 or last > n:  # a word reaching past the tensor, inside its allocation: a view of it
+            words = _words_at(owner, address + 2 * first - lo, (last - first) // 2, self.device)
+            if words is None:  # the allocation cannot be viewed as writable words: stage both ends
+                first, last = odd_start, n - tail
+        if words is None:
+            words = bits[first:last].view(np.uint32)
+        self.pieces = []  # (edge word, element, shift) of the staged elements
+        if odd_start and first > 0:
+            self.pieces.append((0, 0, 16))
+        if tail and last < n:
+            self.pieces.append((1, n - 1, 0))
+        self.addresses = sorted({(address + 2 * e) & ~3 for _, e, _ in self.pieces})
+        self._host_edge = np.zeros(2, dtype=np.uint32)
+        self.edge = _cuda().to_device(self._host_edge) if self.device else self._host_edge
+        self.arg = (words, self.edge, odd_start | (2 if first > 0 else 0))
+
+    def stage(self) -> None:
+        """Load each staged element into its edge word."""
+        if not self.pieces:
+            return
+        if self.device:
+            for w, e, shift in self.pieces:
+                self._host_edge[w] = int(self._bits[e:e + 1].copy_to_host()[0]) << shift
+            self.edge.copy_to_device(self._host_edge)
+            return
+        for w, e, shift in self.pieces:
+            self._host_edge[w] = int(self._bits[e]) << shift
+
+    def publish(self) -> None:
+        """Write each staged element back into the table (a 16-bit store: only the tensor's own bytes)."""
+        if not self.pieces:
+            return
+        back = self.edge.copy_to_host() if self.device else self._host_edge
+        for w, e, shift in self.pieces:
+            value = (int(back[w]) >> shift) & 0xFFFF
+            if self.device:
+                self._bits[e:e + 1].copy_to_device(np.array([value], dtype=np.uint16))
+            else:
+                self._bits[e] = value
+
+    @contextlib.contextmanager
+    def held(self):
+        """Stage, run the body (the launch), publish: under the locks of the staged words, so that calls staging
+        the same word run one at a time. The publish runs however the body ends (an interrupted launch keeps the
+        adds it made)."""
+        locks = boundary_locks(self.addresses, self.device)
+        for lock in locks:
+            lock.acquire()
+        try:
+            self.stage()
+            try:
+                yield self.arg
+            finally:
+                self.publish()
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+
+_LOCK_STRIPES = 64
+_boundary_locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
+
+
+def boundary_locks(addresses, device: bool) -> list:
+    """The locks of staged boundary words (striped by address, in one global order so that two calls never wait
+    on each other crosswise)."""
+    stripes = sorted({(hash((device, a)) >> 2) % _LOCK_STRIPES for a in addresses})
+    return [_boundary_locks[i] for i in stripes]
+
+
+def _reset_boundary_locks():  # a forked child has none of the parent's threads: no lock is really held
+    global _boundary_locks
+    _boundary_locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_boundary_locks)
+
+
+def _allocation(array, address: int, nbytes: int) -> tuple[int, int, object]:
+    """``(lo, hi, owner)``: the byte range of the allocation that holds ``array``'s memory, as far as it can be
+    known, and what holds all of it: for a host array, a writable uint8 view of the owning numpy array or buffer
+    object; for device memory (the memory block of a CuPy array, the storage of a PyTorch tensor) the array
+    itself, which keeps the allocation alive. Unknown: the array's own bytes and no owner."""
+    if isinstance(array, np.ndarray):
+        base = array
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        owner = None
+        if isinstance(base, np.ndarray):
+            if base.flags.writeable and base.size and (base.flags.c_contiguous or base.flags.f_contiguous):
+                owner = (base.reshape(-1) if base.flags.c_contiguous else base.T.reshape(-1)).view(np.uint8)
+        else:
+            try:
+                owner = np.frombuffer(memoryview(base).cast("B"), dtype=np.uint8)
+            except (TypeError, ValueError, BufferError):
+                pass
+        if owner is not None and owner.size and owner.flags.writeable:
+            return owner.ctypes.data, owner.ctypes.data + owner.size, owner
+        return address, address + nbytes, None
+    module = type(array).__module__.split(".")[0]
+    try:
+        if module == "cupy":
+            mem = array.data.mem
+            return int(mem.ptr), int(mem.ptr) + int(mem.size), array
+        if module == "torch":
+            storage = array.untyped_storage()
+            return int(storage.data_ptr()), int(storage.data_ptr()) + int(storage.nbytes()), array
+    except (AttributeError, TypeError, RuntimeError):
+        pass
+    return address, address + nbytes, None
+
+
+class _DeviceWords:
+    """``count`` uint32 words of device memory at ``address`` (for ``cuda.as_cuda_array``); holds the owner."""
+
+    def __init__(self, owner, address: int, count: int):
+        self.owner = owner
+        self.__cuda_array_interface__ = {"shape": (count,), "strides": None, "typestr": "<u4",
+                                         "data": (address, False), "version": 3}
+
+
+def _words_at(owner, offset: int, count: int, device: bool):
+    """``count`` uint32 words at byte ``offset`` of the allocation ``owner`` holds (a view that reaches the half
+    word the tensor does not cover), or None when the allocation is unknown."""
+    if owner is None:
+        return None
+    if device:
+        lo = _allocation(owner, 0, 0)[0]
+        return _cuda().as_cuda_array(_DeviceWords(owner, lo + offset, count))
+    return owner[offset:offset + 4 * count].view(np.uint32)
 
 
 def base_address(array) -> int:
@@ -251,7 +388,7 @@ def resolve_mscatter(plan) -> KernelLaunch | None:
     last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
     if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
         return None
-    table, finish = scatter_table(plan, fmt)
+    table, boundary = scatter_table(plan, fmt)
     # Host memory (a host table, the 16-bit atomic boundary words) comes back after a GPU launch.
     write_back = [(0, table)] if holds_host_memory(table) else []
     if plan.coalesce == Coalesce.ROW:
@@ -260,22 +397,33 @@ def resolve_mscatter(plan) -> KernelLaunch | None:
             geo = geometry.last_geometry(plan.capacity)
             args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols]
             return KernelLaunch("simt_mscatter_row_last_kernel", simt_mscatter_row_last_kernel, (plan.rule,),
-                                geo, args, write_back=write_back, finish=finish)
+                                geo, args, write_back=write_back, boundary=boundary)
         geo = geometry.row_geometry(plan.rows, plan.cols)
         args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols, plan.rows,
                 geo.row_warps, geo.warps_per_row]
         return KernelLaunch("simt_mscatter_row_kernel", simt_mscatter_row_kernel, (plan.rule, int(plan.atomic), fmt),
-                            geo, args, write_back=write_back, finish=finish)
-    irs, ics = plan.idx.strides
+                            geo, args, write_back=write_back, boundary=boundary)
     if last:
+        irs, ics = plan.idx.strides
         geo = geometry.last_geometry(plan.capacity)
         args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols]
         return KernelLaunch("simt_mscatter_elem_last_kernel", simt_mscatter_elem_last_kernel, (plan.rule,),
-                            geo, args, write_back=write_back, finish=finish)
+                            geo, args, write_back=write_back, boundary=boundary)
+    return _elem_scatter_launch(plan, fmt, table, boundary)
+
+
+def _elem_scatter_launch(plan, fmt=None, table=None, boundary=None) -> KernelLaunch:
+    """``simt_mscatter_elem_kernel`` over the plan's tile (also the device form of the ``(1, 1)`` fallback)."""
+    if fmt is None:
+        fmt = element_format(plan)
+        table, boundary = scatter_table(plan, fmt)
+    src_data = plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
+    rs, cs = plan.tile.strides
+    irs, ics = plan.idx.strides
     geo = geometry.elem_geometry(plan.rows, plan.cols)
     args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols, plan.rows]
     return KernelLaunch("simt_mscatter_elem_kernel", simt_mscatter_elem_kernel, (plan.rule, int(plan.atomic), fmt),
-                        geo, args, write_back=write_back, finish=finish)
+                        geo, args, write_back=[(0, table)] if holds_host_memory(table) else [], boundary=boundary)
 
 
 # -- the (1, 1) Elem scalar fallbacks: no SIMT launch ---------------------------------------------------
@@ -297,19 +445,21 @@ def mgather_scalar_impl(plan) -> None:
 
 def mscatter_scalar_impl(plan) -> None:
     """``MScatterScalarImpl`` (MSCATTER.md, A5): the ``(1, 1)`` Elem scatter on the AIV scalar pipe, one
-    read-modify-write of the slot by the sequential store rule (:func:`simt_pto.kernels.store.sequential_store`)."""
+    read-modify-write of the slot. It runs as an atomic (:func:`simt_pto.kernels.a5.simt.host_store` on host
+    memory, one lane of ``simt_mscatter_elem_kernel`` on a device table), as every other writer of the table does,
+    so that calls from several threads lose no update."""
     slot, in_range = _scalar_slot(plan)
     if not in_range:
         return
-    fmt = element_format(plan)
-    view = store.source_dtype(plan.atomic, fmt, plan.dtype)
-    memory = table_memory(plan, plan.dtype.bits)[slot:slot + 1]
-    cell = (memory.copy_to_host() if plan.table.on_device else memory).view(view)
-    at = plan.tile.offsets()[0, 0]
-    value = plan.tile.data[at:at + 1].view(view)[0]
-    store.sequential_store(int(plan.atomic), fmt)((cell, cell.view(np.uint32)) if fmt == F32_ORDER else cell, 0, value)
     if plan.table.on_device:
-        memory.copy_to_device(cell.view(plan.dtype.bits))
+        _elem_scatter_launch(plan).run("gpu")
+        return
+    fmt = element_format(plan)
+    at = plan.tile.offsets()[0, 0]
+    value = plan.tile.data[at:at + 1].view(store.source_dtype(plan.atomic, fmt, plan.dtype))[0]
+    table, boundary = scatter_table(plan, fmt)
+    with holding(boundary):
+        simt.host_store(int(plan.atomic), fmt)(table, slot, value)
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
@@ -329,7 +479,7 @@ def run_mscatter(plan, backend: str | None = None) -> None:
     mscatter_scalar_impl(plan) if launch is None else launch.run(backend)
 
 
-__all__ = ["KernelLaunch", "base_address", "copy_to_host", "element_format", "gm_memory", "half_atomic_words",
+__all__ = ["KernelLaunch", "base_address", "copy_to_host", "element_format", "gm_memory", "BoundaryWords", "holding",
            "holds_host_memory", "mgather_scalar_impl", "mscatter_scalar_impl", "on_gpu", "resolve_mgather",
            "resolve_mgather_l1", "resolve_mscatter", "run_mgather", "run_mscatter", "scatter_table", "table_memory",
            "tile_bits", "to_device"]

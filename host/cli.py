@@ -36,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    from simt_pto.backend import JitRequiredError
+    try:
+        return int(args.func(args) or 0)
+    except JitRequiredError as exc:  # the environment, not an argument: one line, no usage, no traceback
+        print(f"simt-pto {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from simt_pto.backend import a5_backend
+from simt_pto.backend import a5_backend, require_jit
 
 RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5"}
 """The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
@@ -32,6 +32,8 @@ def run_mgather(plan) -> None:
     if plan.target == "a5":
         runner("a5").run_mgather(plan, a5_backend())
     else:
+        if plan.target == "a2a3":
+            require_jit("a2a3")
         runner(plan.target).run_mgather(plan)
 
 
@@ -40,6 +42,8 @@ def run_mscatter(plan) -> None:
     if plan.target == "a5":
         runner("a5").run_mscatter(plan, a5_backend())
     else:
+        if plan.target == "a2a3":
+            require_jit("a2a3")
         runner(plan.target).run_mscatter(plan)
 
 

@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from simt_pto import constraints, ub
+from simt_pto import aliasing, constraints, ub
 from simt_pto.enums import (BLayout, Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
 from simt_pto.errors import ConstraintError
@@ -209,6 +209,8 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
             raise ConstraintError("MSCATTER", target_from_any(target),
                                   "src matches idx (and the table row width, Row) and the table dtype",
                                   f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+        aliasing.check_disjoint("MSCATTER", target_from_any(target), {"table": table_a.obj},
+                                {"src": src_a.obj, "idx": idx_a.obj})
         operands["src"] = src_a
 
     target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
@@ -254,6 +256,7 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
         raise ConstraintError(op, "cpu", "src matches idx (and the table row width, Row) and the table dtype",
                               f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+    aliasing.check_disjoint(op, "cpu", {"table": table_a.obj}, {"src": src_a.obj, "idx": idx_a.obj})
     if table_a.size >= 2 ** 32:
         raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
                               f"table has {table_a.size} elements")

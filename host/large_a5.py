@@ -13,11 +13,14 @@ from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
 from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
-from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
-                                          simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
-                                          simt_mscatter_owner_reset_kernel, simt_mscatter_row_kernel,
+from simt_pto.kernels.a5.mscatter import (simt_mscatter_compact_owner_claim_kernel,
+                                          simt_mscatter_elem_compact_owner_write_kernel, simt_mscatter_elem_kernel,
+                                          simt_mscatter_elem_last_kernel, simt_mscatter_elem_owner_claim_kernel,
+                                          simt_mscatter_elem_owner_write_kernel, simt_mscatter_owner_reset_kernel,
+                                          simt_mscatter_row_compact_owner_write_kernel, simt_mscatter_row_kernel,
                                           simt_mscatter_row_last_kernel, simt_mscatter_row_owner_claim_kernel,
                                           simt_mscatter_row_owner_write_kernel)
+from simt_pto.kernels.index_policy import remap_array
 from . import a5
 from .arrays import to_host
 
@@ -117,39 +120,36 @@ def gather(plan, table, idx, tile_rows, out_shape, out_cols):
 
 
 def _scatter_operands(plan, table, src, gpu):
-    """(format, table argument, src flat, copy back, finish): the table in the form the store needs (see
-    :func:`simt_pto.host.a5.scatter_table`), staged on the device."""
+    """(format, table argument, boundary, src flat): the table in the form the store needs (see
+    :func:`simt_pto.host.a5.scatter_table`) and the source staged on the device."""
     fmt = a5.element_format(plan)
-    table_arg, finish = a5.scatter_table(plan, fmt)
-    copy_back = None
-    if gpu and not table.device and a5.holds_host_memory(table_arg):
-        host = table_arg
-        table_arg = a5.to_device(table_arg)
-        device_arg = table_arg
-        copy_back = lambda: a5.copy_to_host(device_arg, host)  # noqa: E731
-    return fmt, table_arg, _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype), gpu), copy_back, finish
+    table_arg, boundary = a5.scatter_table(plan, fmt)
+    return fmt, table_arg, boundary, _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype), gpu)
 
 
 def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):
     gpu = a5_backend() == "gpu"
-    fmt, table_arg, src_flat, copy_back, finish = _scatter_operands(plan, table, src, gpu)
+    fmt, table_arg, boundary, src_flat = _scatter_operands(plan, table, src, gpu)
     idx_flat = _flat(idx, idx.dtype.numpy, gpu)
     rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
     last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
-    if not last:
-        _scatter_tiles(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt)
-    else:
-        slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
-        if last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
-            _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
+    with a5.holding(boundary):  # a mid-word 16-bit float Add: staged boundary words, loaded here
+        host_arg = table_arg
+        staged = gpu and not table.device and a5.holds_host_memory(table_arg)
+        if staged:  # a host table on the GPU: its memory (and the staged words) goes over and comes back
+            table_arg = a5.to_device(table_arg)
+        if not last:
+            _scatter_tiles(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt)
         else:
-            _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows, gpu)
-    if gpu:
-        _cuda().synchronize()
-    if copy_back is not None:
-        copy_back()
-    if finish is not None:
-        finish()
+            slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
+            if last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
+                _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
+            else:
+                _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows, gpu)
+        if gpu:
+            _cuda().synchronize()
+        if staged:
+            a5.copy_to_host(table_arg, host_arg)
 
 
 def _scatter_tiles(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
@@ -180,16 +180,51 @@ def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
                 plan.capacity, n, cols))
 
 
-def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
-    """Owner-based Last: mark every slot unowned, claim each slot for its largest flat source index, then
-    write each owned slot from its owner (three launches, all on the device)."""
-    cap = plan.capacity
-    # a flat source index per slot: int32 while every index fits (half the memory traffic of int64)
-    owner_dtype = np.dtype(np.int32 if rows * cols < 2 ** 31 else np.int64)
+DENSE_OWNER_SLOTS_PER_UPDATE = 32
+"""The owner path keeps one owner per table slot (no sort) while the table has at most this many slots per
+update (plus :data:`DENSE_OWNER_MIN_SLOTS`); past that, one owner per distinct slot the updates reach."""
+DENSE_OWNER_MIN_SLOTS = 1 << 16
+"""Tables of at most this many slots always take the dense owner array (256 KB of int32 at most)."""
+
+
+def owner_layout(capacity: int, updates: int) -> str:
+    """The owner state of a Conflict::Last scatter of ``updates`` flat source positions into ``capacity`` slots:
+    ``"dense"``, one owner per table slot (O(capacity) memory and work, no sort), while the table is comparable
+    to the updates; else ``"compact"``, one owner per distinct slot reached (O(updates) memory, an
+    O(updates log updates) sort on the host). Both give the sequential result bit for bit."""
+    if capacity <= DENSE_OWNER_SLOTS_PER_UPDATE * updates + DENSE_OWNER_MIN_SLOTS:
+        return "dense"
+    return "compact"
+
+
+def _owner_dtype(updates: int) -> np.dtype:
+    # a flat source position per owner: int32 while every position fits (half the memory traffic of int64)
+    return np.dtype(np.int32 if updates < 2 ** 31 else np.int64)
+
+
+def _new_owner(table, n, owner_dtype, gpu):
+    """``n`` uninitialised owners: on the device (from the table's library when it is a device array)."""
     if gpu:
-        owner = _empty_device(table.obj if table.device else None, cap, owner_dtype)[1]
+        return _empty_device(table.obj if table.device else None, n, owner_dtype)[1]
+    return np.empty(n, dtype=owner_dtype)
+
+
+def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
+    """Owner-based Last: mark every owner unowned, claim each slot for its largest flat source position with an
+    atomic max, then write each owned slot from its owner (MSCATTER.md, "Conflict Resolution": the result of
+    ``for i in order: table[remap(idx[i])] = src[i]``). The owners are one per table slot or one per distinct
+    slot reached, whichever :func:`owner_layout` says is cheaper."""
+    updates = rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
+    if owner_layout(plan.capacity, updates) == "dense":
+        _last_owner_dense(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu)
     else:
-        owner = np.empty(cap, dtype=owner_dtype)
+        _last_owner_compact(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu)
+
+
+def _last_owner_dense(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
+    """One owner per table slot; the claim remaps on the device and the write walks the whole table."""
+    cap = plan.capacity
+    owner = _new_owner(table, cap, _owner_dtype(rows * cols), gpu)  # (Row: rows * cols bounds the rows too)
     warps = geometry.MAX_WARPS
     run_kernel(simt_mscatter_owner_reset_kernel, (), _flat_grid(cap), warps, (owner,))
     if plan.coalesce == Coalesce.ROW:
@@ -205,6 +240,50 @@ def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
             owner, idx, cols, 1, cap, rows, cols))
         run_kernel(simt_mscatter_elem_owner_write_kernel, (), _flat_grid(cap), warps, (
             table_arg, src, cols, 1, owner, cap, cols))
+
+
+def compact_slots(raw, capacity: int, rule: int, id_dtype=np.int64):
+    """``(slots, ids)`` of the compact owner path: the distinct slots the raw indices reach under the index rule
+    (int64, ascending), and per index, in flat source order, the position of its slot in ``slots``, or -1 where
+    the rule drops the update (Skip, or UNDEFINED with ``strict=False``, out of range). The remap is
+    :func:`simt_pto.kernels.index_policy.remap_array`, the kernels' own. O(n log n) time, O(n) memory."""
+    remapped, in_range = remap_array(np.ascontiguousarray(raw).reshape(-1), capacity, rule)
+    if in_range.all():
+        slots, inverse = np.unique(remapped, return_inverse=True)
+        return slots, inverse.astype(id_dtype, copy=False)
+    slots, inverse = np.unique(remapped[in_range], return_inverse=True)
+    ids = np.full(remapped.size, -1, dtype=id_dtype)
+    ids[in_range] = inverse
+    return slots, ids
+
+
+def _last_owner_compact(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
+    """One owner per distinct slot reached: the host numbers the slots (:func:`compact_slots`, from a host copy of
+    the indices on the GPU backend), the device claims ``owner[ids[p]]`` and writes only those slots."""
+    updates = rows * cols if plan.coalesce == Coalesce.ELEM else rows
+    owner_dtype = _owner_dtype(updates)
+    raw = idx.copy_to_host() if gpu else idx
+    slots, ids = compact_slots(raw[:updates], plan.capacity, plan.rule, owner_dtype)
+    distinct = slots.size
+    if distinct == 0:  # every update dropped: nothing to write
+        return
+    if gpu:
+        cuda = _cuda()
+        slots, ids = cuda.to_device(slots), cuda.to_device(ids)
+    owner = _new_owner(table, distinct, owner_dtype, gpu)
+    warps = geometry.MAX_WARPS
+    run_kernel(simt_mscatter_owner_reset_kernel, (), _flat_grid(distinct), warps, (owner,))
+    run_kernel(simt_mscatter_compact_owner_claim_kernel, (), _flat_grid(updates), warps, (owner, ids, updates))
+    if plan.coalesce == Coalesce.ROW:
+        unit_dtype, units = _row_units(plan, cols, table_arg, src)
+        per_block = min(tile_rows, distinct)
+        geo = geometry.row_geometry(per_block, units)
+        run_kernel(simt_mscatter_row_compact_owner_write_kernel, (), _tile_grid(distinct, per_block),
+                   geo.launch_warps, (table_arg.view(unit_dtype), src.view(unit_dtype), units, 1, owner, slots,
+                                      distinct, units, per_block, geo.row_warps, geo.warps_per_row))
+    else:
+        run_kernel(simt_mscatter_elem_compact_owner_write_kernel, (), _flat_grid(distinct), warps, (
+            table_arg, src, cols, 1, owner, slots, distinct, cols))
 
 
 def _flat_grid(work_items: int) -> int:

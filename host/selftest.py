@@ -11,18 +11,21 @@ the inputs of a call must come back unchanged. Then the whole-array stage gather
 
 A case is a small dict of parameters plus the arrays it was built from; a failing case is shrunk (fewer
 rows) while it still fails and written as an ``.npz`` that ``simt-pto selftest --replay FILE.npz`` runs
-again. Exit status: 0 when nothing failed, 1 when something did, 2 for bad arguments.
+again. ``--out DIR`` is checked before the run (a folder this process can write into, or can create); a case
+that cannot be written all the same stays in the report, with the reason. Exit status: 0 when nothing failed,
+1 when something did, 2 for bad arguments (and when Numba's JIT is disabled: the A5 kernels need it).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import platform
+import stat
 import sys
+import tempfile
 import time
-import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +64,10 @@ SIMULATOR_SHARE = 10
 """The simulator runs every tenth case of the matrix (it interprets every thread in Python)."""
 WHOLE_ARRAY_ELEMENTS = {"gpu": 1 << 24, "cpu": 1 << 24, "simulator": 1 << 12}
 INT32_MAX = 2 ** 31 - 1
+ORDER_SPECIALS = np.array([0x00000000, 0x80000000, 0x7FC00000, 0xFFC00000, 0x7FC00123, 0xFFC00123, 0x7F800000,
+                           0xFF800000, 0x7F800001, 0x3F800000], np.uint32)
+"""float32 bit patterns the Max / Min cases mix in: +-0, NaNs of both signs (quiet, with a payload, signaling),
++-inf, 1.0 (:func:`simt_pto.reference.total_order_key` orders them)."""
 
 
 # -- the matrix --------------------------------------------------------------------------------------------------
@@ -110,14 +117,19 @@ def matrix(families=tuple(FAMILIES), quick: bool = False) -> list[dict]:
 
 def _values(rng, shape, dtype, atomic):
     """Raw bits fit for ``atomic``: anything for a store or an integer atomic; finite nonzero floats with
-    mixed signs for float atomics (Max / Min: no -0.0 against +0.0, no NaN)."""
+    mixed signs for a float Add; for float32 Max / Min the same with about a quarter of them replaced by
+    :data:`ORDER_SPECIALS` (signed zeros, NaNs, infinities), whose order the reference states."""
     bt = ref.bits_type(dtype)
     if atomic == "none" or ref.kind(dtype) in ("int", "uint"):
         return rng.integers(0, np.iinfo(bt).max, size=shape, dtype=bt, endpoint=True)
     scale = 1000.0 if dtype == "float32" else 4.0
     values = rng.uniform(-scale, scale, size=shape)
     values[values == 0] = 1.0
-    return ref.to_bits(values, dtype)
+    bits = ref.to_bits(values, dtype)
+    if atomic in ("max", "min") and dtype == "float32":
+        special = rng.random(size=bits.shape) < 0.25
+        bits[special] = rng.choice(ORDER_SPECIALS, size=int(special.sum()))
+    return bits
 
 
 def _indices(rng, capacity, shape, oob):
@@ -301,14 +313,6 @@ def _execute_l1(p, arrays, buffer, table, before) -> list[str]:
     return problems
 
 
-@contextlib.contextmanager
-def _integer_wrap_is_by_design():
-    """Integer Add wraps by design; the CUDA simulator's atomicAdd (a numpy scalar add) warns about it."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
-        yield
-
-
 def shrink(p: dict, arrays: dict) -> tuple[dict, dict]:
     """The smallest prefix of the case's rows that still fails (halving, then one row at a time)."""
     rows = int(p["rows"])
@@ -329,11 +333,57 @@ def save(path: Path, p: dict, arrays: dict, problems: list[str]) -> None:
     np.savez(path, params=json.dumps(p), problems=json.dumps(problems), **arrays)
 
 
+CASE_KEYS = ("family", "dtype", "rows", "cols", "capacity", "tile_shape", "blayout", "idx_layout", "index_dtype",
+             "oob", "atomic", "conflict")
+"""The parameters :func:`execute` reads from a case."""
+
+
 def load(path) -> tuple[dict, dict]:
-    with np.load(path, allow_pickle=False) as data:
-        p = json.loads(str(data["params"]))
-        arrays = {k: data[k] for k in data.files if k not in ("params", "problems")}
+    """(parameters, arrays) of a case :func:`save` wrote. Anything else is a ValueError naming the file: a path
+    that is not a regular file (a FIFO, a device, a folder) is refused before it is opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ValueError(f"no such file: {path}") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path} is not a regular file (a selftest case is an .npz file)")
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError(f"it holds one {type(data).__name__}, not an .npz archive")
+        with data:
+            p = json.loads(str(data["params"]))
+            arrays = {k: data[k] for k in data.files if k not in ("params", "problems")}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path} is not a selftest case ({type(e).__name__}: {' '.join(str(e).split())})") from None
+    if not isinstance(p, dict):
+        raise ValueError(f"{path} is not a selftest case (its params are not a JSON object)")
+    missing = [k for k in CASE_KEYS if k not in p]
+    missing += [f"array {k}" for k in ("table", "idx", "src")
+                if k not in arrays and (k != "src" or str(p.get("family")).endswith("scatter"))]
+    if missing:
+        raise ValueError(f"{path} is not a selftest case (missing: {', '.join(missing)})")
+    if not isinstance(p["family"], str) or p["family"] not in FAMILIES:
+        raise ValueError(f"{path} is not a selftest case (family {p['family']!r}: expected one of {', '.join(FAMILIES)})")
     return p, arrays
+
+
+def check_out_dir(path) -> None:
+    """Raise ValueError unless failing cases can be written into the folder ``path``: it is a folder this process
+    can create a file in, or it does not exist yet and its nearest existing parent is one (it is made at the first
+    failure). Checked before a run, so that a failure late in it does not find nowhere to go."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{path}: {probe} exists and is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ValueError(f"{path}: cannot write into {probe} ({e.strerror or e})") from None
 
 
 # -- the whole-array stage ---------------------------------------------------------------------------------------
@@ -469,27 +519,28 @@ def selftest(backends=None, quick: bool = False, families=None, out_dir=None, pr
         if f not in FAMILIES:
             raise ValueError(f"family {f!r}: expected one of {', '.join(FAMILIES)}")
     whole_array = (not quick if whole_array is None else whole_array) and "whole_array" in families
+    if out_dir is not None:
+        check_out_dir(out_dir)
     cases = matrix(families, quick)
     result = SelftestResult({}, {}, versions(), out_dir=str(out_dir) if out_dir else None)
     previous = a5_backend()
     try:
-        with _integer_wrap_is_by_design():
-            for backend in backends:
-                start = time.perf_counter()
-                set_a5_backend(backend)
-                result.devices[backend] = device_name(backend)
-                result.backends[backend] = {f: FamilyResult() for f in families}
-                mine = cases[::SIMULATOR_SHARE] if backend == "simulator" else cases
-                with tqdm(total=len(mine) + (4 if whole_array else 0), desc=f"selftest {backend}",
-                          disable=not progress, file=sys.stderr, leave=False) as bar:
-                    for case in mine:
-                        _run_case(result, backend, case)
+        for backend in backends:
+            start = time.perf_counter()
+            set_a5_backend(backend)
+            result.devices[backend] = device_name(backend)
+            result.backends[backend] = {f: FamilyResult() for f in families}
+            mine = cases[::SIMULATOR_SHARE] if backend == "simulator" else cases
+            with tqdm(total=len(mine) + (4 if whole_array else 0), desc=f"selftest {backend}",
+                      disable=not progress, file=sys.stderr, leave=False) as bar:
+                for case in mine:
+                    _run_case(result, backend, case)
+                    bar.update()
+                if whole_array:
+                    for name, problems in whole_array_checks(backend):
+                        _record(result.backends[backend]["whole_array"], {"check": name}, problems, None)
                         bar.update()
-                    if whole_array:
-                        for name, problems in whole_array_checks(backend):
-                            _record(result.backends[backend]["whole_array"], {"check": name}, problems, None)
-                            bar.update()
-                result.seconds[backend] = time.perf_counter() - start
+            result.seconds[backend] = time.perf_counter() - start
     finally:
         set_a5_backend(previous)
     return result
@@ -511,12 +562,16 @@ def _run_case(result: SelftestResult, backend: str, case: dict) -> None:
     if problems:
         if result.out_dir is None:
             result.out_dir = f"selftest-{time.strftime('%Y%m%d-%H%M%S')}"
-        Path(result.out_dir).mkdir(parents=True, exist_ok=True)
         p, arrays = shrink(p, arrays)
         problems = execute(p, arrays) or problems
         path = str(Path(result.out_dir) / f"{backend}-{p['family']}-{p['dtype']}-{p['oob']}-{p['atomic']}-"
                                           f"{p['conflict']}-{p['seed']}.npz")
-        save(path, dict(p, backend=backend), arrays, problems)
+        try:
+            Path(result.out_dir).mkdir(parents=True, exist_ok=True)
+            save(path, dict(p, backend=backend), arrays, problems)
+        except OSError as e:  # the failure itself stays in the report: only its replay file is lost
+            problems = problems + [f"(the case could not be written to {path}: {e.strerror or e})"]
+            path = None
     _record(result.backends[backend][case["family"]], p, problems, path)
 
 
@@ -545,20 +600,17 @@ def register(sub) -> None:
 def run(args) -> int:
     parser = args.parser
     if args.replay:
-        if not os.path.isfile(args.replay):
-            parser.error(f"--replay: no such file: {args.replay}")
         try:
             p, arrays = load(args.replay)
-        except (OSError, ValueError, KeyError) as e:
-            parser.error(f"--replay: {args.replay} is not a selftest case ({e})")
+        except ValueError as e:
+            parser.error(f"argument --replay: {e}")
         backend = p.get("backend", "cpu") if args.backend == "all" else args.backend
         if backend not in a5_backends():
             parser.error(f"--backend: {backend!r} is not available here (available: {', '.join(a5_backends())})")
         previous = a5_backend()
         set_a5_backend(backend)
         try:
-            with _integer_wrap_is_by_design():
-                problems = execute(p, arrays)
+            problems = execute(p, arrays)
         finally:
             set_a5_backend(previous)
         what = ", ".join(f"{k}={p[k]}" for k in ("family", "dtype", "oob", "atomic", "conflict", "rows", "cols"))
@@ -571,6 +623,11 @@ def run(args) -> int:
     backends = available if args.backend == "all" else (args.backend,)
     if args.backend != "all" and args.backend not in available:
         parser.error(f"--backend: {args.backend!r} is not available here (available: {', '.join(available)})")
+    if args.out is not None:
+        try:
+            check_out_dir(args.out)
+        except ValueError as e:
+            parser.error(f"argument --out: {e}")
     start = time.perf_counter()
     result = selftest(backends, quick=args.quick, families=args.family, out_dir=args.out,
                       progress=sys.stderr.isatty())

@@ -6,10 +6,14 @@ each other, then runs ``conflict=DEFAULT`` the same way to show how much the rac
 """
 from __future__ import annotations
 
+import math
+import os
+import stat
 import time
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npy_format
 from tqdm import tqdm
 
 from simt_pto.backend import a5_backend
@@ -155,14 +159,41 @@ def _validate(w: Workload, repeat, last_path, out) -> int:
 
 
 def _load(parser, flag, path):
+    """The array of a ``.npy`` file, C-contiguous and in native byte order; anything else ends in ``parser.error``
+    naming the file. Checked before any data is read: the path is a regular file (a FIFO would block the read,
+    a device never ends), and the header's shape and dtype fit in the bytes the file holds (a header may claim
+    terabytes). An array stored in the other byte order is converted to native order (the values are kept)."""
+    def fail(why):
+        parser.error(f"argument {flag}: {path}: {why}")
+
     try:
-        array = np.load(path, allow_pickle=False)
+        info = os.stat(path)
     except FileNotFoundError:
-        parser.error(f"argument {flag}: {path}: no such file")
-    except (OSError, ValueError) as exc:  # not a .npy file, a pickled object array, a truncated file
-        parser.error(f"argument {flag}: {path}: not a readable .npy array ({' '.join(str(exc).split())})")
+        fail("no such file")
+    except OSError as exc:
+        fail(f"cannot read it ({exc.strerror or exc})")
+    if not stat.S_ISREG(info.st_mode):
+        fail("not a regular file (a .npy file is needed)")
+    try:
+        with open(path, "rb") as f:
+            version = npy_format.read_magic(f)
+            read_header = (npy_format.read_array_header_1_0 if version == (1, 0) else
+                           npy_format.read_array_header_2_0 if version == (2, 0) else None)
+            if read_header is None:  # 3.0 (utf-8 field names) has no public reader: np.load's own checks only
+                shape, dtype = None, None
+            else:
+                shape, _, dtype = read_header(f)
+            data_bytes = info.st_size - f.tell()
+        if shape is not None and not dtype.hasobject and math.prod(shape) * dtype.itemsize > data_bytes:
+            fail(f"truncated: its header declares shape {shape} of {dtype} ({math.prod(shape) * dtype.itemsize} "
+                 f"bytes), but the file holds {data_bytes} bytes of data")
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, MemoryError) as exc:  # not a .npy file, a pickled object array, a bad header
+        fail(f"not a readable .npy array ({' '.join(str(exc).split())})")
     if not isinstance(array, np.ndarray):
-        parser.error(f"argument {flag}: {path}: holds {type(array).__name__}, not one array")
+        fail(f"holds {type(array).__name__}, not one array")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
     return np.ascontiguousarray(array)
 
 

@@ -1,24 +1,64 @@
-"""Numba's on-disk kernel cache, made to notice an edit anywhere in the package's source.
+"""Numba's on-disk kernel cache and compiles, made safe for the package's kernels.
 
-Numba stamps each cache index with the modification time and size of the one file that defines the
-jitted function. Our kernels compile in code from other files: inlined device helpers
-(``kernels/a5/device.py``, ``kernels/index_policy.py``, ``kernels/softfloat.py``) and module
-constants (``simt_pto.geometry``) frozen at compile time. An edit to one of those leaves the kernel's
-own file untouched, so Numba would load the old machine code and the new semantics would silently not
-run (a developer's hazard: an installed release replaces every file at once).
+Every jitted function of the package is made by :func:`njit` / :func:`cuda_jit` (or passed through :func:`guard`),
+which build Numba's dispatcher and add four guarantees to it:
 
-:func:`install` puts a locator in front of Numba's own. For a function defined under a watched root
-it wraps the locator Numba would have chosen (same cache folder, same file names) and adds to the
-stamp a digest of every ``.py`` file under the watched roots, so any edit there invalidates the
-cached kernels once and they recompile. Functions elsewhere are left to Numba's locators.
+* **The cache key describes the code that was compiled.** Numba stamps each cache index with the modification
+  time and size of the one file that defines the jitted function. Our kernels compile in code from other files:
+  inlined device helpers (``kernels/a5/device.py``, ``kernels/index_policy.py``, ``kernels/softfloat.py``) and
+  module constants (``simt_pto.geometry``, ``simt_pto.policy``) frozen at compile time. :func:`install` puts a
+  locator in front of Numba's own: for a function defined under a watched root it wraps the locator Numba would
+  have chosen (same cache folder, same file names) and adds to the stamp :func:`source_digest`, a digest of every
+  ``.py`` file under the watched roots. An imported module counts with its source as it was imported, not as it
+  is on disk now: its digest is taken once, the first time a stamp is formed after its import. A module whose file
+  is already newer than the process at that first look (an edit during the session: the process may run code that
+  no file holds any more) makes the process compile without the disk cache (:func:`stale_source`, one warning;
+  Linux, where the process's start time is known).
+* **A damaged cache file costs a recompile, not the run.** A ``.nbi`` index or ``.nbc`` data file that cannot be
+  read (truncated, garbage, or damaged inside: each file written here ends with a SHA-256 seal of its content,
+  checked before anything in it is unpickled or loaded) is reported once by a :class:`KernelCacheWarning` naming
+  the file; the kernel is compiled and the entry overwritten.
+* **No writable cache folder costs the cache, not the run.** Numba refuses ``cache=True`` when none of its
+  locators finds a writable folder; the kernels then compile without the disk cache (one warning saying why),
+  and so does a kernel whose cache entry cannot be written.
+* **A compile is atomic with respect to Ctrl-C.** A ``KeyboardInterrupt`` that lands inside Numba's compiler can
+  leave its global typing registries half-loaded, and every later compile in the process fails. While one of our
+  dispatchers compiles in the main thread, SIGINT is held: the compile completes, then the previous handler runs
+  (``KeyboardInterrupt`` reaches the caller, and the next call finds the signature compiled).
+
+:func:`install_fork_guard` makes ``os.fork()`` wait for a compile running in another thread: Numba's compiler lock
+would otherwise be inherited held, and the child would hang at its first compile.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import uuid
+import warnings
 from pathlib import Path
 
+import numba
+
 _ROOTS: list[Path] = []
+
+
+class KernelCacheWarning(UserWarning):
+    """The on-disk kernel cache is not used for a kernel (or an entry of it is rebuilt); results are unaffected."""
+
+
+_warned: set = set()
+
+
+def _warn_once(key, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, KernelCacheWarning, stacklevel=3)
 
 
 def watch(root) -> None:
@@ -34,19 +74,77 @@ def watched(py_file) -> bool:
     return any(path.is_relative_to(root) for root in _ROOTS)
 
 
-@functools.cache
-def _digest(roots: tuple[Path, ...]) -> str:
-    files = sorted({path.resolve() for root in roots for path in root.rglob("*.py")})
+# -- the source digest -------------------------------------------------------------------------------------
+
+def _process_start() -> float | None:
+    """When this process started, as ``time.time()``, at most one clock tick early (Linux); None elsewhere."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces: cut after it
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+_START = _process_start()
+_TICK = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
+# A file written before the process started has an mtime below _START + _TICK (the start is read in ticks, rounded
+# down). Read at the first import of this package: a forked child keeps its parent's start, the one its inherited
+# modules were imported after.
+
+_at_import: dict[str, str] = {}     # source path of an imported module -> its digest, taken once
+_by_stat: dict[str, tuple] = {}     # source path -> (stat key, digest): unimported files are re-read only when changed
+_stale: str | None = None           # why the process's code may differ from the files (sticky)
+
+
+def _file_digest(path: str) -> tuple[str, float]:
+    st = os.stat(path)
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    memo = _by_stat.get(path)
+    if memo is None or memo[0] != key:
+        with open(path, "rb") as f:
+            memo = key, hashlib.sha256(f.read()).hexdigest()
+        _by_stat[path] = memo
+    return memo[1], st.st_mtime
+
+
+def _imported_sources() -> set[str]:
+    prefixes = tuple(str(root) + os.sep for root in _ROOTS)
+    return {os.path.realpath(file) for module in list(sys.modules.values())
+            if isinstance(file := getattr(module, "__file__", None), str) and file.startswith(prefixes)}
+
+
+def _source_state() -> str:
+    global _stale
+    imported = _imported_sources()
     h = hashlib.sha256()
-    for path in files:
-        h.update(str(path).encode())
-        h.update(path.read_bytes())
+    for path in sorted({str(p) for root in _ROOTS for p in root.rglob("*.py")}):
+        digest = _at_import.get(path)
+        if digest is None:
+            digest, mtime = _file_digest(path)
+            if path in imported:
+                # The module's code is what the file held at its import, which was after the process started:
+                # a file older than that is what the module runs, a newer one may not be.
+                _at_import[path] = digest
+                if _stale is None and _START is not None and mtime > _START + _TICK:
+                    _stale = f"{path} changed on disk after this process started (the module it imported may differ)"
+        h.update(path.encode())
+        h.update(digest.encode())
     return h.hexdigest()
 
 
 def source_digest() -> str:
-    """The digest of every ``.py`` file under the watched roots (read once per process)."""
-    return _digest(tuple(_ROOTS))
+    """The digest of every ``.py`` file under the watched roots, an imported module's file as it was at its import
+    (a module not imported yet: as it is now; its code cannot be in anything compiled so far)."""
+    return _source_state()
+
+
+def stale_source() -> str | None:
+    """Why this process may run code that differs from the package's files (an imported watched module's file was
+    newer than the process when first looked at), or None. Once set, the process compiles without the disk cache."""
+    _source_state()
+    return _stale
 
 
 class _SourceDigestLocator:
@@ -54,6 +152,10 @@ class _SourceDigestLocator:
 
     fallbacks: tuple = ()
     """Numba's own locator classes, tried in Numba's order (set by :func:`install`)."""
+
+    stale: str | None = None
+    """:func:`stale_source` when the stamp was formed: the stamp then matches no index, and :func:`guard`
+    disables the cache."""
 
     def __init__(self, inner):
         self._inner = inner
@@ -69,7 +171,11 @@ class _SourceDigestLocator:
         return None
 
     def get_source_stamp(self):
-        return self._inner.get_source_stamp(), source_digest()
+        digest = source_digest()
+        self.stale = _stale
+        if self.stale is not None:  # a stamp no index holds: nothing is loaded, and no other process loads it back
+            digest = f"source unknown: {uuid.uuid4().hex}"
+        return self._inner.get_source_stamp(), digest
 
     def __getattr__(self, name):  # cache path, disambiguator, ensure_cache_path: Numba's own
         return getattr(self._inner, name)
@@ -84,3 +190,221 @@ def install(cache_impl) -> None:
     locator = type(f"SourceDigestLocator_{cache_impl.__module__.replace('.', '_')}", (_SourceDigestLocator,),
                    {"fallbacks": tuple(locators)})
     cache_impl._locator_classes = [locator, *locators]
+
+
+# -- the jit decorators ------------------------------------------------------------------------------------
+
+def njit(py_func=None, **options):
+    """``numba.njit`` with the same options, the dispatcher passed through :func:`guard` (``cache=True`` included)."""
+    def decorate(fn):
+        return guard(numba.njit(**{**options, "cache": False})(fn), cache=options.get("cache", False))
+    return decorate if py_func is None else decorate(py_func)
+
+
+def cuda_jit(py_func=None, **options):
+    """``numba.cuda.jit`` with the same options, the dispatcher passed through :func:`guard` (the CUDA simulator's
+    kernels compile nothing and come back as they are)."""
+    from numba import cuda
+
+    def decorate(fn):
+        return guard(cuda.jit(**{**options, "cache": False})(fn), cache=options.get("cache", False))
+    return decorate if py_func is None else decorate(py_func)
+
+
+def guard(dispatcher, cache: bool = False):
+    """Make one dispatcher of ours (Numba's CPU one or numba-cuda's) safe, and return it: with ``cache``, its
+    on-disk cache is enabled with the guarantees of this module's docstring (a damaged file is rebuilt, an
+    unwritable cache or an unknown source means no disk cache); a compile it runs in the main thread holds SIGINT
+    until it completes. Anything that is not a dispatcher (``NUMBA_DISABLE_JIT``'s plain function, the CUDA
+    simulator's kernel) is returned as it is."""
+    # Numba's C dispatcher looks ``_compile_for_args`` up on the instance at each miss (numba-cuda's
+    # launch-config capture relies on the same lookup): an attribute of this instance wraps exactly its compiles.
+    if not callable(getattr(type(dispatcher), "_compile_for_args", None)):
+        return dispatcher
+    if cache:
+        _enable_disk_cache(dispatcher)
+    dispatcher._compile_for_args = functools.partial(_uninterrupted, dispatcher._compile_for_args)
+    return dispatcher
+
+
+def _enable_disk_cache(dispatcher) -> None:
+    try:
+        dispatcher.enable_caching()
+    except RuntimeError as error:
+        if "no locator available" not in str(error):
+            raise
+        _warn_once("no locator", "simt_pto: no writable folder for Numba's on-disk kernel cache (NUMBA_CACHE_DIR unset "
+                   "or read-only, the package's __pycache__ and the user's cache folder read-only: Numba says "
+                   f"{error}): kernels compile without the disk cache in this process; set NUMBA_CACHE_DIR to a "
+                   "writable folder to keep them")
+        return
+    disk = dispatcher._cache
+    stale = getattr(disk._impl.locator, "stale", None)
+    if stale is not None:
+        disk.disable()
+        _warn_once("stale", f"simt_pto: {stale}: kernels compile without the disk cache in this process, so that no "
+                   "entry is stored under source the process does not run (restart Python to use the cache)")
+        return
+    files = disk._cache_file
+    files._dump = functools.partial(_sealed, files._dump)
+    files._load_index = functools.partial(_checked_index, files, files._load_index)
+    files._load_data = functools.partial(_checked_data, files, files._load_data)
+    disk.load_overload = functools.partial(_load_or_rebuild, disk, disk.load_overload)
+    disk.save_overload = functools.partial(_save_or_skip, disk, disk.save_overload)
+
+
+# Numba's index and data files hold pickles and machine code with no checksum: a flipped byte in the machine code
+# can crash the process that loads it. Ours end with a seal, the SHA-256 of the pickle before it; pickle.loads
+# ignores what follows a pickle, so plain Numba still reads them, and a file without a seal is read as Numba would.
+_SEAL = b"\x00simt_pto sha256:"
+
+
+class DamagedCacheFile(ValueError):
+    """A cache file whose content does not match its seal."""
+
+
+def _sealed(dump, obj) -> bytes:
+    payload = dump(obj)
+    return payload + _SEAL + hashlib.sha256(payload).digest()
+
+
+def _check_seal(path: str, body: bytes) -> None:
+    cut = len(body) - len(_SEAL) - 32
+    if cut >= 0 and body[cut:cut + len(_SEAL)] == _SEAL and hashlib.sha256(body[:cut]).digest() != body[cut + len(_SEAL):]:
+        raise DamagedCacheFile(f"the content of {os.path.basename(path)} does not match its SHA-256 seal")
+
+
+def _checked_index(files, load_index):
+    try:
+        with open(files._index_path, "rb") as f:
+            pickle.load(f)  # Numba's version header; the sealed pickle follows
+            _check_seal(files._index_path, f.read())
+    except FileNotFoundError:
+        pass
+    return load_index()
+
+
+def _checked_data(files, load_data, name):
+    path = files._data_path(name)
+    with open(path, "rb") as f:
+        _check_seal(path, f.read())
+    return load_data(name)
+
+
+def _load_or_rebuild(disk, load, sig, target_context):
+    try:
+        return load(sig, target_context)
+    except Exception as error:  # whatever a damaged file raises: pickle, EOF, the seal, LLVM, ...
+        path = _unreadable_file(disk, sig, target_context)
+        _warn_once(("damaged", path), f"simt_pto: the kernel cache file {path} is damaged ({type(error).__name__}: "
+                   f"{error}); the kernel is recompiled and the file overwritten")
+        return None  # a miss: the dispatcher compiles, then saves over the damaged entry
+
+
+def _repair_index(files) -> bool:
+    """Whether the index cannot be read; it is then emptied in place (the next save adds its entry to the empty
+    index; the other entries it listed were unreadable anyway)."""
+    try:
+        files._load_index()
+        return False
+    except Exception:  # damaged
+        try:
+            files.flush()
+        except OSError:
+            pass  # read-only: the save fails too and says so
+        return True
+
+
+def _unreadable_file(disk, sig, target_context) -> str:
+    """The file a failed load tripped on: the index (emptied), or the data file the index names for ``sig`` (the
+    save that follows the compile overwrites it)."""
+    files = disk._cache_file
+    if _repair_index(files):
+        return files._index_path
+    name = files._load_index().get(disk._index_key(sig, target_context.codegen()))
+    return files._data_path(name) if name is not None else files._index_path
+
+
+def _save_or_skip(disk, save, sig, data) -> None:
+    try:
+        save(sig, data)
+        return
+    except Exception as error:  # the compiled kernel is in memory already: only its disk copy is at stake
+        failure = error
+    if _repair_index(disk._cache_file):  # damaged since the load (Numba's save reads the index first)
+        _warn_once(("damaged", disk._cache_file._index_path), f"simt_pto: the kernel cache file "
+                   f"{disk._cache_file._index_path} is damaged ({type(failure).__name__}: {failure}); it is overwritten")
+        try:
+            save(sig, data)
+            return
+        except Exception as error:
+            failure = error
+    disk.disable()
+    _warn_once(("unwritable", disk.cache_path), f"simt_pto: cannot write Numba's kernel cache in {disk.cache_path} "
+               f"({type(failure).__name__}: {failure}); kernels compile without the disk cache there")
+
+
+# -- compiles and signals ----------------------------------------------------------------------------------
+
+_holding = False  # the main thread is inside a compile of ours, SIGINT held
+
+
+def _uninterrupted(compile_for_args, *args, **kws):
+    """``compile_for_args(*args, **kws)`` with SIGINT held until it returns, when called in the main thread with a
+    Python handler installed; then the handler runs with what arrived (``KeyboardInterrupt`` by default)."""
+    global _holding
+    if _holding or threading.current_thread() is not threading.main_thread():
+        return compile_for_args(*args, **kws)  # only the main thread takes signals
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):  # ignored, the default (the process dies, leaving nothing half-built), or not ours
+        return compile_for_args(*args, **kws)
+    received = []
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    except ValueError:  # not the main interpreter
+        return compile_for_args(*args, **kws)
+    _holding = True
+    try:
+        return compile_for_args(*args, **kws)
+    finally:
+        _holding = False
+        signal.signal(signal.SIGINT, previous)  # from here a new SIGINT goes to ``previous`` directly
+        if received:
+            previous(signal.SIGINT, received[0])
+
+
+# -- fork ----------------------------------------------------------------------------------------------------
+
+_held: list = []
+_fork_guard_installed = False
+
+
+def _compiler_locks() -> list:
+    from numba.core.compiler_lock import global_compiler_lock
+    locks = [global_compiler_lock]
+    cuda = sys.modules.get("numba.cuda.core.compiler_lock")  # numba-cuda's own, taken after Numba's (its order)
+    if cuda is not None and getattr(cuda, "_numba_cuda_compiler_lock", None) is not None:
+        locks.append(cuda._numba_cuda_compiler_lock)
+    return locks
+
+
+def _before_fork() -> None:
+    for lock in _compiler_locks():  # waits for a compile running in another thread to finish
+        lock.acquire()
+        _held.append(lock)
+
+
+def _after_fork() -> None:
+    while _held:
+        _held.pop().release()
+
+
+def install_fork_guard() -> None:
+    """Make ``os.fork()`` wait until no thread compiles (it takes Numba's compiler lock, and numba-cuda's, before the
+    fork and releases them in parent and child): a child that inherits the lock held by a thread it does not have
+    hangs at its first compile. Idempotent."""
+    global _fork_guard_installed
+    if _fork_guard_installed or not hasattr(os, "register_at_fork"):
+        return
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+    _fork_guard_installed = True

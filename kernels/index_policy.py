@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit
 
+from simt_pto.kernels.cache import njit
 from simt_pto.policy import CLAMP, IDENTITY, MASK, RULE_NAMES, WRAP, index_rule  # noqa: F401  (re-exported)
 
 

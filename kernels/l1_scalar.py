@@ -23,9 +23,9 @@ import functools
 
 import numba
 import numpy as np
-from numba import njit
 
 from simt_pto.enums import Coalesce, GatherOOB
+from simt_pto.kernels.cache import njit
 from simt_pto.kernels.index_policy import MASK, remap_index
 
 U = numba.uint64

@@ -15,7 +15,8 @@ Semantics (IEEE 754 addition, RNE):
 from __future__ import annotations
 
 import numba
-from numba import njit
+
+from simt_pto.kernels.cache import njit
 
 F16_EXP_BITS = 5
 F16_MAN_BITS = 10

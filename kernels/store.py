@@ -24,9 +24,9 @@ import types
 
 import numba
 import numpy as np
-from numba import njit
 
 from simt_pto.enums import ScatterAtomicOp
+from .cache import njit  # numba.njit, made safe for the disk cache and Ctrl-C
 from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits
 
 # -- the element formats: how a (ScatterAtomicOp, dtype) is stored -----------------------------------------

@@ -15,6 +15,11 @@ a device, else ``cpu``. Nothing is resolved at import: the first A5 call (or :fu
 ``numba.cuda`` runs in simulator or real mode for the whole process, fixed when it is first imported, so
 ``gpu`` and ``simulator`` exclude each other in one process; ``cpu`` never needs ``numba.cuda`` and works
 beside either. :func:`a5_backends` says what this process can use.
+
+Every A5 backend, and the ``a2a3`` target's loops, run Numba-compiled code (the ``cpu`` backend's atomics are
+LLVM intrinsics that have no pure-Python form). With ``NUMBA_DISABLE_JIT`` set, :func:`a5_backend` (so the
+first A5 call) and the first ``a2a3`` call raise :class:`JitRequiredError`; ``import simt_pto`` and the ``cpu``
+target (plain numpy) still work.
 """
 from __future__ import annotations
 
@@ -29,6 +34,23 @@ _CHOICES = ("auto",) + BACKENDS
 _ALIASES = {"sim": "simulator", "cudasim": "simulator", "cuda": "gpu", "host": "cpu"}
 _requested: str | None = None
 _resolved: str | None = None
+
+
+class JitRequiredError(RuntimeError):
+    """A target that runs Numba-compiled code was called with Numba's JIT disabled (``NUMBA_DISABLE_JIT``)."""
+
+
+def require_jit(target: str) -> None:
+    """Raise :class:`JitRequiredError` when Numba's JIT is disabled: ``target`` (``"a5"`` or ``"a2a3"``) runs
+    compiled code. Without the JIT the ``cpu`` backend's atomic intrinsics cannot run at all, and the rest would
+    run as Python over numpy scalars: far slower, and an integer wraparound the spec defines raises a warning."""
+    from numba.core import config
+    if config.DISABLE_JIT:
+        raise JitRequiredError(
+            f"target {target!r} needs Numba's JIT compiler, and NUMBA_DISABLE_JIT="
+            f"{os.environ.get('NUMBA_DISABLE_JIT', '1')} is set in this process: the A5 kernels (every backend) and "
+            "the A2/A3 loops are Numba-compiled code; unset NUMBA_DISABLE_JIT (only target 'cpu', plain numpy, "
+            "runs without the JIT)")
 
 
 def _normalise(name: str) -> str:
@@ -99,19 +121,26 @@ def _resolve(choice: str) -> str:
 def set_a5_backend(name: str) -> str:
     """Choose ``"gpu"``, ``"cpu"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the backend.
 
-    Raises RuntimeError for ``gpu`` / ``simulator`` when ``numba.cuda`` already runs in the other mode.
+    Raises RuntimeError for ``gpu`` / ``simulator`` when ``numba.cuda`` already runs in the other mode, and
+    :class:`JitRequiredError` when Numba's JIT is disabled.
     """
     global _requested, _resolved
-    backend = _resolve(_normalise(name))
+    choice = _normalise(name)
+    require_jit("a5")
+    backend = _resolve(choice)
     if backend != "cpu":
         _prepare_cuda(backend)
-    _requested, _resolved = _normalise(name), backend
+    _requested, _resolved = choice, backend
     return backend
 
 
 def a5_backend() -> str:
-    """``"gpu"``, ``"cpu"`` or ``"simulator"``: where A5 kernels run in this process (resolved on first use)."""
+    """``"gpu"``, ``"cpu"`` or ``"simulator"``: where A5 kernels run in this process (resolved on first use).
+
+    Raises :class:`JitRequiredError` when Numba's JIT is disabled (``NUMBA_DISABLE_JIT``): no A5 backend runs then.
+    """
     global _resolved
+    require_jit("a5")
     if _resolved is None:
         backend = _resolve(_requested or _normalise(os.environ.get(ENV_VAR, "auto")))
         if backend != "cpu":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from . import dtypes as _dt
-from . import nz, ub
+from . import aliasing, nz, ub
 from .enums import (BLayout, Coalesce, GatherExec, Layout, ScatterConflict, ScatterOOB,
                     TileType)
 from .errors import ConstraintError
@@ -191,6 +191,7 @@ def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict,
     idx_step = _check_mode(op, target, dst, idx, coalesce, "dst")
     capacity, row_stride = _table_geometry(op, target, dst, table, coalesce, "dst")
     ub.check_working_set(op, target, {"dst": dst, "idx": idx}, dyn_ubuf_size)
+    aliasing.check_disjoint(op, target, {"dst": dst.data}, {"table": table.array, "idx": idx.data})
     plan = Plan(op, target, coalesce, oob, index_rule(oob, strict), dst.dtype, dst, idx, table, capacity,
                 row_stride, idx_step, strict=strict)
     check_oob(plan)
@@ -217,6 +218,7 @@ def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, stri
     idx_step = _check_mode(op, target, src, idx, coalesce, "src")
     capacity, row_stride = _table_geometry(op, target, src, table, coalesce, "src")
     ub.check_working_set(op, target, {"src": src, "idx": idx}, dyn_ubuf_size)
+    aliasing.check_disjoint(op, target, {"table": table.array}, {"src": src.data, "idx": idx.data})
     # The CPU simulator does not model ScatterOOB: every index is used unchecked.
     rule = index_rule(ScatterOOB.UNDEFINED if target == "cpu" else oob, strict)
     plan = Plan(op, target, coalesce, oob, rule, src.dtype, src, idx, table, capacity, row_stride, idx_step,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes as _dt
-from . import nz
+from . import aliasing, nz
 from .plan import Plan, check_oob
 from .enums import Coalesce, GatherExec, Layout, TileType
 from .errors import ConstraintError
@@ -219,6 +219,8 @@ def plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, stri
     capacity, row_stride = _check_table(target, table, coalesce, cols)
     if scratch is not None:
         _check_scratch(target, scratch, dst)
+    aliasing.check_disjoint(OP, target, {"dst": dst.data, "scratch": None if scratch is None else scratch.array},
+                            {"table": table.array, "idx": idx.array})
     plan = L1Plan(OP, target, coalesce, oob, index_rule(oob, strict), dst.dtype, dst, idx, table, capacity,
                   row_stride, idx_step, exec=exec_, scratch=scratch, strict=strict)
     check_oob(plan)

@@ -6,7 +6,7 @@ host entry point, ``simt_pto.host.dispatch``, which runs it on the target: ``cpu
 """
 from __future__ import annotations
 
-from . import constraints
+from . import aliasing, constraints
 from .enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                     target_from_any)
 from .errors import ConstraintError
@@ -79,6 +79,7 @@ def _check_move(op, tile, gtensor):
 def tload(tile: Tile, gtensor: GlobalTensor) -> Tile:
     """TLOAD (memory-ops.md): ``tile[i, j] = gtensor[i, j]`` over the tile's valid region."""
     offs = _check_move("TLOAD", tile, gtensor)
+    aliasing.check_disjoint("TLOAD", None, {"tile": tile.data}, {"gtensor": gtensor.array})
     if gtensor.on_device:  # copy only the span the tile reads
         from numba import cuda
         lo, hi = int(offs.min()), int(offs.max()) + 1
@@ -93,6 +94,7 @@ def tload(tile: Tile, gtensor: GlobalTensor) -> Tile:
 def tstore(gtensor: GlobalTensor, tile: Tile) -> GlobalTensor:
     """TSTORE (memory-ops.md): ``gtensor[i, j] = tile[i, j]`` over the tile's valid region."""
     offs = _check_move("TSTORE", tile, gtensor)
+    aliasing.check_disjoint("TSTORE", None, {"gtensor": gtensor.array}, {"tile": tile.data})
     values = tile.valid_numpy()
     if gtensor.on_device:  # read-modify-write only the span the tile covers (padding between rows kept)
         from numba import cuda

@@ -19,7 +19,9 @@ What it states, and where in the spec:
   loop ``for i in range(N): table[slot(idx[i])] op= src[i]`` in increasing flat source order (never
   numpy's ``table[idx] = src``, which promises no order for repeated indices). Atomic Add / Max / Min run
   in the element type: integers wrap; float32 rounds each add; float16 / bfloat16 round each add from the
-  float32 sum (exact: float32 holds >= 2p + 2 bits of either type). Conflict::Default (racing stores) leaves
+  float32 sum (exact: float32 holds >= 2p + 2 bits of either type). Float Max / Min keep the larger / smaller
+  operand in IEEE 754 totalOrder (:func:`total_order_key`; the spec leaves NaN and signed zero open, this is
+  what the A5 kernels' integer atomics on the bit patterns do). Conflict::Default (racing stores) leaves
   each written slot holding one of its writers' values. A float atomic Add in any order lies within
   ``(k + 1) * eps * (|t0| + sum |c_i|)`` of the exact sum at a slot with ``k`` contributions, plus the
   smallest subnormal (:func:`float_add_bound`).
@@ -144,10 +146,31 @@ def _value(bits: int, dtype: str):
     return int(v) if kind(dtype) in ("int", "uint") else v
 
 
+def total_order_key(bits: int, dtype: str) -> int:
+    """An integer that orders a float's raw bits as IEEE 754 totalOrder does: -NaN (the larger payload first)
+    < -inf < negative numbers < -0.0 < +0.0 < positive numbers < +inf < +NaN (the larger payload last).
+
+    The sign-magnitude bit pattern read as a number: ``magnitude`` with the sign clear, ``-1 - magnitude`` with
+    it set. Distinct bit patterns get distinct keys, so a Max / Min on keys picks one operand's exact bits
+    whichever order the two come in. This is the order of the A5 float32 Max / Min (MSCATTER.md leaves NaN and
+    signed zero open; the kernels' ``atomicMax`` on int32 for a value with the sign clear and ``atomicMin`` on
+    uint32 for one with it set compare exactly these keys)."""
+    width = 8 * itemsize(dtype)
+    bits = int(bits) & ((1 << width) - 1)
+    magnitude = bits & ((1 << (width - 1)) - 1)
+    return -1 - magnitude if bits >> (width - 1) else magnitude
+
+
 def combine(dtype: str, atomic: str, old_bits: int, new_bits: int) -> int:
-    """One ``table[e] = atom(table[e], v)`` in the element type, raw bits in and out."""
+    """One ``table[e] = atom(table[e], v)`` in the element type, raw bits in and out. Float Max / Min keep the
+    operand that is larger / smaller in :func:`total_order_key`'s order (Max(1, +NaN) = +NaN, Max(1, -NaN) = 1,
+    Min(1, +NaN) = 1, Min(1, -NaN) = -NaN, Max(-0.0, +0.0) = +0.0, Min(-0.0, +0.0) = -0.0, in either order)."""
     if atomic == "none":
         return int(new_bits)
+    if atomic in ("max", "min") and kind(dtype) == "float":
+        old_key, new_key = total_order_key(old_bits, dtype), total_order_key(new_bits, dtype)
+        keep_new = new_key > old_key if atomic == "max" else new_key < old_key
+        return int(new_bits if keep_new else old_bits)
     a, b = _value(old_bits, dtype), _value(new_bits, dtype)
     if atomic == "add":
         if kind(dtype) in ("int", "uint"):
@@ -267,4 +290,4 @@ def last_writer_scatter(table, slots_, src):
 
 __all__ = ["ELEMENT_TYPES", "UNIT_ROUNDOFF", "bits_type", "candidates", "combine", "float_add_bound", "from_bits",
            "gather_elem", "gather_row", "itemsize", "kind", "last_writer_scatter", "nz_tile_offset", "scatter", "scatter_mismatches",
-           "slot", "slots", "tile_offset", "to_bits", "u32", "writers"]
+           "slot", "slots", "tile_offset", "to_bits", "total_order_key", "u32", "writers"]

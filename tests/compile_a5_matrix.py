@@ -14,8 +14,9 @@ The specializations are derived from the dispatch, not listed by hand:
 * the GM -> L1 gathers (a MAT NZ destination, GM index and scratch tensors), both GatherExec values, through
   the same ``plan_mgather`` / ``resolve_mgather`` (``GatherExec::Scalar`` launches no SIMT kernel);
 * the whole-array ops (``simt_pto.gather`` / ``simt_pto.scatter``, ``host/large_a5.py``), over the same
-  matrix with ``last_path`` ``"slot"`` and ``"owner"``: their kernel launches are recorded (the kernel
-  factories in ``large_a5`` are swapped for recorders, nothing runs);
+  matrix with ``last_path`` ``"slot"`` and ``"owner"`` (the owner path with both owner layouts, dense and
+  compact): their kernel launches are recorded (the kernel factories in ``large_a5`` are swapped for
+  recorders, nothing runs);
 * ``kernels/a5/validate.count_out_of_range``, which ``host/large.py`` launches on device index arrays
   only, with the argument types it passes there.
 
@@ -148,7 +149,7 @@ def _whole_array_launches(op, kw):
     idx = np.zeros(rows if row else (rows, cols), dtype=idx_np)
     common = dict(coalesce=kw["coalesce"], oob=kw["oob"], target="a5", strict=kw["strict"], dtype=d.name)
     sink = []
-    saved_run, saved_backend = large_a5.run_kernel, large_a5.a5_backend
+    saved_run, saved_backend, saved_layout = large_a5.run_kernel, large_a5.a5_backend, large_a5.owner_layout
     try:
         # record the launches instead of running them; host arrays, so nothing touches a device
         large_a5.run_kernel = lambda factory, policy, grid, warps, args: sink.append((factory, policy, args))
@@ -157,12 +158,15 @@ def _whole_array_launches(op, kw):
             simt_pto.gather(table, idx, **common)
         else:
             src = np.zeros((rows, cols), dtype=d.numpy)
-            paths = ("slot", "owner") if kw["atomic"] == "none" and kw["conflict"] == "last" else ("auto",)
-            for path in paths:
+            last = kw["atomic"] == "none" and kw["conflict"] == "last"
+            # the owner path twice: one owner per table slot, and one per distinct slot reached (large_a5.owner_layout)
+            paths = (("slot", None), ("owner", "dense"), ("owner", "compact")) if last else (("auto", None),)
+            for path, layout in paths:
+                large_a5.owner_layout = saved_layout if layout is None else (lambda cap, n, layout=layout: layout)
                 simt_pto.scatter(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"], last_path=path,
                                  **common)
     finally:
-        large_a5.run_kernel, large_a5.a5_backend = saved_run, saved_backend
+        large_a5.run_kernel, large_a5.a5_backend, large_a5.owner_layout = saved_run, saved_backend, saved_layout
     return [(f.__name__, f, p, a) for f, p, a in sink]
 
 

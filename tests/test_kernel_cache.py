@@ -1,16 +1,21 @@
-"""Numba's on-disk cache must notice an edit to a helper in another file (simt_pto.kernels.cache).
+"""Numba's on-disk cache must notice an edit to a helper in another file (simt_pto.kernels.cache), and its
+faults must cost a recompile, never the run.
 
 Plain Numba stamps a cache entry with the defining file alone: a kernel that inlines a helper from
-another file keeps running the old helper after an edit. Each step below is a fresh process, as
-a user's next run would be.
+another file keeps running the old helper after an edit. A damaged cache file, no writable cache folder,
+or a source edited during a session must not break a later run or store code under the wrong source.
+Each step below is a fresh process, as a user's next run would be.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 import simt_pto  # noqa: F401  (installs the locators)
 from simt_pto.kernels import cache
@@ -142,3 +147,137 @@ def test_a2a3_scatter_loops_close_over_their_whole_store_policy():
         loop = factory(11, 12, 13).py_func
         cells = dict(zip(loop.__code__.co_freevars, (c.cell_contents for c in loop.__closure__)))
         assert cells == {"rule": 11, "atomic": 12, "fmt": 13}, (factory.__name__, cells)
+
+
+# -- faults of the disk cache (issue 21, section 4) ----------------------------------------------------------
+
+REMAP_RUN = textwrap.dedent("""
+    import warnings
+    warnings.simplefilter("always")
+    import numpy as np
+    from simt_pto.kernels.index_policy import WRAP, remap_array
+    slots, ok = remap_array(np.array([7, -1], np.int32), 5, WRAP)
+    stats = remap_array.stats
+    print(slots.tolist(), ok.tolist(), sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+""")
+REMAP_RESULT = "[2, 0] [True, True]"   # 7 % 5; -1 is 4294967295, % 5 = 0
+
+
+def _remap(cache_dir: Path) -> tuple[str, int, int, list[str]]:
+    """A fresh process calls ``remap_array`` (one of the package's cached entry points): its result, cache hits,
+    cache misses, and the KernelCacheWarning lines it printed."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    p = subprocess.run([sys.executable, "-c", REMAP_RUN], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    *result, hits, misses = p.stdout.split()
+    return " ".join(result), int(hits), int(misses), [line for line in p.stderr.splitlines() if "KernelCacheWarning" in line]
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"not a pickle" * 100)
+
+
+def _zero_machine_code(path: Path) -> None:
+    """Zeroes 4 KiB inside the LLVM bitcode of a data file: the pickle around it stays valid (loading it unsealed
+    crashed the process with SIGSEGV)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"BC\xc0\xde")
+    assert at > 0, "no LLVM bitcode in the data file"
+    data[at + 64: at + 4096] = bytes(4096 - 64)
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def saved_remap_cache(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("saved")
+    assert _remap(folder) == (REMAP_RESULT, 0, 1, [])  # compiled and saved
+    return folder
+
+
+@pytest.mark.parametrize("suffix, damage", [(".nbi", _truncate), (".nbi", _garbage), (".nbc", _truncate),
+                                             (".nbc", _garbage), (".nbc", _zero_machine_code)],
+                         ids=["index-truncated", "index-garbage", "data-truncated", "data-garbage", "data-machine-code"])
+def test_a_damaged_cache_file_is_recompiled_and_overwritten(saved_remap_cache, tmp_path, suffix, damage):
+    shutil.copytree(saved_remap_cache, tmp_path, dirs_exist_ok=True)
+    (damaged,) = tmp_path.rglob(f"index_policy.remap_array-*{suffix}")
+    damage(damaged)
+    result, hits, misses, warned = _remap(tmp_path)
+    assert (result, hits, misses) == (REMAP_RESULT, 0, 1)   # recompiled, not failed
+    assert len(warned) == 1 and str(damaged) in warned[0], warned
+    assert _remap(tmp_path) == (REMAP_RESULT, 1, 0, [])     # the entry was overwritten: loaded, no warning
+
+
+NO_CACHE_FOLDER = textwrap.dedent("""
+    import warnings
+    warnings.simplefilter("always")
+    from numba.core import caching
+
+    def read_only(locator):
+        raise PermissionError(13, "Permission denied", locator.get_cache_path())
+
+    caching._CacheLocator.ensure_cache_path = read_only  # every folder Numba tries (it probes each this way)
+
+    import numpy as np
+    import simt_pto as pto
+    table = np.arange(12, dtype=np.int32).reshape(6, 2)
+    got = pto.gather(table, np.array([5, 0], np.int32), target="a2a3")
+    pto.scatter(table, np.ones((2, 2), np.int32), np.array([1, 1], np.int32), atomic="add", target="a2a3")
+    print(got.tolist(), table[1].tolist())
+""")
+
+
+def test_no_writable_cache_folder_compiles_without_the_disk_cache(tmp_path):
+    """A read-only package with a read-only NUMBA_CACHE_DIR and HOME (simulated where Numba probes each folder: this
+    test may run as root): the a2a3 loops and the store rules they inline compile in memory, with one warning."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), HOME=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", NO_CACHE_FOLDER], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[-2] == "[[10, 11], [0, 1]] [4, 5]"
+    warned = [line for line in p.stderr.splitlines() if "KernelCacheWarning" in line]
+    assert len(warned) == 1 and "no writable folder" in warned[0] and "NUMBA_CACHE_DIR" in warned[0], p.stderr
+
+
+PARAMS = "STEP = {step}\n"
+PARAMS_KERNEL = ("from simt_pto.kernels.cache import njit\nimport params\n\n"
+                 "@njit(cache=True)\ndef kernel(x):\n    return x + params.STEP\n")
+EDIT_IN_SESSION = textwrap.dedent("""
+    import sys, warnings
+    warnings.simplefilter("always")
+    from simt_pto.kernels import cache
+    cache.watch(sys.argv[1])
+    sys.path.insert(0, sys.argv[1])
+    import params                                           # the process runs these constants from now on
+    if len(sys.argv) > 2:                                   # the source is edited on disk during the session
+        with open(params.__file__, "w") as f:
+            f.write(sys.argv[2])
+    import kernel                                           # compiled after the edit, freezing params.STEP
+    print(kernel.kernel(10), sum(kernel.kernel.stats.cache_hits.values()))
+""")
+
+
+def _session(folder: Path, *edit: str) -> tuple[int, int, list[str]]:
+    p = subprocess.run([sys.executable, "-c", EDIT_IN_SESSION, str(folder), *edit], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    value, hits = p.stdout.split()
+    return int(value), int(hits), [line for line in p.stderr.splitlines() if "KernelCacheWarning" in line]
+
+
+def test_a_source_edited_during_a_session_is_not_stored_under_the_new_digest(tmp_path):
+    """Issue 21, 4c: a session imports a module of constants (as ``import simt_pto`` imports ``simt_pto.policy``), its
+    file is edited, then a kernel that reads the constants compiles. The session freezes the old constants; stored
+    under the digest of the edited files, that code would be loaded by every later process (Clamp and Wrap came back
+    swapped). The session compiles without the disk cache instead, and says why."""
+    (tmp_path / "params.py").write_text(PARAMS.format(step=1))
+    (tmp_path / "kernel.py").write_text(PARAMS_KERNEL)
+    assert _session(tmp_path) == (11, 0, [])    # imported before the first key, unchanged: cached as usual
+    assert _session(tmp_path) == (11, 1, [])
+    value, hits, warned = _session(tmp_path, PARAMS.format(step=2))
+    assert (value, hits) == (11, 0)              # the session's own (old) constant, compiled, not loaded
+    assert len(warned) == 1 and "params.py changed on disk after this process started" in warned[0], warned
+    assert _session(tmp_path) == (12, 0, [])    # the next process compiles the edited constant: nothing stale stored
+    assert _session(tmp_path) == (12, 1, [])

@@ -26,9 +26,9 @@ import functools
 
 import numpy as np
 import numba
-from numba import njit
 
 from simt_pto.enums import Coalesce, GatherOOB
+from simt_pto.kernels.cache import njit
 from simt_pto.kernels.index_policy import MASK, remap_index
 from simt_pto.nz import FRACTAL_NZ_ROW
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 import functools
 
 import numba
-from numba import njit
 
 from simt_pto.enums import Coalesce, ScatterAtomicOp
 from simt_pto.kernels import store
+from simt_pto.kernels.cache import njit
 from simt_pto.kernels.gm import write_back
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.store import store_element

@@ -3,11 +3,18 @@
 Imported only when a CUDA backend is used (it imports ``numba.cuda``). ``cuda`` is a module global here,
 as the simulator needs: it swaps a fake ``cuda`` module, with the current thread's indices, into the
 globals of every kernel and device function it runs.
+
+On the simulator ``atomic_add`` is a numpy scalar add, which warns (``RuntimeWarning: overflow encountered``)
+where the hardware's ``atomicAdd`` silently wraps an integer or rounds a float32 sum to infinity (or NaN, for
+inf + -inf). Those results are specified (MSCATTER.md, "Atomic Type Support": A5 Add is the SIMT ``atomicAdd``,
+in the element type), so the simulator's add runs with numpy's overflow and invalid-operation warnings off.
 """
 from __future__ import annotations
 
 import numba
+import numpy as np
 from numba import cuda
+from numba.cuda.core import config as _cuda_config
 
 
 @cuda.jit(device=True, inline="always")
@@ -25,9 +32,16 @@ def lane_span():
     return numba.int64(cuda.threadIdx.x), 1
 
 
-@cuda.jit(device=True, inline="always")
-def atomic_add(ary, i, v):
-    return cuda.atomic.add(ary, i, v)
+if _cuda_config.ENABLE_CUDASIM:
+    @cuda.jit(device=True, inline="always")
+    def atomic_add(ary, i, v):
+        # errstate is per thread, and every simulated CUDA thread is a Python thread of its own
+        with np.errstate(over="ignore", invalid="ignore"):
+            return cuda.atomic.add(ary, i, v)
+else:
+    @cuda.jit(device=True, inline="always")
+    def atomic_add(ary, i, v):
+        return cuda.atomic.add(ary, i, v)
 
 
 @cuda.jit(device=True, inline="always")

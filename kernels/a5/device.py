@@ -155,14 +155,16 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
 def atomic_add_half_edge(table, e, v_bits, exp_bits, man_bits):
     """:func:`atomic_add_half` for a table that starts or ends mid-word (formats F16_EDGE / BF16_EDGE).
 
-    ``table`` is ``(words, edge, head)`` (``host/a5.half_atomic_words``): element ``e`` is half ``(e + head) & 1``
-    of aligned word ``(e + head) >> 1``; the table's whole words are ``words``, and a word the tensor covers
-    only in part (the first, the last) is ``edge[0]`` / ``edge[1]``, a staging copy, so that no CAS touches a
-    byte outside the tensor. The CAS runs on the word's array chosen here, so the compiler sees a generic
-    pointer (``atom.cas``, not ``atom.global.cas``): one adder inlined, and the common formats keep theirs."""
+    ``table`` is ``(words, edge, head)`` (``host/a5.BoundaryWords``): bit 0 of ``head`` is set when element 0 is
+    the high half of its word, bit 1 when that first word is staged (``words`` then starts one word later).
+    Element ``e`` is half ``(e + (head & 1)) & 1`` of word ``((e + (head & 1)) >> 1) - (head >> 1)`` of
+    ``words``; a word past either end of ``words`` (one the tensor covers only in part and whose other half lies
+    outside its allocation) is ``edge[0]`` / ``edge[1]``, a staging copy, so that no CAS touches a byte outside
+    the allocation. The CAS runs on the word's array chosen here, so the compiler sees a generic pointer
+    (``atom.cas``, not ``atom.global.cas``): one adder inlined, and the common formats keep theirs."""
     words, edge, head = table
-    p = e + head
-    w = (p >> 1) - head
+    p = e + (head & 1)
+    w = (p >> 1) - (head >> 1)
     cell = words
     if w < 0:
         cell = edge

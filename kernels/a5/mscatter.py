@@ -297,3 +297,76 @@ def simt_mscatter_elem_owner_write_kernel():
                     first += step
 
     return simt_mscatter_elem_owner_write_kernel
+
+
+# -- Conflict::Last at scale, sized by the updates: the compact owner path (host/large_a5.py) ---------------
+# For a few updates into a large table, one owner per table slot costs O(slots) memory and time. The host
+# remaps the indices with the OOB rule and numbers the distinct slots they reach (``slots``, ascending);
+# ``ids[p]`` is the number of update ``p``'s slot, or -1 for an update the rule drops. The owner array then
+# has one entry per distinct slot: reset as above, claimed by ``simt_mscatter_compact_owner_claim_kernel``
+# (the same atomic max of the flat source position, on ``owner[ids[p]]``), and written by the compact
+# write kernels, which walk the ``m`` distinct slots, never the table. O(updates) memory and work.
+
+@functools.cache
+def simt_mscatter_compact_owner_claim_kernel():
+    """Row and Elem: ``owner[ids[p]] = max(owner[...], p)`` over all flat source positions ``p`` (Row: the
+    source row), skipping ``ids[p] < 0`` (a flat grid). The remap happened on the host, so there is no rule."""
+
+    def simt_mscatter_compact_owner_claim_kernel(launch, owner, ids, updates):
+        lane0, lanes = lane_span()
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first, step = grid_stride(launch, b, ty, lane0)
+                while first < updates:
+                    for p in range(first, span_end(first, lanes, updates)):
+                        k = ids[p]
+                        if k >= 0:
+                            atomic_max(owner, k, p)
+                    first += step
+
+    return simt_mscatter_compact_owner_claim_kernel
+
+
+@functools.cache
+def simt_mscatter_row_compact_owner_write_kernel():
+    """Row: distinct slot ``k`` (table row ``slots[k]``) takes source row ``owner[k]``, with the geometry of
+    ``simt_mscatter_row_owner_write_kernel`` over the ``distinct`` slots instead of the table rows."""
+
+    def simt_mscatter_row_compact_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, slots, distinct,
+                                                     valid_cols, tile_rows, row_warps, warps_per_row):
+        lane0, lanes = lane_span()
+        col_step = warps_per_row * WARP
+        for b in block_range(launch):
+            k0, count = block_tile(b, tile_rows, distinct)
+            for base in range(0, count, row_warps):
+                for ty in warp_range(launch):
+                    r = warp_row(base, ty, row_warps)
+                    if r >= count:
+                        continue
+                    col_begin = warp_column(ty, row_warps, lane0)
+                    src_row = owner[k0 + r]
+                    if src_row >= 0:
+                        copy_row_segment(table, slots[k0 + r] * valid_cols, 1, src, src_row * src_rs, src_cs,
+                                         col_begin, valid_cols, col_step, lanes)
+
+    return simt_mscatter_row_compact_owner_write_kernel
+
+
+@functools.cache
+def simt_mscatter_elem_compact_owner_write_kernel():
+    """Elem: table element ``slots[k]`` takes ``src[owner[k]]`` for each of the ``distinct`` slots (a flat grid)."""
+
+    def simt_mscatter_elem_compact_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, slots, distinct,
+                                                      valid_cols):
+        lane0, lanes = lane_span()
+        for b in block_range(launch):
+            for ty in warp_range(launch):
+                first, step = grid_stride(launch, b, ty, lane0)
+                while first < distinct:
+                    for k in range(first, span_end(first, lanes, distinct)):
+                        p = owner[k]
+                        if p >= 0:
+                            table[slots[k]] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+                    first += step
+
+    return simt_mscatter_elem_compact_owner_write_kernel

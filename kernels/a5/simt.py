@@ -17,6 +17,7 @@ Nothing here imports ``numba.cuda`` unless a CUDA backend is used.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -25,10 +26,9 @@ import time
 
 import numba
 import numpy as np
-from numba import njit
 
 from simt_pto import geometry
-from simt_pto.kernels import softfloat, store
+from simt_pto.kernels import cache, softfloat, store
 from simt_pto.kernels.store import bind
 from . import device, intrinsics
 
@@ -45,7 +45,6 @@ def namespace(family: str) -> dict:
         scope["add_bits"] = softfloat.add_bits_called  # one compiled adder, called (compile time; see there)
     elif family == "cuda":
         from numba.cuda.core import caching as cuda_caching
-        from simt_pto.kernels import cache
         cache.install(cuda_caching.CacheImpl)  # numba-cuda keeps a locator list of its own
         scope = dict(intrinsics.cuda_intrinsics())
     else:
@@ -67,11 +66,11 @@ def family(backend: str) -> str:
 
 
 def _device_jit(family_name: str):
-    """The decorator of an inlined device helper: ``njit(inline="always")`` or its CUDA twin."""
+    """The decorator of an inlined device helper: ``njit(inline="always")`` or its CUDA twin (both through
+    :mod:`simt_pto.kernels.cache`, as every jitted function of the package)."""
     if family_name == "cpu":
-        return njit(inline="always")
-    from numba import cuda
-    return cuda.jit(device=True, inline="always")
+        return cache.njit(inline="always")
+    return cache.cuda_jit(device=True, inline="always")
 
 
 @functools.cache
@@ -94,12 +93,11 @@ def _policy_scope(source, family_name: str) -> dict:
 @functools.cache
 def compile_kernel(source, family_name: str):
     """The dispatcher of one kernel source (a factory's result) for a backend family (compiled per
-    argument types on first call)."""
+    argument types on first call; Numba's disk cache and compiles made safe by :mod:`simt_pto.kernels.cache`)."""
     bound = bind(source, {**namespace(family_name), **_policy_scope(source, family_name)})
     if family_name == "cpu":
-        return njit(nogil=True, cache=True)(bound)
-    from numba import cuda
-    return cuda.jit(cache=True)(bound)
+        return cache.njit(nogil=True, cache=True)(bound)
+    return cache.cuda_jit(cache=True)(bound)
 
 
 def argument_types(args) -> tuple:
@@ -132,8 +130,7 @@ def _worker_pool():
     global _pool
     with _pool_lock:
         if _pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _pool = ThreadPoolExecutor(max_workers=cpu_workers(), thread_name_prefix="simt_pto-a5-cpu")
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=cpu_workers(), thread_name_prefix="simt_pto-a5-cpu")
         return _pool
 
 
@@ -158,7 +155,15 @@ def trace_cpu_launches():
         _trace = None
 
 
+fault_hook = None
+"""Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a worker, before a block range runs) and
+``"launch-wait"`` (the caller, once a ``cpu`` launch's ranges are submitted), so that a test can raise there
+(an interrupt landing at that exact moment) or hold a worker."""
+
+
 def _run_range(kernel, launch, args):
+    if fault_hook is not None:
+        fault_hook("range-start")
     if _trace is None:
         kernel(launch, *args)
         return
@@ -176,10 +181,31 @@ def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
     bounds = [grid * k // chunks for k in range(chunks + 1)]
     pool = _worker_pool()
     futures = [pool.submit(_run_range, kernel, (bounds[k], bounds[k + 1], grid, warps), args) for k in range(chunks)]
-    errors = [f.exception() for f in futures]  # the caller waits: the pool's threads are the cores
-    for error in errors:
+    try:
+        if fault_hook is not None:
+            fault_hook("launch-wait")
+        concurrent.futures.wait(futures)  # the caller waits: the pool's threads are the cores
+    except BaseException:
+        _stop(futures)
+        raise
+    for future in futures:
+        error = future.exception()
         if error is not None:
             raise error
+
+
+def _stop(futures) -> None:
+    """After an exception in the caller (Ctrl-C): cancel the block ranges not yet started and wait for the running
+    ones, so that no thread of ours writes the caller's arrays once the exception leaves the call. A second
+    interrupt during that wait (a few milliseconds: one block range) is held back until the wait is over."""
+    for future in futures:
+        future.cancel()
+    while True:
+        try:
+            concurrent.futures.wait(futures)
+            return
+        except BaseException:  # noqa: BLE001 - the first exception is the one the caller gets
+            continue
 
 
 def _writeable(arg):
@@ -207,10 +233,37 @@ def launch(source, grid: int, warps: int, args, backend: str) -> None:
         # kernel writes) runs on a copy, so nothing is copied back into the caller's array.
         args = [_writeable(a) for a in args]
         with _simulator_lock:  # the simulator keeps its thread state in globals: one launch at a time
-            config((0, grid, grid, warps), *args)
+            try:
+                config((0, grid, grid, warps), *args)
+            except BaseException:
+                _join_simulator_threads()
+                raise
     else:
         config((0, grid, grid, warps), *args)
 
 
-__all__ = ["argument_types", "bind", "compile_kernel", "cpu_workers", "cuda_source", "family", "launch", "namespace",
+def _join_simulator_threads(timeout: float = 60.0) -> None:
+    """After an exception in the caller during a simulated launch (Ctrl-C lands in numba-cuda's polling loop):
+    wait for the simulator's threads of the block being run, which are numba-cuda's and cannot be stopped, so that
+    none writes the caller's arrays once the exception leaves the call. Later blocks never start."""
+    from numba.cuda.simulator.kernel import BlockThread
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if isinstance(thread, BlockThread):
+            while thread.is_alive() and time.monotonic() < deadline:
+                try:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                except BaseException:  # noqa: BLE001 - a second Ctrl-C: keep waiting, the first one is raised
+                    continue
+
+
+def host_store(atomic: int, fmt: int):
+    """The store rule of (ScatterAtomicOp value, element format) bound to the CPU atomics, callable from host code:
+    ``host_store(atomic, fmt)(table, e, v)`` is one atomic ``table[e] op= v`` (the A5 ``(1, 1)`` scalar fallback),
+    safe beside kernels that other threads run on the same table. Compiled in memory only: on disk it would share
+    its cache entry with :func:`simt_pto.kernels.store.sequential_store`, the same source with other primitives."""
+    return _store_element("cpu", atomic, fmt)
+
+
+__all__ = ["argument_types", "bind", "compile_kernel", "cpu_workers", "cuda_source", "family", "host_store", "launch", "namespace",
            "trace_cpu_launches"]

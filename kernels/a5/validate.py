@@ -4,8 +4,10 @@ from __future__ import annotations
 import numba
 from numba import cuda
 
+from simt_pto.kernels.cache import cuda_jit
 
-@cuda.jit(cache=True)
+
+@cuda_jit(cache=True)
 def count_out_of_range(idx, capacity, out):
     """``out[0]`` += the number of uint32-cast indices ``>= capacity``; ``out[1]`` = min(out[1], first position)."""
     i = cuda.grid(1)

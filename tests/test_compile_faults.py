@@ -1,0 +1,145 @@
+"""A compile of the package's kernels survives what lands in the middle of it (issue 21: 3, "Ctrl-C during a first
+compile", and 4d, "Fork during a compile"); simt_pto.kernels.cache.
+
+Both faults depend on an exact moment; the tests make the moment happen: SIGINT is raised from inside Numba's type
+inference, and a thread holds Numba's compiler lock while the main thread forks.
+"""
+from __future__ import annotations
+
+import functools
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba.core import typed_passes
+
+import simt_pto  # noqa: F401
+from simt_pto.kernels import cache, index_policy, l1_scalar, softfloat, store
+from simt_pto.kernels.a2a3 import mgather, mscatter
+from simt_pto.kernels.a5 import mgather as a5_mgather, simt
+from simt_pto.kernels.index_policy import IDENTITY
+
+
+@pytest.fixture
+def ctrl_c_in_type_inference(monkeypatch):
+    """The next compile receives SIGINT (a Ctrl-C) from inside Numba's type inference pass, once."""
+    run_pass = typed_passes.NopythonTypeInference.run_pass
+    fired = []
+
+    def interrupted(self, state):
+        if not fired:
+            fired.append(state.func_id.func_name)
+            signal.raise_signal(signal.SIGINT)
+        return run_pass(self, state)
+
+    monkeypatch.setattr(typed_passes.NopythonTypeInference, "run_pass", interrupted)
+    return fired
+
+
+def test_ctrl_c_during_a_first_compile_lets_the_compile_finish(ctrl_c_in_type_inference):
+    """Numba's compiler, cut by KeyboardInterrupt, can leave its typing registries half-loaded (every later call then
+    fails with a TypingError or "generator raised StopIteration"). The compile of an A2/A3 loop completes, then the
+    interrupt reaches the caller, and the next call runs the compiled loop."""
+    loop = mgather.row_nd_loop.__wrapped__(IDENTITY)  # a dispatcher of its own: its first compile is this test's
+    loop._cache.disable()                             # compiled, not loaded from the disk cache
+    handler = signal.getsignal(signal.SIGINT)
+    table = np.arange(16, dtype=np.uint32)
+    dst = np.zeros(8, np.uint32)
+    args = (dst, 4, table, np.array([3, 0], np.uint32), 1, 2, 4, 4, 4)  # rows 3 and 0 of a 4 x 4 table
+    with pytest.raises(KeyboardInterrupt):
+        loop(*args)
+    assert ctrl_c_in_type_inference == ["mgather_row_nd"]       # the interrupt landed inside the compile
+    assert len(loop.signatures) == 1                          # which completed
+    assert signal.getsignal(signal.SIGINT) is handler         # the caller's handler is back
+    loop(*args)
+    assert dst.tolist() == [12, 13, 14, 15, 0, 1, 2, 3]
+    assert sum(loop.stats.cache_misses.values()) == 1         # compiled once
+
+
+def test_a_compile_in_another_thread_leaves_sigint_alone():
+    """Only the main thread takes signals: a compile in a worker thread neither installs nor needs a handler."""
+    import threading
+    seen = []
+
+    @cache.njit
+    def plus_one(x):
+        return x + 1
+
+    def compile_in_worker():
+        seen.append((plus_one(1), signal.getsignal(signal.SIGINT)))
+
+    handler = signal.getsignal(signal.SIGINT)
+    worker = threading.Thread(target=compile_in_worker)
+    worker.start()
+    worker.join(timeout=120)
+    assert seen == [(2, handler)]
+
+
+def _guarded(dispatcher) -> bool:
+    compile_for_args = dispatcher.__dict__.get("_compile_for_args")
+    return isinstance(compile_for_args, functools.partial) and compile_for_args.func is cache._uninterrupted
+
+
+def test_every_jitted_entry_point_is_guarded():
+    """The package's dispatchers are all made by simt_pto.kernels.cache (a plain ``numba.njit`` would compile
+    without the guard)."""
+    dispatchers = [
+        mgather.row_nd_loop(IDENTITY), mgather.elem_nd_loop(IDENTITY), mgather.row_nz_loop(IDENTITY, False),
+        mgather.elem_nz_loop(IDENTITY), mgather.nz_gm_offset,
+        mscatter.row_nd_loop(IDENTITY, store.STORE, store.NATIVE), mscatter.elem_nd_loop(IDENTITY, store.ADD, store.F16),
+        mscatter.row_nz_loop(IDENTITY, store.STORE, store.NATIVE), mscatter.elem_nz_loop(IDENTITY, store.MAX, store.NATIVE),
+        l1_scalar.l1_row_loop(IDENTITY, False), l1_scalar.l1_elem_loop(IDENTITY),
+        index_policy.remap_index, index_policy.remap_array, softfloat.add_bits_called, softfloat.add_f16_bits,
+        store.sequential_store(store.ADD, store.NATIVE),
+        simt.compile_kernel(a5_mgather.simt_mgather_elem_kernel(IDENTITY), "cpu"),
+        simt.namespace("cpu")["store_max_f32"],
+    ]
+    assert [d for d in dispatchers if not _guarded(d)] == []
+
+
+FORK_DURING_COMPILE = textwrap.dedent("""
+    import os, sys, threading, time
+    import simt_pto.kernels                     # the first kernel use: installs the at-fork handlers
+    from numba import njit
+    from numba.core.compiler_lock import global_compiler_lock
+
+    holding = threading.Event()
+
+    def compile_elsewhere():                    # a compile running in another thread: it holds the compiler lock
+        with global_compiler_lock:
+            holding.set()
+            time.sleep(0.3)
+
+    worker = threading.Thread(target=compile_elsewhere)
+    worker.start()
+    holding.wait()
+    pid = os.fork()                             # while the lock is held
+    if pid == 0:
+        @njit
+        def plus_one(x):
+            return x + 1
+        os._exit(0 if plus_one(1) == 2 else 3)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            sys.exit("the child hung at its first compile")
+        time.sleep(0.02)
+    worker.join()
+    sys.exit(os.waitstatus_to_exitcode(status))
+""")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX only")
+def test_fork_during_a_compile_gives_a_child_that_compiles():
+    """The child of a fork inherits Numba's compiler lock in the state the parent's threads left it: held by a thread
+    the child does not have, its first compile would wait forever. The fork waits for the compile instead."""
+    p = subprocess.run([sys.executable, "-c", FORK_DURING_COMPILE], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
