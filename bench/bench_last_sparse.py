@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import simt_pto as pto
-from simt_pto.host import large_a5
+from simt_pto.host import a5, large, large_a5
 
 FILL = 7
 """The table's value before the calls (no update writes it: sources are drawn from -128..-1)."""
@@ -92,19 +92,28 @@ def check(table, src, idx):
     return ok
 
 
-def bench_one(table, n, repeat, rng):
+def scatter_last(table, src, idx, layout="auto"):
+    """``pto.scatter(table, src, idx, coalesce="elem", conflict="last")`` on a5; ``layout`` "dense" / "compact"
+    forces the owner path's layout (the same call's plan, :func:`simt_pto.host.large.scatter_plan`)."""
+    if layout == "auto":
+        pto.scatter(table, src, idx, coalesce="elem", conflict="last", target="a5")
+    else:
+        a5.run_plan(large.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5", owner=layout))
+
+
+def bench_one(table, n, repeat, rng, forced="auto"):
     idx = rng.integers(0, table.size, n, dtype=np.int64).astype(np.int32 if table.size < 2 ** 31 else np.uint32)
     if n > 1:
         idx[n // 2] = idx[0]  # a repeated slot: the later writer must win
     src = rng.integers(-128, 0, n, dtype=np.int8)
 
     def ours():
-        pto.scatter(table, src, idx, coalesce="elem", conflict="last", target="a5")
+        scatter_last(table, src, idx, forced)
 
     def peer():
         table[idx] = src
 
-    layout = large_a5.owner_layout(table.size, n)
+    layout = large_a5.owner_layout(table.size, n) if forced == "auto" else forced
     extra_mb, method = peak_extra_mb(ours)
     ok = check(table, src, idx)
     peer_mb, _ = peak_extra_mb(peer)
@@ -130,20 +139,15 @@ def main(argv=None) -> int:
     elems = int(args.table_elems)
     if elems < 1:
         ap.error(f"--table-elems must be positive, got {args.table_elems}")
-    if args.layout != "auto":
-        large_a5.owner_layout = lambda capacity, updates: args.layout
     rng = np.random.default_rng(args.seed)
     # compile outside the measurements, on a small table
     small = np.zeros(1 << 20, np.int8)
     for layout in ("dense", "compact"):
-        saved = large_a5.owner_layout
-        large_a5.owner_layout = lambda capacity, updates, layout=layout: layout
-        pto.scatter(small, np.ones(3, np.int8), np.array([1, 5, 1], np.int32), coalesce="elem", conflict="last")
-        large_a5.owner_layout = saved
+        scatter_last(small, np.ones(3, np.int8), np.array([1, 5, 1], np.int32), layout)
     t = time.perf_counter()
     table = np.full(elems, FILL, np.int8)  # paged in before any measurement
     fill_s = time.perf_counter() - t
-    rows = [bench_one(table, int(n), args.repeat, rng) for n in args.updates]
+    rows = [bench_one(table, int(n), args.repeat, rng, args.layout) for n in args.updates]
     report = {"table_elems": elems, "table_bytes": table.nbytes, "fill_s": round(fill_s, 3), "layout": args.layout,
               "backend": pto.a5_backend(), "cpus": os.cpu_count(), "machine": platform.machine(),
               "numpy": np.__version__, "repeat": args.repeat, "results": rows}

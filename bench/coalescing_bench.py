@@ -10,7 +10,7 @@ all-identical; tile shapes that change kLaunchWarps) it reports:
   median of repeats timed with CUDA events around the kernel launch alone (arrays staged on the device before,
   an idle spin kernel ahead of the start event so that launch overhead on the host is not timed). Index arrays
   longer than one tile run as one multi-block launch, block ``b`` = tile ``b`` (as ``simt_pto.host.large``);
-* the analyzer's predicted GM efficiency and sectors per request (:mod:`simt_pto.host.coalescing`, on a prefix of
+* the analyzer's predicted GM efficiency and sectors per request (:mod:`simt_pto.host.tools.coalescing`, on a prefix of
   the indices), and beside it, when ``ncu`` is on PATH, the sectors Nsight Compute measures for the kernel;
 * peers in the same run when importable: torch ``index_select`` / ``take`` / ``index_add_`` / ``index_reduce_`` /
   ``scatter_reduce_`` / deterministic ``index_put_``, cupy ``take`` / ``cupyx.scatter_add`` / ``scatter_max``
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -186,7 +185,7 @@ def sample_size(p: Point, sample_lanes: int) -> int:
 
 def predict(p: Point, idx: np.ndarray, sample_lanes: int):
     """The analyzer on a prefix of the indices, for the point's call."""
-    from simt_pto.host import coalescing
+    from simt_pto.host.tools import coalescing
     s = p.series
     tr = tile_rows_for(p)
     tile = None if tr is None else ((tr, p.cols) if s.coalesce == "row" else (tr, 1))
@@ -258,71 +257,36 @@ class Device:
 
     # -- the emulator ------------------------------------------------------------------------------------
     def build(self, p: Point, idx: np.ndarray, table_host: np.ndarray, rng):
-        """(kernel, grid, block, device args, check) for the point: the plan and KernelLaunch of one tile through
-        the API's dispatch, then (non-Last) the kernel's multi-block form over the whole index array."""
-        import simt_pto as pto
-        from simt_pto import constraints
-        from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
-        from simt_pto.host.large import DEFAULT_MAX_TILE_ELEMS, DEFAULT_MAX_TILE_ROWS, fit_tile_rows
-        s = p.series
-        d = pto.dtypes.resolve(s.dtype)
-        row = s.coalesce == "row"
-        tr = tile_rows_for(p) or (DEFAULT_MAX_TILE_ROWS if row else DEFAULT_MAX_TILE_ELEMS)
-        tr = min(tr, p.n)
-        if row:
-            unit = 32 // d.itemsize
-
-            def tiles(rows):
-                return (pto.Tile(d, rows, -(-p.cols // unit) * unit, valid=(rows, p.cols)),
-                        pto.Tile("int32", 1, -(-rows // 8) * 8, valid=(1, rows)))
-            # halved until the tiles fit the default UB budget, as the analyzer's default does
-            tr = fit_tile_rows(tr, lambda rows: sum(t.nbytes for t in tiles(rows)), 128 * 1024)
-            data, it = tiles(tr)
-            table = pto.GlobalTensor(table_host, dtype=d)
-        else:
-            data = pto.Tile(d, -(-tr // (32 // d.itemsize)) * (32 // d.itemsize), 1, blayout="col_major",
-                            valid=(tr, 1))
-            it = pto.Tile("int32", -(-tr // 8) * 8, 1, blayout="col_major", valid=(tr, 1))
-            table = pto.GlobalTensor(table_host.reshape(-1), dtype=d)
-        it.data[: tr] = idx[:tr]
-        co = pto.Coalesce.ROW if row else pto.Coalesce.ELEM
-        if s.op == "mgather":
-            plan = constraints.plan_mgather("a5", data, table, it, co, pto.GatherOOB.UNDEFINED, pto.GatherExec.SCALAR,
-                                            None, True, None)
-            launch = resolve_mgather(plan)
-        else:
-            data.data[:] = rng.integers(0, 100, data.data.size).astype(d.numpy)
-            plan = constraints.plan_mscatter("a5", table, data, it, co, pto.ScatterAtomicOp[_atomic(s).upper()],
-                                             pto.ScatterOOB.UNDEFINED, pto.ScatterConflict[_conflict(s).upper()],
-                                             True, None)
-            launch = resolve_mscatter(plan)
+        """(run, check, indices used, kernel, geometry, grid) for the point: the launch of the whole-array call
+        (``simt_pto.host.large.gather_plan`` / ``scatter_plan``, validated as the API validates it; block ``b``
+        runs tile ``b``), in the hardware's element-width form where the emulator widens Row moves (the launch the
+        analyzer models); Conflict::Last runs the first tile's slot-centric launch (one launch per tile)."""
+        from simt_pto.host import large
         from simt_pto.kernels.a5 import simt
-        kernel = simt.compile_kernel(launch.kernel, "cuda")  # the CUDA copy of the one kernel source
-        names = list(inspect.signature(launch.kernel).parameters)[1:]  # after the launch tuple
-        args = dict(zip(names, launch.args))
-        grid = 1
-        data_name = "dst" if "dst" in args else "src"
-        if launch.geometry.scheme == "last":
-            n_used = tr  # one call: the tile's indices
-        else:  # the kernels' multi-block form: block b runs rows [b * tile_rows, ...) with the tile's geometry
-            n_used = p.n
-            cols = p.cols if row else 1
-            full = np.zeros(p.n * cols, dtype=args[data_name].dtype)
-            if data_name == "src":
-                full.view(np.uint8)[:] = np.resize(rng.integers(0, 64, 1 << 12).astype(np.uint8), full.nbytes)
-            args[data_name] = full
-            args[f"{data_name}_rs"], args[f"{data_name}_cs"] = cols, 1
-            args["idx"] = idx.copy()
-            if row:
-                args["idx_step"] = 1
-            else:
-                args["idx_rs"], args["idx_cs"] = 1, 1
-            args["valid_rows"] = p.n
-            grid = -(-p.n // tr)
-        dev = {k: self.stage(v) for k, v in args.items()}
-        ordered = [dev[k] for k in names]
-        block = launch.geometry.block
-
+        s = p.series
+        d = np.dtype(s.dtype)
+        row = s.coalesce == "row"
+        tr = tile_rows_for(p)  # None: the whole-array ops' default, fitted to the UB budget
+        table = table_host if row else table_host.reshape(-1)
+        used = np.ascontiguousarray(idx[:p.n], dtype=np.int32)
+        # host arrays (plans built for the multicore backend): this class stages them itself, before timing
+        common = dict(coalesce=s.coalesce, target="a5", tile_rows=tr, backend="multicore")
+        if s.op == "mgather":
+            call = large.gather_plan(table, used, **common)
+        else:
+            nbytes = p.n * (p.cols if row else 1) * d.itemsize
+            src = np.resize(rng.integers(0, 64, 1 << 12).astype(np.uint8), nbytes).view(d)
+            call = large.scatter_plan(table, src.reshape(p.n, p.cols) if row else src, used,
+                                      atomic=_atomic(s), conflict=_conflict(s), last_path="slot", **common)
+        launch = call.launches[0]
+        # Last: the first tile only (the slot-centric kernel reverse-scans its tile for every table slot)
+        n_used = launch.arguments["valid_rows"] if s.atomic == "last" else p.n
+        used = used[:n_used]
+        launch = launch.hardware or launch
+        kernel = simt.compile_kernel(launch.kernel, launch.policy, "cuda")  # the CUDA copy of the one source
+        dev = {name: self.stage(value) for name, value in launch.args}
+        ordered = tuple(dev.values())
+        grid, block = launch.grid, launch.geometry.block
         launch_tuple = (0, grid, grid, launch.geometry.launch_warps)
 
         def run():
@@ -333,15 +297,11 @@ class Device:
                 return True
             out = dev["dst"]
             got = out.copy_to_host() if hasattr(out, "copy_to_host") else out
-            bits = table_host.view(d.bits)
-            want = bits[idx[:n_used]] if row else bits.reshape(-1)[idx[:n_used]]
-            if launch.geometry.scheme != "last" and row:
-                got = got.reshape(p.n, p.cols)
-            elif not row:
-                got = got.reshape(-1)[: n_used]
-            return bool(np.array_equal(got.view(d.bits).reshape(want.shape), want))
+            bits = table_host.view(launch.arguments["dst"].dtype)
+            want = bits[used] if row else bits.reshape(-1)[used]
+            return bool(np.array_equal(got.reshape(want.shape), want))
 
-        return run, check, n_used, launch.name, launch.geometry, grid
+        return run, check, n_used, launch.kernel, launch.geometry, grid
 
     def time_emulator(self, run) -> float:
         return self._time(run, self._numba_events)

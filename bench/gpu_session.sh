@@ -57,7 +57,7 @@ run_bench() {
   timeout 180 python3 bench/coalescing_bench.py --quick --out "$out" > "$out/coalescing_bench.txt" 2>&1
   echo "coalescing_bench rc=$?" >> "$out/coalescing_bench.txt"
   tail -30 "$out/coalescing_bench.txt"
-  timeout 100 python3 -m simt_pto.host.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
+  timeout 100 python3 -m simt_pto.host.tools.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
 }
 
 case "$stage" in

@@ -1,31 +1,28 @@
-"""Host side of the A5 target: choose the kernel for a validated call, size its launch, stage its memory, and
-run the ``(1, 1)`` Elem scalar fallbacks (MGATHER.md / MSCATTER.md, "A5 Form", "Performance Considerations — A5").
+"""Host side of the A5 target: the one A5 dispatch. A validated call becomes its :class:`CallPlan` (the kernel
+launches, :class:`~simt_pto.launch_spec.LaunchSpec`, and the host steps: the ``(1, 1)`` Elem scalar fallbacks, the
+cube core's GM -> L1 walk and copy, the staged boundary words), which :func:`run_plan` runs on an A5 backend
+(MGATHER.md / MSCATTER.md, "A5 Form", "Performance Considerations — A5").
 
-:func:`resolve_mgather` / :func:`resolve_mscatter` are the one A5 dispatch: :func:`run_mgather` / :func:`run_mscatter`
-launch what they return, ``simt-pto inspect`` compiles the same :class:`KernelLaunch` without a GPU, and the
-whole-array ops (:mod:`.large_a5`) stage their tables with :func:`scatter_table` and :func:`to_device`.
+:func:`mgather_plan` / :func:`mscatter_plan` are what a tile op launches; ``simt-pto inspect`` compiles the same
+specs without a GPU, the coalescing analyzer replays them, and the whole-array ops (:mod:`.large_a5`) build their
+plans from :func:`scatter_table` and run them with :func:`run_plan`.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from simt_pto import geometry
 from simt_pto.backend import a5_backend
-from simt_pto.enums import Coalesce, GatherExec, ScatterAtomicOp, ScatterConflict
+from simt_pto.enums import Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
 from simt_pto.kernels.a5 import simt
-from simt_pto.kernels.a5.l1 import simt_mgather_l1_elem_kernel
-from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
-from simt_pto.kernels.a5.mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
-                                          simt_mscatter_row_kernel, simt_mscatter_row_last_kernel)
 from simt_pto.kernels.index_policy import remap_index
-from simt_pto.kernels.l1_scalar import run_mgather_l1_scalar
-from simt_pto.kernels.store import BF16, F16, F32_ORDER, NATIVE
+from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
+from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, launch_spec
 
 
 def on_gpu() -> bool:
@@ -38,42 +35,60 @@ def _cuda():
     return cuda
 
 
-@dataclass
-class KernelLaunch:
-    """One SIMT launch: which kernel (by its spec name), its compile-time policy, its geometry and args
-    (``args`` follow the kernel's ``launch`` tuple, which :func:`simt.launch` supplies)."""
+def run_plan(call: CallPlan, backend: str | None = None) -> None:
+    """Run a call's plan on ``backend`` (default: the current A5 backend): inside its guard, each launch and each
+    host step, in order.
 
-    name: str
-    factory: object
-    policy: tuple
-    geometry: geometry.LaunchGeometry
-    args: list
-    write_back: list = field(default_factory=list)
-    """(arg position, host array or tuple of host arrays) pairs the kernel writes: copied back after a GPU launch."""
-    finish: object = None
-    """Called after the launch (the GM -> L1 copy)."""
-    boundary: object = None
-    """The staged boundary words of a mid-word 16-bit float Add (:class:`BoundaryWords`): the launch runs inside
-    :meth:`BoundaryWords.held`."""
+    On the GPU, device arrays are used as they are; a host array (or tuple of them) is staged on the device at
+    the first launch that takes it and used by every later launch that takes the same object, and the ones a
+    launch writes (:attr:`~simt_pto.launch_spec.LaunchSpec.writes`) are copied back once, before the next host
+    step and at the end, inside the guard. A whole-array call stages its table once, however many launches
+    (the slot-centric Last path: one per tile) write it."""
+    backend = a5_backend() if backend is None else backend
+    gpu = backend == "gpu"
+    with call.guard():
+        staging = _Staging() if gpu else None
+        for step in call.steps:
+            if isinstance(step, HostStep):
+                if gpu:
+                    staging.flush()  # a host step sees what the launches before it wrote
+                step.run()
+            elif gpu:
+                simt.launch(step, backend, staging.args(step))
+            else:
+                simt.launch(step, backend)
+        if gpu:
+            staging.flush()
+            _cuda().synchronize()
 
-    @property
-    def kernel(self):
-        """The kernel source (plain Python; :mod:`simt_pto.kernels.a5.simt` compiles it per backend)."""
-        return self.factory(*self.policy)
 
-    def run(self, backend: str | None = None) -> None:
-        """Launch on ``backend`` (default: the current A5 backend, :func:`simt_pto.backend.a5_backend`)."""
-        backend = a5_backend() if backend is None else backend
-        gpu = backend == "gpu"
-        with holding(self.boundary):
-            args = [to_device(a) for a in self.args] if gpu else list(self.args)
-            simt.launch(self.kernel, 1, self.geometry.launch_warps, args, backend)  # a tile op is one block
-            if gpu:
-                for pos, host in self.write_back:
-                    copy_to_host(args[pos], host)
-                _cuda().synchronize()
-        if self.finish is not None:
-            self.finish()
+class _Staging:
+    """The device copies of the host arguments of consecutive GPU launches, by the identity of the host object."""
+
+    def __init__(self):
+        self.staged: dict[int, tuple] = {}   # id(host) -> (host, device)
+        self.written: dict[int, object] = {}
+
+    def args(self, spec) -> tuple:
+        out = []
+        for name, value in spec.args:
+            if not holds_host_memory(value):
+                out.append(value)
+                continue
+            key = id(value)
+            if key not in self.staged:
+                self.staged[key] = (value, to_device(value))
+            if name in spec.writes:
+                self.written[key] = value
+            out.append(self.staged[key][1])
+        return tuple(out)
+
+    def flush(self) -> None:
+        """Copy back what the launches wrote, and forget the copies (a host step may change the host arrays)."""
+        for key, host in self.written.items():
+            copy_to_host(self.staged[key][1], host)
+        self.staged.clear()
+        self.written.clear()
 
 
 def to_device(arg):
@@ -122,59 +137,54 @@ def tile_bits(tile):
     return tile.data.view(tile.dtype.bits)
 
 
-def _row_idx_args(plan):
-    return plan.idx.data, plan.idx_step
-
-
-def resolve_mgather_l1(plan) -> KernelLaunch | None:
-    """The launch for a GM -> L1 MGATHER (MAT destination): ``simt_mgather_l1_elem_kernel`` for
-    ``GatherExec::Simt`` (Elem only), sized by :func:`geometry.l1_elem_geometry` over the padded NZ tile;
-    None for ``GatherExec::Scalar`` (the cube core's scalar walk, no SIMT launch).
-
-    The launch writes the GM scratch; its ``finish`` is the AIC's bulk ``copy_gm_to_cbuf`` of the first
-    ``Rows * Cols`` scratch elements onto the L1 tile."""
+def mgather_l1_plan(plan) -> CallPlan:
+    """A GM -> L1 MGATHER (MAT destination), MGATHER.md "GM → L1 Gather": for ``GatherExec::Simt`` (Elem only)
+    ``simt_mgather_l1_elem_kernel`` sized by :func:`geometry.l1_elem_geometry` over the padded NZ tile, writing the
+    GM scratch, then the AIC's bulk ``copy_gm_to_cbuf`` of the first ``Rows * Cols`` scratch elements onto the L1
+    tile; for ``GatherExec::Scalar`` the cube core's scalar walk (no SIMT launch)."""
     if plan.exec != GatherExec.SIMT:
-        return None
+        return CallPlan((HostStep("the cube core's scalar GM -> L1 walk", lambda: run_mgather_l1_scalar(plan)),))
     dst, bits, n = plan.tile, plan.dtype.bits, plan.tile_elems
     scratch = gm_memory(plan.scratch, bits)
-    geo = geometry.l1_elem_geometry(dst.rows, dst.cols)
-    args = [scratch, table_memory(plan, bits), gm_memory(plan.idx, np.uint32), plan.idx_step, plan.rows,
-            plan.cols, plan.capacity, dst.rows, n, plan.kc0]
 
     def copy_gm_to_cbuf():
         staged = scratch[:n].copy_to_host() if plan.scratch.on_device else scratch[:n]
         tile_bits(dst)[:] = staged
-    return KernelLaunch("simt_mgather_l1_elem_kernel", simt_mgather_l1_elem_kernel, (plan.rule,), geo, args,
-                        write_back=[] if plan.scratch.on_device else [(0, scratch)], finish=copy_gm_to_cbuf)
+    launch = launch_spec("simt_mgather_l1_elem_kernel", KernelPolicy(rule=plan.rule),
+                         geometry.l1_elem_geometry(dst.rows, dst.cols), writes=("scratch",), scratch=scratch,
+                         table=table_memory(plan, bits), idx=gm_memory(plan.idx, np.uint32), idx_rs=plan.idx_step,
+                         valid_rows=plan.rows, valid_cols=plan.cols, table_size=plan.capacity, tile_rows=dst.rows,
+                         tile_elems=n, kc0=plan.kc0)
+    return CallPlan((launch, HostStep("copy_gm_to_cbuf: the scratch onto the L1 tile", copy_gm_to_cbuf)))
 
 
-def resolve_mgather(plan) -> KernelLaunch | None:
-    """The launch for an MGATHER; None for the ``(1, 1)`` Elem case (``MGatherScalarImpl``) and for the
-    scalar GM -> L1 walk (see :func:`resolve_mgather_l1`)."""
+def mgather_plan(plan) -> CallPlan:
+    """What an MGATHER launches: ``simt_mgather_row_kernel`` / ``simt_mgather_elem_kernel`` (one block), the
+    ``(1, 1)`` Elem case's ``MGatherScalarImpl``, or the GM -> L1 path (:func:`mgather_l1_plan`)."""
     if plan.l1:
-        return resolve_mgather_l1(plan)
+        return mgather_l1_plan(plan)
     dst, table = plan.tile, table_memory(plan, plan.dtype.bits)
-    dst_bits = tile_bits(dst)
     rs, cs = dst.strides
+    policy = KernelPolicy(rule=plan.rule)
     if plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(plan.rows, plan.cols)
-        idx, step = _row_idx_args(plan)
-        args = [dst_bits, rs, cs, idx, step, table, plan.capacity, plan.rows, plan.cols, plan.rows,
-                geo.row_warps, geo.warps_per_row]
-        return KernelLaunch("simt_mgather_row_kernel", simt_mgather_row_kernel, (plan.rule,), geo, args,
-                            write_back=[(0, dst_bits)])
+        return CallPlan((launch_spec(
+            "simt_mgather_row_kernel", policy, geo, writes=("dst",), dst=tile_bits(dst), dst_rs=rs, dst_cs=cs,
+            idx=plan.idx.data, idx_step=plan.idx_step, table=table, table_rows=plan.capacity, valid_rows=plan.rows,
+            valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps, warps_per_row=geo.warps_per_row),))
     if plan.rows == 1 and plan.cols == 1:
-        return None
-    geo = geometry.elem_geometry(plan.rows, plan.cols)
+        return CallPlan((HostStep("MGatherScalarImpl: the (1, 1) Elem gather on the AIV scalar pipe",
+                                  lambda: mgather_scalar_impl(plan)),))
     irs, ics = plan.idx.strides
-    args = [dst_bits, rs, cs, plan.idx.data, irs, ics, table, plan.capacity, plan.rows, plan.cols, plan.rows]
-    return KernelLaunch("simt_mgather_elem_kernel", simt_mgather_elem_kernel, (plan.rule,), geo, args,
-                        write_back=[(0, dst_bits)])
+    return CallPlan((launch_spec(
+        "simt_mgather_elem_kernel", policy, geometry.elem_geometry(plan.rows, plan.cols), writes=("dst",),
+        dst=tile_bits(dst), dst_rs=rs, dst_cs=cs, idx=plan.idx.data, idx_rs=irs, idx_cs=ics, table=table,
+        table_size=plan.capacity, valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows),))
 
 
-def element_format(plan) -> int:
+def element_format(plan) -> ElementFormat:
     """The scatter's element format (:func:`simt_pto.kernels.store.element_format`); a 16-bit float Add on a table
-    that starts or ends mid-word takes the F16_EDGE / BF16_EDGE form (:func:`half_atomic_words`)."""
+    that starts or ends mid-word takes the F16_EDGE / BF16_EDGE form (:class:`BoundaryWords`)."""
     fmt = store.element_format(plan.atomic, plan.dtype.name)
     if fmt in store.EDGE and not _whole_words(table_memory(plan, np.uint16)):
         return store.EDGE[fmt]
@@ -191,12 +201,12 @@ def scatter_table(plan, fmt):
     the (int32, uint32) views for float32 Max / Min, the table's uint32 words for 16-bit float atomics, and for
     a table that starts or ends mid-word the word triple of a :class:`BoundaryWords` (returned as ``boundary``:
     the launch must run inside its :meth:`BoundaryWords.held`, see :func:`holding`)."""
-    if fmt == NATIVE:
+    if fmt == ElementFormat.NATIVE:
         dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
         return table_memory(plan, dtype), None
-    if fmt == F32_ORDER:
+    if fmt == ElementFormat.F32_ORDER:
         return (table_memory(plan, np.int32), table_memory(plan, np.uint32)), None
-    if fmt in (F16, BF16):
+    if fmt in (ElementFormat.F16, ElementFormat.BF16):
         return table_memory(plan, np.uint32), None
     boundary = BoundaryWords(plan)
     return boundary.arg, boundary
@@ -226,6 +236,8 @@ class BoundaryWords:
     odd 2-byte offset), bit 1 when that first word is staged (``words`` then starts at the next word). Element
     ``e`` is half ``(e + (head & 1)) & 1`` of word ``((e + (head & 1)) >> 1) - (head >> 1)`` of ``words``; an index
     past either end of ``words`` is ``edge[0]`` / ``edge[1]``. O(1) extra memory and traffic."""
+
+    GUARD_NAME = "stage the mid-word boundary words before the launches, publish them after (under their locks)"
 
     def __init__(self, plan):
         self.device = plan.table.on_device
@@ -379,51 +391,72 @@ def base_address(array) -> int:
     return array.device_ctypes_pointer.value
 
 
-def resolve_mscatter(plan) -> KernelLaunch | None:
-    """The launch for an MSCATTER; None for the ``(1, 1)`` Elem case (``MScatterScalarImpl``)."""
-    src = plan.tile
-    fmt = element_format(plan)
-    src_data = src.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
-    rs, cs = src.strides
-    last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
+def scatter_policy(plan, fmt: ElementFormat) -> KernelPolicy:
+    """The compile-time policy of a scatter's kernels."""
+    return KernelPolicy(rule=plan.rule, atomic=plan.atomic, fmt=fmt, conflict=plan.conflict)
+
+
+def mscatter_plan(plan) -> CallPlan:
+    """What an MSCATTER launches: the source-centric ``simt_mscatter_row_kernel`` / ``simt_mscatter_elem_kernel``
+    (atomics, Conflict::Default), the slot-centric ``simt_mscatter_row_last_kernel`` /
+    ``simt_mscatter_elem_last_kernel`` (Conflict::Last), or the ``(1, 1)`` Elem case's ``MScatterScalarImpl``;
+    a mid-word 16-bit float Add runs inside its boundary words' guard."""
     if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
-        return None
+        if plan.table.on_device:  # one lane of the Elem kernel: a device atomic, as every other writer's
+            return _elem_scatter_plan(plan)
+        return CallPlan((HostStep("MScatterScalarImpl: the (1, 1) Elem scatter on the AIV scalar pipe",
+                                  lambda: mscatter_scalar_impl(plan)),))
+    if plan.coalesce == Coalesce.ELEM and not _last(plan):
+        return _elem_scatter_plan(plan)
+    fmt = element_format(plan)
     table, boundary = scatter_table(plan, fmt)
-    # Host memory (a host table, the 16-bit atomic boundary words) comes back after a GPU launch.
-    write_back = [(0, table)] if holds_host_memory(table) else []
-    if plan.coalesce == Coalesce.ROW:
-        idx, step = _row_idx_args(plan)
-        if last:
-            geo = geometry.last_geometry(plan.capacity)
-            args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols]
-            return KernelLaunch("simt_mscatter_row_last_kernel", simt_mscatter_row_last_kernel, (plan.rule,),
-                                geo, args, write_back=write_back, boundary=boundary)
+    src = plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
+    rs, cs = plan.tile.strides
+    policy = scatter_policy(plan, fmt)
+    if plan.coalesce == Coalesce.ROW and _last(plan):
+        launch = launch_spec("simt_mscatter_row_last_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
+                             geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
+                             src_cs=cs, idx=plan.idx.data, idx_step=plan.idx_step, table_rows=plan.capacity,
+                             valid_rows=plan.rows, valid_cols=plan.cols)
+    elif plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(plan.rows, plan.cols)
-        args = [table, src_data, rs, cs, idx, step, plan.capacity, plan.rows, plan.cols, plan.rows,
-                geo.row_warps, geo.warps_per_row]
-        return KernelLaunch("simt_mscatter_row_kernel", simt_mscatter_row_kernel, (plan.rule, int(plan.atomic), fmt),
-                            geo, args, write_back=write_back, boundary=boundary)
-    if last:
+        launch = launch_spec("simt_mscatter_row_kernel", policy, geo, writes=("table",), table=table, src=src,
+                             src_rs=rs, src_cs=cs, idx=plan.idx.data, idx_step=plan.idx_step, table_rows=plan.capacity,
+                             valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps,
+                             warps_per_row=geo.warps_per_row)
+    else:
         irs, ics = plan.idx.strides
-        geo = geometry.last_geometry(plan.capacity)
-        args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols]
-        return KernelLaunch("simt_mscatter_elem_last_kernel", simt_mscatter_elem_last_kernel, (plan.rule,),
-                            geo, args, write_back=write_back, boundary=boundary)
-    return _elem_scatter_launch(plan, fmt, table, boundary)
+        launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
+                             geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
+                             src_cs=cs, idx=plan.idx.data, idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
+                             valid_rows=plan.rows, valid_cols=plan.cols)
+    return guarded((launch,), boundary)
 
 
-def _elem_scatter_launch(plan, fmt=None, table=None, boundary=None) -> KernelLaunch:
+def _last(plan) -> bool:
+    return plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
+
+
+def guarded(steps, boundary) -> CallPlan:
+    """The plan of ``steps``, run inside ``boundary``'s :meth:`BoundaryWords.held` when a mid-word 16-bit float
+    Add has one (:func:`scatter_table`)."""
+    if boundary is None:
+        return CallPlan(tuple(steps))
+    return CallPlan(tuple(steps), guard=boundary.held, guard_name=BoundaryWords.GUARD_NAME)
+
+
+def _elem_scatter_plan(plan) -> CallPlan:
     """``simt_mscatter_elem_kernel`` over the plan's tile (also the device form of the ``(1, 1)`` fallback)."""
-    if fmt is None:
-        fmt = element_format(plan)
-        table, boundary = scatter_table(plan, fmt)
-    src_data = plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
+    fmt = element_format(plan)
+    table, boundary = scatter_table(plan, fmt)
     rs, cs = plan.tile.strides
     irs, ics = plan.idx.strides
-    geo = geometry.elem_geometry(plan.rows, plan.cols)
-    args = [table, src_data, rs, cs, plan.idx.data, irs, ics, plan.capacity, plan.rows, plan.cols, plan.rows]
-    return KernelLaunch("simt_mscatter_elem_kernel", simt_mscatter_elem_kernel, (plan.rule, int(plan.atomic), fmt),
-                        geo, args, write_back=[(0, table)] if holds_host_memory(table) else [], boundary=boundary)
+    launch = launch_spec("simt_mscatter_elem_kernel", scatter_policy(plan, fmt),
+                         geometry.elem_geometry(plan.rows, plan.cols), writes=("table",), table=table,
+                         src=plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), src_rs=rs,
+                         src_cs=cs, idx=plan.idx.data, idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
+                         valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows)
+    return guarded((launch,), boundary)
 
 
 # -- the (1, 1) Elem scalar fallbacks: no SIMT launch ---------------------------------------------------
@@ -445,41 +478,31 @@ def mgather_scalar_impl(plan) -> None:
 
 def mscatter_scalar_impl(plan) -> None:
     """``MScatterScalarImpl`` (MSCATTER.md, A5): the ``(1, 1)`` Elem scatter on the AIV scalar pipe, one
-    read-modify-write of the slot. It runs as an atomic (:func:`simt_pto.kernels.a5.simt.host_store` on host
-    memory, one lane of ``simt_mscatter_elem_kernel`` on a device table), as every other writer of the table does,
-    so that calls from several threads lose no update."""
+    read-modify-write of the slot in host memory. It runs as an atomic (:func:`simt_pto.kernels.a5.simt.host_store`),
+    as every other writer of the table does, so that calls from several threads lose no update (a device table
+    takes one lane of ``simt_mscatter_elem_kernel`` instead: :func:`mscatter_plan`)."""
     slot, in_range = _scalar_slot(plan)
     if not in_range:
-        return
-    if plan.table.on_device:
-        _elem_scatter_launch(plan).run("gpu")
         return
     fmt = element_format(plan)
     at = plan.tile.offsets()[0, 0]
     value = plan.tile.data[at:at + 1].view(store.source_dtype(plan.atomic, fmt, plan.dtype))[0]
     table, boundary = scatter_table(plan, fmt)
     with holding(boundary):
-        simt.host_store(int(plan.atomic), fmt)(table, slot, value)
+        simt.host_store(plan.atomic, fmt)(table, slot, value)
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
-    """MGATHER on A5: the launch :func:`resolve_mgather` returns on ``backend``, or a scalar path (the ``(1, 1)``
-    Elem fallback, the cube core's GM -> L1 walk)."""
-    if plan.l1:  # GM -> L1: the SIMT executor's launch, or the cube core's scalar walk
-        launch = resolve_mgather_l1(plan)
-        run_mgather_l1_scalar(plan) if launch is None else launch.run(backend)
-        return
-    launch = resolve_mgather(plan)
-    mgather_scalar_impl(plan) if launch is None else launch.run(backend)
+    """MGATHER on A5: :func:`mgather_plan` run on ``backend``."""
+    run_plan(mgather_plan(plan), backend)
 
 
 def run_mscatter(plan, backend: str | None = None) -> None:
-    """MSCATTER on A5: the launch :func:`resolve_mscatter` returns on ``backend``, or the ``(1, 1)`` Elem fallback."""
-    launch = resolve_mscatter(plan)
-    mscatter_scalar_impl(plan) if launch is None else launch.run(backend)
+    """MSCATTER on A5: :func:`mscatter_plan` run on ``backend``."""
+    run_plan(mscatter_plan(plan), backend)
 
 
-__all__ = ["KernelLaunch", "base_address", "copy_to_host", "element_format", "gm_memory", "BoundaryWords", "holding",
-           "holds_host_memory", "mgather_scalar_impl", "mscatter_scalar_impl", "on_gpu", "resolve_mgather",
-           "resolve_mgather_l1", "resolve_mscatter", "run_mgather", "run_mscatter", "scatter_table", "table_memory",
-           "tile_bits", "to_device"]
+__all__ = ["BoundaryWords", "base_address", "copy_to_host", "element_format", "gm_memory", "guarded", "holding",
+           "holds_host_memory", "mgather_l1_plan", "mgather_plan", "mgather_scalar_impl", "mscatter_plan",
+           "mscatter_scalar_impl", "on_gpu", "run_mgather", "run_plan", "run_mscatter", "scatter_policy",
+           "scatter_table", "table_memory", "tile_bits", "to_device"]

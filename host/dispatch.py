@@ -5,7 +5,8 @@
 * ``cpu``: :mod:`simt_pto.kernels.cpu`, the CPU simulator's semantics in numpy (the golden);
 * ``a2a3``: :mod:`simt_pto.kernels.a2a3`, the A2/A3 paths as sequential Numba loops;
 * ``a5``: :mod:`simt_pto.host.a5`, the SIMT kernels' dispatch, on the backend :func:`simt_pto.backend.a5_backend`
-  chooses at the first A5 call (``gpu``, ``cpu`` or ``simulator``; ``SIMT_PTO_A5_BACKEND`` / ``set_a5_backend``).
+  chooses at the first A5 call (``gpu``, ``multicore`` or ``simulator``; ``SIMT_PTO_A5_BACKEND`` /
+  ``set_a5_backend``).
 
 Each target's code is imported at its first call, so ``import simt_pto`` loads no kernel.
 """

@@ -15,112 +15,78 @@ core). The result is that of issuing the tiles in order:
   an atomic max and then writes each slot from its owner (``last_path="owner"``): bitwise identical,
   O(sources) work instead of O(slots x sources). ``"auto"`` picks by that cost.
 
-``target="a2a3"`` and ``"cpu"`` run the same tiles in order through the tile ops, so every result
-has a golden. Arrays may be numpy, or (GPU backend) CuPy / PyTorch / Numba device arrays, which
-stay on the device.
+``target="a2a3"`` and ``"cpu"`` run the same tiles in order on the target's own code, so every result has a
+golden. Arrays may be numpy, or (GPU backend) CuPy / PyTorch / Numba device arrays, which stay on the device.
+
+A call is validated once, as one full tile (:func:`simt_pto.host.tiling.full_tiles`, ``constraints.plan_*``)
+plus its indices as a whole (:func:`simt_pto.plan.check_indices`), before anything is written. Then it becomes
+one :class:`~simt_pto.launch_spec.CallPlan`: on ``a5`` the kernel launches of :mod:`.large_a5`; on the
+sequential targets one host step per tile, each running that validated plan, re-pointed at the tile
+(:func:`simt_pto.host.tiling.tile_plan`), on the target (:func:`simt_pto.host.dispatch.runner`). :func:`gather_plan`
+/ :func:`scatter_plan` give that plan without running it.
 """
 from __future__ import annotations
 
-import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
-from simt_pto import aliasing, constraints, ub
-from simt_pto.enums import (BLayout, Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
+from simt_pto import aliasing, constraints
+from simt_pto.enums import (Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
 from simt_pto.errors import ConstraintError
+from simt_pto.launch_spec import CallPlan, HostStep
+from simt_pto.plan import Plan, check_indices
+from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
-from simt_pto.tile import Tile
 
+from . import dispatch, tiling
 from .arrays import WholeArray, to_host, wrap
 
-DEFAULT_MAX_TILE_ROWS = 256
-"""Default cap on rows per Row tile: more, smaller tiles give a GPU more blocks to run at once."""
-DEFAULT_MAX_TILE_ELEMS = 4096
-"""Default cap on elements per Elem tile (four per thread of a full 1024-thread block)."""
 SLOT_PATH_MAX_WORK = 1 << 22
 """``last_path="auto"`` uses the slot-centric kernels while slots x sources stays below this."""
+LAST_PATHS = ("auto", "slot", "owner")
 
 
-# -- tiling --------------------------------------------------------------------------------------------
+@dataclass
+class _Call:
+    """A validated whole-array call: its arrays, the rows per tile and the plan of one full tile."""
 
-def _round_up(n, unit):
-    return -(-n // unit) * unit
-
-
-def fit_tile_rows(tile_rows: int, tile_bytes, budget) -> int:
-    """``tile_rows`` halved until the tiles of that many rows fit the UB: ``tile_bytes(rows) <= budget`` (no limit
-    when ``budget`` is None), or one row."""
-    limit = math.inf if budget is None else budget
-    while tile_rows > 1 and tile_bytes(tile_rows) > limit:
-        tile_rows = max(1, tile_rows // 2)
-    return tile_rows
+    target: str
+    coalesce: Coalesce
+    table: WholeArray
+    idx: WholeArray
+    tile_rows: int
+    plan: Plan
+    src: WholeArray | None = None
 
 
-def default_tile_rows(coalesce, rows: int, cols: int, tile_bytes, budget) -> int:
-    """Rows per tile when the caller names none (the whole-array ops and the coalescing analyzer): at most
-    DEFAULT_MAX_TILE_ROWS (Row) or DEFAULT_MAX_TILE_ELEMS // cols (Elem) and ``rows``, then :func:`fit_tile_rows`."""
-    cap = DEFAULT_MAX_TILE_ROWS if coalesce == Coalesce.ROW else max(1, DEFAULT_MAX_TILE_ELEMS // cols)
-    return fit_tile_rows(min(rows, cap), tile_bytes, budget)
+# -- validation --------------------------------------------------------------------------------------------
 
-
-def _tiles_for(op, target, coalesce, dtype, idx_dtype, rows, cols, tile_rows, dyn_ubuf_size):
-    """The data and index Tiles of one full tile (for validation) and the rows per tile."""
-    def build(tr):
-        if coalesce == Coalesce.ROW:
-            data = Tile(dtype, tr, _round_up(cols, 32 // dtype.itemsize), valid=(tr, cols))
-            idx = Tile(idx_dtype, 1, _round_up(tr, 8), valid=(1, tr))
-        elif cols == 1:  # a 1-D element array: [R, 1] ColMajor tiles
-            blayout = BLayout.COL_MAJOR if target == "a5" else BLayout.ROW_MAJOR
-            unit = 32 // dtype.itemsize if target == "a5" else 1
-            data = Tile(dtype, _round_up(tr, unit), 1 if target == "a5" else 32 // dtype.itemsize,
-                        blayout=blayout, valid=(tr, 1))
-            idx = Tile(idx_dtype, _round_up(tr, 8) if target == "a5" else tr, 1 if target == "a5" else 8,
-                       blayout=blayout, valid=(tr, 1))
-        else:
-            data = Tile(dtype, tr, _round_up(cols, 32 // dtype.itemsize), valid=(tr, cols))
-            idx = Tile(idx_dtype, tr, _round_up(cols, 8), valid=(tr, cols))
-        return data, idx
-
-    if tile_rows is None:
-        tile_rows = default_tile_rows(coalesce, rows, cols, lambda tr: sum(t.nbytes for t in build(tr)),
-                                      ub.budget(op, target, dyn_ubuf_size))
-    elif isinstance(tile_rows, bool) or not isinstance(tile_rows, (int, np.integer)) or tile_rows < 1:
-        raise TypeError(f"tile_rows must be a positive int, got {tile_rows!r}")
-    tile_rows = min(int(tile_rows), rows)
-    return (*build(tile_rows), tile_rows)
-
-
-def _check_indices(op, target, idx: WholeArray, capacity, rule, strict):
-    """UNDEFINED under strict: refuse out-of-range indices before anything is written."""
-    from simt_pto.policy import IDENTITY
-    if rule != IDENTITY:
-        return
+def _check_indices(op, target, idx: WholeArray, capacity, rule):
+    """Refuse out-of-range indices before anything is written (:func:`simt_pto.plan.check_indices`, on the whole
+    index array: counted on the device for a device array)."""
     if idx.device:
-        bad_count, first = _device_bad_indices(idx, capacity)
-        if bad_count:
-            host = to_host(idx).reshape(-1)
-            raise constraints.out_of_range(op, target, capacity, [first], [int(host[first]) & 0xFFFFFFFF], bad_count)
-        return
-    raw = to_host(idx).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
-    if int(raw.max()) < capacity:  # one pass, no temporaries: positions are built only on failure
-        return
-    bad = np.flatnonzero(raw >= capacity)
-    raise constraints.out_of_range(op, target, capacity, bad[:5].tolist(), raw[bad[:5]].tolist(), int(bad.size))
+        check_indices(op, target, capacity, rule, scan=lambda: _device_scan(idx, capacity))
+    else:
+        check_indices(op, target, capacity, rule, to_host(idx).reshape(-1).view(np.uint32))
 
 
-def _device_bad_indices(idx: WholeArray, capacity):
-    from numba import cuda
-    from simt_pto.kernels.a5.validate import count_out_of_range
+def _device_scan(idx: WholeArray, capacity):
+    """``(count, first position, its uint32 value)`` of the out-of-range indices of a device index array, counted
+    by the device kernel ``count_out_of_range`` (no copy of the indices to the host)."""
+    from numba import cuda  # a device array: numba.cuda is in real mode already
+    from simt_pto.kernels.a5.index_check import count_out_of_range
     dev = cuda.as_cuda_array(idx.obj).reshape(idx.size)
     out = cuda.to_device(np.array([0, idx.size], dtype=np.int64))
     count_out_of_range[max(1, min(1024, -(-idx.size // 1024))), 1024](dev, capacity, out)
-    count, first = out.copy_to_host()
-    return int(count), int(first)
+    count, first = (int(v) for v in out.copy_to_host())
+    value = int(dev[first:first + 1].copy_to_host()[0]) & 0xFFFFFFFF if count else 0
+    return count, first, value
 
 
-def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype, check=None):
+def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check=None) -> _Call:
     """Wrap and validate a whole-array call: the arrays, then ``check(table, idx)`` (the call's own operands),
     then the target's rules (the plan of one full tile) and the indices."""
     target = target_from_any(target)
@@ -129,19 +95,81 @@ def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict,
     idx_a = wrap(idx, "idx")
     if coalesce == Coalesce.ROW and idx_a.cols != 1:
         raise ConstraintError(op, target, "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
-    if check is not None:
-        check(table_a, idx_a)
+    src_a = None if check is None else check(table_a, idx_a)
     cols = table_a.cols if coalesce == Coalesce.ROW else max(idx_a.cols, 1)
     # an empty index array is validated as one row (the call's rules), then runs nothing
-    data_tile, idx_tile, tile_rows = _tiles_for(op, target, coalesce, table_a.dtype, idx_a.dtype, max(idx_a.rows, 1),
-                                                cols, tile_rows, dyn_ubuf_size)
+    data_tile, idx_tile, tile_rows = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype,
+                                                       max(idx_a.rows, 1), cols, tile_rows, dyn_ubuf_size)
     # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
     shape = table_a.shape if coalesce == Coalesce.ROW else (table_a.size,)
     gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
-    plan = plan_fn(target, gt, data_tile, idx_tile, coalesce, strict, dyn_ubuf_size)
+    plan = plan_fn(target, gt, data_tile, idx_tile, coalesce)
     if idx_a.size:
-        _check_indices(op, target, idx_a, plan.capacity, plan.rule, strict)
-    return target, coalesce, table_a, idx_a, tile_rows, plan
+        _check_indices(op, target, idx_a, plan.capacity, plan.rule)
+    return _Call(target, coalesce, table_a, idx_a, tile_rows, plan, src_a)
+
+
+def _host_tensor(plan, host_table):
+    return GlobalTensor(host_table, shape=plan.table.shape, stride=plan.table.stride, dtype=plan.dtype)
+
+
+def _run(call: CallPlan, target: str) -> None:
+    if target == "a5":
+        from .a5 import run_plan  # the A5 side loads the kernels and Numba: only for target a5
+        run_plan(call)
+        return
+    with call.guard():
+        for step in call.steps:
+            step.run()
+
+
+# -- gather ------------------------------------------------------------------------------------------------
+
+def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend=None):
+    """``(plan, result)`` of a whole-array gather: validated, built, not run; ``result()`` after the run."""
+    oob = from_any(GatherOOB, oob, "oob")
+
+    def plan_fn(target, gt, data_tile, idx_tile, coalesce):
+        return constraints.plan_mgather(target, data_tile, gt, idx_tile, coalesce, oob,
+                                        constraints.GatherExec.SCALAR, None, strict, dyn_ubuf_size)
+
+    c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype)
+    row = c.coalesce == Coalesce.ROW
+    out_shape = (c.idx.rows, c.table.cols) if row else c.idx.shape
+    out_cols = c.table.cols if row else c.idx.cols
+    if c.idx.size == 0:
+        return CallPlan(()), lambda: np.zeros(out_shape, dtype=c.table.dtype.numpy)
+    if c.target == "a5":
+        from . import large_a5  # the A5 side loads the kernels and Numba: only for target a5
+        call, gathered = large_a5.gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
+        return call, lambda: gathered().reshape(out_shape)
+    out = np.zeros((c.idx.rows, out_cols), dtype=c.table.dtype.numpy)
+    gt = _host_tensor(c.plan, to_host(c.table))
+    host_idx = to_host(c.idx).reshape(c.idx.rows, c.idx.cols)
+
+    def gather_tile(r0, r1):
+        tile = tiling.tile_plan(c.plan, host_idx[r0:r1], table=gt)
+        dispatch.run_mgather(tile)
+        out[r0:r1] = tile.tile.valid_numpy()
+    return _tile_steps("MGATHER", c, gather_tile), lambda: out.reshape(out_shape)
+
+
+def _tile_steps(op, c: _Call, run_tile, after=()) -> CallPlan:
+    """The sequential targets' plan: one host step per tile, in order (tile ``b``: rows ``[b * tile_rows, ...)``),
+    then ``after``."""
+    rows = c.idx.rows
+    steps = [HostStep(f"{op} tile [{r0}, {min(r0 + c.tile_rows, rows)}) on {c.target}",
+                      lambda r0=r0: run_tile(r0, min(r0 + c.tile_rows, rows)))
+             for r0 in tiling.tile_starts(rows, c.tile_rows)]
+    return CallPlan(tuple(steps) + tuple(after))
+
+
+def gather_plan(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_rows=None, dyn_ubuf_size=None,
+                strict=True, dtype=None, backend=None) -> CallPlan:
+    """What :func:`gather` with these arguments runs, validated and built but not run: on ``a5`` its kernel launch
+    (:func:`simt_pto.host.large_a5.gather_plan`, for ``backend``, default the current A5 backend), on ``a2a3`` /
+    ``cpu`` one host step per tile. Raises what :func:`gather` raises for a call it refuses."""
+    return _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend)[0]
 
 
 def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_rows=None, dyn_ubuf_size=None,
@@ -153,31 +181,73 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
     (numpy for numpy inputs; on the GPU backend a device array of the table's kind otherwise).
     ``dtype`` reinterprets the table's elements (e.g. ``"bfloat16"`` over a uint16 device array).
     """
-    oob = from_any(GatherOOB, oob, "oob")
+    call, result = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
+    _run(call, target_from_any(target))
+    return result()
 
-    def plan_fn(target, gt, data_tile, idx_tile, coalesce, strict, dyn):
-        return constraints.plan_mgather(target, data_tile, gt, idx_tile, coalesce, oob,
-                                        constraints.GatherExec.SCALAR, None, strict, dyn)
 
-    target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
-        "MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype)
-    out_shape = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else idx_a.shape
-    out_cols = table_a.cols if coalesce == Coalesce.ROW else idx_a.cols
-    if idx_a.size == 0:
-        return np.zeros(out_shape, dtype=table_a.dtype.numpy)
-    if target == "a5":
-        from . import large_a5
-        return large_a5.gather(plan, table_a, idx_a, tile_rows, out_shape, out_cols)
-    out = np.zeros((idx_a.rows, out_cols), dtype=table_a.dtype.numpy)
-    host_table, host_idx = to_host(table_a), to_host(idx_a).reshape(idx_a.rows, idx_a.cols)
-    for r0 in range(0, idx_a.rows, tile_rows):
-        r1 = min(r0 + tile_rows, idx_a.rows)
-        dst, it = _tile_pair(plan, host_idx[r0:r1], None, coalesce)
-        from simt_pto.ops import mgather
-        mgather(dst, _host_tensor(plan, host_table), it, coalesce=coalesce, oob=oob, target=target, strict=strict,
-                dyn_ubuf_size=dyn_ubuf_size)
-        out[r0:r1] = dst.valid_numpy()
-    return out.reshape(out_shape)
+# -- scatter -----------------------------------------------------------------------------------------------
+
+def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
+             last_path, dtype, backend=None, owner=None) -> CallPlan:
+    """The plan of a whole-array scatter: validated, built, not run."""
+    atomic = from_any(ScatterAtomicOp, atomic, "atomic")
+    oob = from_any(ScatterOOB, oob, "oob")
+    conflict = from_any(ScatterConflict, conflict, "conflict")
+    if last_path not in LAST_PATHS:
+        raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
+    target = target_from_any(target)
+    coalesce = from_any(Coalesce, coalesce, "coalesce")
+    if target == "cpu" and coalesce == Coalesce.ROW:
+        return _cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
+                                dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype)
+
+    def plan_fn(target, gt, data_tile, idx_tile, coalesce):
+        return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict,
+                                         dyn_ubuf_size)
+
+    def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
+        src_a = wrap(src, "src", dtype)
+        want = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else (idx_a.rows, idx_a.cols)
+        if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
+            raise ConstraintError("MSCATTER", target, "src matches idx (and the table row width, Row) and the table dtype",
+                                  f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+        aliasing.check_disjoint("MSCATTER", target, {"table": table_a.obj}, {"src": src_a.obj, "idx": idx_a.obj})
+        return src_a
+
+    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check_src)
+    if c.idx.size == 0:
+        return CallPlan(())
+    if c.target == "a5":
+        from . import large_a5  # the A5 side loads the kernels and Numba: only for target a5
+        return large_a5.scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path, SLOT_PATH_MAX_WORK,
+                                     backend, owner)
+    host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
+    gt = _host_tensor(c.plan, host_table)
+    host_src = to_host(c.src).reshape(c.src.rows, c.src.cols)
+    host_idx = to_host(c.idx).reshape(c.idx.rows, c.idx.cols)
+
+    def scatter_tile(r0, r1):
+        dispatch.run_mscatter(tiling.tile_plan(c.plan, host_idx[r0:r1], host_src[r0:r1], table=gt))
+    after = ()
+    if c.table.device:
+        def write_back():
+            from numba import cuda  # a device array: numba.cuda is in real mode already
+            dev = cuda.as_cuda_array(c.table.obj)
+            dev.copy_to_device(host_table.view(dev.dtype))
+        after = (HostStep("copy the table back to the device", write_back),)
+    return _tile_steps("MSCATTER", c, scatter_tile, after)
+
+
+def scatter_plan(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", conflict="last", target="a5",
+                 tile_rows=None, dyn_ubuf_size=None, strict=True, last_path="auto", dtype=None, backend=None,
+                 owner=None) -> CallPlan:
+    """What :func:`scatter` with these arguments runs, validated and built but not run (nothing is written): on
+    ``a5`` its kernel launches (:func:`simt_pto.host.large_a5.scatter_plan`, for ``backend``, default the current
+    A5 backend; ``owner`` forces the owner path's layout, ``"dense"`` or ``"compact"``), on ``a2a3`` / ``cpu`` one
+    host step per tile. Raises what :func:`scatter` raises for a call it refuses."""
+    return _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
+                    last_path, dtype, backend, owner)
 
 
 def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", conflict="last", target="a5",
@@ -187,65 +257,22 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     Returns ``table``. ``last_path`` (Conflict::Last, atomic NONE on a5): ``"slot"``, ``"owner"`` or
     ``"auto"``; see the module docstring.
     """
-    atomic = from_any(ScatterAtomicOp, atomic, "atomic")
-    oob = from_any(ScatterOOB, oob, "oob")
-    conflict = from_any(ScatterConflict, conflict, "conflict")
-    if last_path not in ("auto", "slot", "owner"):
-        raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
-
-    def plan_fn(target, gt, data_tile, idx_tile, coalesce, strict, dyn):
-        return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict, dyn)
-
-    if target_from_any(target) == "cpu" and from_any(Coalesce, coalesce, "coalesce") == Coalesce.ROW:
-        return _cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
-                                dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype)
-    operands = {}
-
-    def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
-        src_a = wrap(src, "src", dtype)
-        row = from_any(Coalesce, coalesce, "coalesce") == Coalesce.ROW
-        want = (idx_a.rows, table_a.cols) if row else (idx_a.rows, idx_a.cols)
-        if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
-            raise ConstraintError("MSCATTER", target_from_any(target),
-                                  "src matches idx (and the table row width, Row) and the table dtype",
-                                  f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
-        aliasing.check_disjoint("MSCATTER", target_from_any(target), {"table": table_a.obj},
-                                {"src": src_a.obj, "idx": idx_a.obj})
-        operands["src"] = src_a
-
-    target, coalesce, table_a, idx_a, tile_rows, plan = _prepare(
-        "MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, strict, plan_fn, dtype, check_src)
-    src_a = operands["src"]
-    if idx_a.size == 0:
-        return table
-    if target == "cpu" and atomic != ScatterAtomicOp.NONE:
-        warnings.warn(f"MSCATTER on cpu: atomic {atomic.name} is a plain replace on the CPU simulator "
-                      "(MSCATTER.md, CPU Reference Form: 'Atomic is always plain replace'); target='a2a3' is the "
-                      "sequential golden for atomics", UserWarning, stacklevel=2)
-    if target == "a5":
-        from . import large_a5
-        large_a5.scatter(plan, table_a, src_a, idx_a, tile_rows, last_path, SLOT_PATH_MAX_WORK)
-        return table
-    host_table, host_src = to_host(table_a), to_host(src_a).reshape(src_a.rows, src_a.cols)
-    host_idx = to_host(idx_a).reshape(idx_a.rows, idx_a.cols)
-    gt = _host_tensor(plan, host_table)
-    from simt_pto.ops import mscatter
-    for r0 in range(0, idx_a.rows, tile_rows):
-        r1 = min(r0 + tile_rows, idx_a.rows)
-        st, it = _tile_pair(plan, host_idx[r0:r1], host_src[r0:r1], coalesce)
-        mscatter(gt, st, it, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
-                 strict=strict, dyn_ubuf_size=dyn_ubuf_size)
-    if table_a.device:
-        from numba import cuda
-        dev = cuda.as_cuda_array(table_a.obj)
-        dev.copy_to_device(host_table.view(dev.dtype))
+    call = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
+                    last_path, dtype)
+    target = target_from_any(target)
+    if target == "cpu" and from_any(ScatterAtomicOp, atomic, "atomic") != ScatterAtomicOp.NONE and call.steps:
+        warnings.warn(f"MSCATTER on cpu: atomic {from_any(ScatterAtomicOp, atomic, 'atomic').name} is a plain "
+                      "replace on the CPU simulator (MSCATTER.md, CPU Reference Form: 'Atomic is always plain "
+                      "replace'); target='a2a3' is the sequential golden for atomics", UserWarning, stacklevel=2)
+    _run(call, target)
     return table
 
 
-def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, strict, dtype):
-    """A whole-array Row scatter on the ``cpu`` target: the CPU simulator's MSCATTER walks element-wise, so
-    row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order (MSCATTER.md,
-    CPU Reference Form). Row indices are checked as rows first."""
+def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, strict, dtype) -> CallPlan:
+    """The plan of a whole-array Row scatter on the ``cpu`` target: the CPU simulator's MSCATTER walks element-wise,
+    so row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order
+    (MSCATTER.md, CPU Reference Form). Row indices are checked as rows first (the CPU simulator ignores ScatterOOB:
+    out-of-range rows are refused under ``strict``, else dropped)."""
     op = "MSCATTER"
     table_a = wrap(table, "table", dtype, two_d_only=True)
     idx_a = wrap(idx, "idx")
@@ -260,40 +287,16 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     if table_a.size >= 2 ** 32:
         raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
                               f"table has {table_a.size} elements")
-    rows = to_host(idx_a).reshape(-1).view(np.uint32).astype(np.int64)  # the ISA's cast: -1 is 4294967295
+    bits = to_host(idx_a).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
+    check_indices(op, "cpu", table_a.rows, index_rule(ScatterOOB.UNDEFINED, strict), bits)
+    rows = bits.astype(np.int64)
     keep = rows < table_a.rows
-    if not keep.all():
-        bad = np.flatnonzero(~keep)
-        if strict:  # the CPU simulator uses every index unchecked (it ignores ScatterOOB)
-            raise constraints.out_of_range(op, "cpu", table_a.rows, bad[:5].tolist(), rows[bad[:5]].tolist(),
-                                           int(bad.size))
     host_src = to_host(src_a).reshape(src_a.rows, src_a.cols)[keep]
     elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
-    if elem_idx.size:
-        scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, coalesce="elem",
-                atomic=atomic, oob=oob, conflict=conflict, target="cpu", dyn_ubuf_size=dyn_ubuf_size, strict=strict,
-                dtype=table_a.dtype.name)
-    return table
+    if not elem_idx.size:
+        return CallPlan(())
+    return _scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, "elem", atomic,
+                    oob, conflict, "cpu", None, dyn_ubuf_size, strict, "auto", table_a.dtype.name)
 
 
-def _host_tensor(plan, host_table):
-    return GlobalTensor(host_table, shape=plan.table.shape, stride=plan.table.stride, dtype=plan.dtype)
-
-
-def _tile_pair(plan, idx_rows, data_rows, coalesce):
-    """Tiles for one tile's worth of rows, shaped like the plan's (validated) full tiles."""
-    proto_data, proto_idx = plan.tile, plan.idx
-    n = idx_rows.shape[0]
-    if coalesce == Coalesce.ROW:
-        idx_rows, valid = idx_rows.reshape(1, n), (n, proto_data.valid_cols)
-    else:
-        valid = idx_rows.shape
-    it = Tile.from_array(idx_rows, proto_idx.rows, proto_idx.cols, dtype=proto_idx.dtype, blayout=proto_idx.blayout)
-    data = Tile(plan.dtype, proto_data.rows, proto_data.cols, blayout=proto_data.blayout, valid=valid)
-    if data_rows is not None:
-        data.set(data_rows)
-    return data, it
-
-
-__all__ = ["DEFAULT_MAX_TILE_ELEMS", "DEFAULT_MAX_TILE_ROWS", "default_tile_rows", "fit_tile_rows", "gather",
-           "scatter"]
+__all__ = ["LAST_PATHS", "SLOT_PATH_MAX_WORK", "gather", "gather_plan", "scatter", "scatter_plan"]

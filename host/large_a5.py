@@ -1,7 +1,22 @@
-"""The A5 side of the whole-array ops (:mod:`simt_pto.host.large`): multi-block launches of the A5 kernels.
+"""The A5 side of the whole-array ops (:mod:`simt_pto.host.large`): what a whole-array call launches, as a
+:class:`~simt_pto.launch_spec.CallPlan` of multi-block launches of the A5 kernels.
 
-Block ``b`` runs tile ``b`` (rows ``[b * tile_rows, ...)``) with the geometry of one full tile. Arrays
-are staged on the device once per call (device arrays are used in place).
+Block ``b`` of a tile launch runs tile ``b`` (index rows ``[b * tile_rows, ...)``) with the geometry of one full
+tile. One call is one plan (:func:`gather_plan`, :func:`scatter_plan`), run by :func:`simt_pto.host.a5.run_plan`:
+
+* gather: one launch, ``grid`` = the tiles;
+* scatter, atomics or Conflict::Default: one launch, ``grid`` = the tiles;
+* scatter, Conflict::Last, slot-centric (``last_path="slot"``): one launch per tile, in tile order;
+* scatter, Conflict::Last, owner path, one owner per table slot (``dense``): reset, claim, write;
+* scatter, Conflict::Last, owner path, one owner per distinct slot reached (``compact``): the host numbers the
+  distinct slots while the plan is built (the owner array and the launches are sized by their count), then
+  reset, claim, write.
+
+Device arrays are used in place; host arrays stay host arrays in the plan, and on the GPU backend
+:func:`~simt_pto.host.a5.run_plan` stages them on the device once per call and copies back the ones a launch
+writes, inside the call's guard (a mid-word 16-bit float Add's boundary words). The plans are built for a
+backend (``backend``, default the current one): on the GPU the owner arrays and a gather's output are device
+memory, allocated while the plan is built; nothing runs until the plan does.
 """
 from __future__ import annotations
 
@@ -11,21 +26,11 @@ from simt_pto import dtypes, geometry
 from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
-from simt_pto.kernels.a5 import simt
-from simt_pto.kernels.a5.mgather import simt_mgather_elem_kernel, simt_mgather_row_kernel
-from simt_pto.kernels.a5.mscatter import (simt_mscatter_compact_owner_claim_kernel,
-                                          simt_mscatter_elem_compact_owner_write_kernel, simt_mscatter_elem_kernel,
-                                          simt_mscatter_elem_last_kernel, simt_mscatter_elem_owner_claim_kernel,
-                                          simt_mscatter_elem_owner_write_kernel, simt_mscatter_owner_reset_kernel,
-                                          simt_mscatter_row_compact_owner_write_kernel, simt_mscatter_row_kernel,
-                                          simt_mscatter_row_last_kernel, simt_mscatter_row_owner_claim_kernel,
-                                          simt_mscatter_row_owner_write_kernel)
 from simt_pto.kernels.index_policy import remap_array
+from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, launch_spec
 from . import a5
 from .arrays import to_host
 
-MAX_GRID = 2 ** 31 - 1
-"""The CUDA limit on gridDim.x (the x dimension; y and z stop at 65535)."""
 
 
 def _cuda():
@@ -33,17 +38,12 @@ def _cuda():
     return cuda
 
 
-def run_kernel(factory, policy, grid, warps, args):
-    """Launch ``factory(*policy)`` over ``grid`` blocks of ``dim3(32, warps)`` on the current A5 backend."""
-    simt.launch(factory(*policy), grid, warps, args, a5_backend())
-
-
-def _flat(a, dtype, gpu):
-    """The array's memory as a flat ``dtype`` view: on the device (GPU backend) or host (cpu, simulator)."""
+def _flat(a, dtype):
+    """The array's memory as a flat ``dtype`` view: a device view of a device array, else a host view (the GPU
+    backend's :func:`~simt_pto.host.a5.run_plan` stages it)."""
     if a.device:
         return _cuda().as_cuda_array(a.obj).reshape(a.size).view(dtype)
-    host = to_host(a).reshape(-1).view(dtype)
-    return _cuda().to_device(host) if gpu else host
+    return to_host(a).reshape(-1).view(dtype)
 
 
 def _empty_device(template, n, dtype=None):
@@ -88,96 +88,135 @@ def _row_units(plan, cols, *arrays):
     return dtypes.unsigned(unit), cols * plan.dtype.itemsize // unit
 
 
-def gather(plan, table, idx, tile_rows, out_shape, out_cols):
-    """A device table gathers into a new device array of its own kind and dtype; a host table into a host
-    array (through device memory on the GPU backend)."""
+def _widened(plan, cols, build, *arrays):
+    """The launch of a whole-array row copy in the widest unit :func:`row_move_unit` allows, with the hardware's
+    element-width launch as its ``hardware`` where the two differ. ``build(unit dtype, units per row)`` makes
+    the launch."""
+    unit_dtype, units = _row_units(plan, cols, *arrays)
+    if units == cols:
+        return build(plan.dtype.bits, cols)
+    return build(unit_dtype, units, hardware=build(plan.dtype.bits, cols))
+
+
+# -- gather -------------------------------------------------------------------------------------------------
+
+def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
+    """``(call, result)``: the plan of a whole-array gather (one launch of ``simt_mgather_row_kernel`` /
+    ``simt_mgather_elem_kernel`` over the tiles) and ``result()``, which gives the gathered array once the plan
+    has run. A device table gathers into a new device array of its own kind and dtype; a host table into a host
+    array (on the GPU, through device memory: the plan's last step copies it to the host)."""
+    gpu = (a5_backend() if backend is None else backend) == "gpu"
     bits, n = plan.dtype.bits, idx.rows * out_cols
-    gpu = a5_backend() == "gpu"
-    table_flat, idx_flat = _flat(table, bits, gpu), _flat(idx, idx.dtype.numpy, gpu)
-    result = None
+    table_flat, idx_flat = _flat(table, bits), _flat(idx, idx.dtype.numpy)
+    result = host_out = None
     if not gpu:
-        out = np.empty(n, dtype=bits)  # the kernels write every element (the gather or T(0))
+        out = host_out = np.empty(n, dtype=bits)  # the kernels write every element (the gather or T(0))
     elif table.device:
         result, out = _empty_device(table.obj, n)
         out = out.view(bits)
     else:
-        out = _cuda().device_array(n, dtype=bits)
+        out, host_out = _cuda().device_array(n, dtype=bits), np.empty(n, dtype=bits)
     rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
+    policy = KernelPolicy(rule=plan.rule)
     if plan.coalesce == Coalesce.ROW:
-        unit_dtype, units = _row_units(plan, out_cols, table_flat, out)
-        geo = geometry.row_geometry(tile_rows, units)
-        run_kernel(simt_mgather_row_kernel, (plan.rule,), grid, geo.launch_warps, (
-            out.view(unit_dtype), units, 1, idx_flat, 1, table_flat.view(unit_dtype), plan.capacity, rows, units,
-            tile_rows, geo.row_warps, geo.warps_per_row))
+        def build(unit, units, hardware=None):
+            geo = geometry.row_geometry(tile_rows, units)
+            return launch_spec("simt_mgather_row_kernel", policy, geo, grid=grid, writes=("dst",), hardware=hardware,
+                               dst=out.view(unit), dst_rs=units, dst_cs=1, idx=idx_flat, idx_step=1,
+                               table=table_flat.view(unit), table_rows=plan.capacity, valid_rows=rows,
+                               valid_cols=units, tile_rows=tile_rows, row_warps=geo.row_warps,
+                               warps_per_row=geo.warps_per_row)
+        # a fresh device allocation starts on a 256-byte boundary: only a host output's address can narrow the unit
+        launch = _widened(plan, out_cols, build, table_flat, *(() if gpu else (out,)))
     else:
-        geo = geometry.elem_geometry(tile_rows, out_cols)
-        run_kernel(simt_mgather_elem_kernel, (plan.rule,), grid, geo.launch_warps, (
-            out, out_cols, 1, idx_flat, out_cols, 1, table_flat, plan.capacity, rows, out_cols, tile_rows))
-    if result is not None:
-        return result.reshape(out_shape)
-    host = out.copy_to_host() if gpu else out
-    return host.view(plan.dtype.numpy).reshape(out_shape)
+        launch = launch_spec("simt_mgather_elem_kernel", policy, geometry.elem_geometry(tile_rows, out_cols),
+                             grid=grid, writes=("dst",), dst=out, dst_rs=out_cols, dst_cs=1, idx=idx_flat,
+                             idx_rs=out_cols, idx_cs=1, table=table_flat, table_size=plan.capacity, valid_rows=rows,
+                             valid_cols=out_cols, tile_rows=tile_rows)
+    steps = [launch]
+    if gpu and host_out is not None:
+        steps.append(HostStep("copy the gathered elements to the host", lambda: out.copy_to_host(host_out)))
+
+    def gathered():
+        return result if result is not None else host_out.view(plan.dtype.numpy)
+    return CallPlan(tuple(steps)), gathered
 
 
-def _scatter_operands(plan, table, src, gpu):
-    """(format, table argument, boundary, src flat): the table in the form the store needs (see
-    :func:`simt_pto.host.a5.scatter_table`) and the source staged on the device."""
+def gather(plan, table, idx, tile_rows, out_shape, out_cols):
+    """Run :func:`gather_plan` on the current A5 backend: the gathered array, of shape ``out_shape``."""
+    call, result = gather_plan(plan, table, idx, tile_rows, out_cols)
+    a5.run_plan(call)
+    return result().reshape(out_shape)
+
+
+# -- scatter ------------------------------------------------------------------------------------------------
+
+def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work, backend=None, owner=None):
+    """The plan of a whole-array scatter into ``table`` (see the module docstring for its launches). ``last_path``
+    (Conflict::Last, atomic NONE): ``"slot"``, ``"owner"``, or ``"auto"`` (slot-centric while slots x sources is
+    at most ``slot_path_max_work``); ``owner`` (the owner path): ``"dense"``, ``"compact"``, or None for the
+    cheaper one (:func:`owner_layout`)."""
+    gpu = (a5_backend() if backend is None else backend) == "gpu"
     fmt = a5.element_format(plan)
-    table_arg, boundary = a5.scatter_table(plan, fmt)
-    return fmt, table_arg, boundary, _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype), gpu)
+    table_arg, boundary = a5.scatter_table(plan, fmt)  # a mid-word 16-bit float Add: the plan's guard
+    src_flat = _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype))
+    idx_flat = _flat(idx, idx.dtype.numpy)
+    rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
+    if not (plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST):
+        steps = (_tile_scatter(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt),)
+    else:
+        slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
+        if last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
+            steps = _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
+        else:
+            updates = rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
+            layout = owner_layout(plan.capacity, updates) if owner is None else owner
+            if layout not in ("dense", "compact"):
+                raise ValueError(f"owner: expected 'dense', 'compact' or None, got {owner!r}")
+            last_owner = _last_owner_dense if layout == "dense" else _last_owner_compact
+            steps = last_owner(plan, table, table_arg, src_flat, idx, idx_flat, rows, cols, tile_rows, gpu)
+    return a5.guarded(steps, boundary)
 
 
 def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):
-    gpu = a5_backend() == "gpu"
-    fmt, table_arg, boundary, src_flat = _scatter_operands(plan, table, src, gpu)
-    idx_flat = _flat(idx, idx.dtype.numpy, gpu)
-    rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
-    last = plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
-    with a5.holding(boundary):  # a mid-word 16-bit float Add: staged boundary words, loaded here
-        host_arg = table_arg
-        staged = gpu and not table.device and a5.holds_host_memory(table_arg)
-        if staged:  # a host table on the GPU: its memory (and the staged words) goes over and comes back
-            table_arg = a5.to_device(table_arg)
-        if not last:
-            _scatter_tiles(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt)
-        else:
-            slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
-            if last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
-                _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
-            else:
-                _last_owner(plan, table, table_arg, src_flat, idx_flat, rows, cols, tile_rows, gpu)
-        if gpu:
-            _cuda().synchronize()
-        if staged:
-            a5.copy_to_host(table_arg, host_arg)
+    """Run :func:`scatter_plan` on the current A5 backend."""
+    a5.run_plan(scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work))
 
 
-def _scatter_tiles(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
-    grid = _tile_grid(rows, tile_rows)
-    policy = (plan.rule, int(plan.atomic), fmt)
+def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
+    """Atomics and Conflict::Default: one launch of the tile op's kernel over all tiles (their writes compose)."""
+    grid, policy = _tile_grid(rows, tile_rows), a5.scatter_policy(plan, fmt)
     if plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(tile_rows, cols)
-        run_kernel(simt_mscatter_row_kernel, policy, grid, geo.launch_warps, (
-            table_arg, src, cols, 1, idx, 1, plan.capacity, rows, cols, tile_rows, geo.row_warps, geo.warps_per_row))
-    else:
-        geo = geometry.elem_geometry(tile_rows, cols)
-        run_kernel(simt_mscatter_elem_kernel, policy, grid, geo.launch_warps, (
-            table_arg, src, cols, 1, idx, cols, 1, plan.capacity, rows, cols, tile_rows))
+        return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), table=table_arg,
+                           src=src, src_rs=cols, src_cs=1, idx=idx, idx_step=1, table_rows=plan.capacity,
+                           valid_rows=rows, valid_cols=cols, tile_rows=tile_rows, row_warps=geo.row_warps,
+                           warps_per_row=geo.warps_per_row)
+    return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, cols), grid=grid,
+                       writes=("table",), table=table_arg, src=src, src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
+                       idx_cs=1, table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
 
 
 def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
-    """The per-tile slot-centric Last kernels, one tile after the other (later tiles overwrite)."""
+    """The per-tile slot-centric Last kernels, one launch per tile in tile order (later tiles overwrite)."""
     geo = geometry.last_geometry(plan.capacity)
-    grid = min(MAX_GRID, max(1, -(-plan.capacity // geo.threads)))
+    grid = min(geometry.MAX_GRID, max(1, -(-plan.capacity // geo.threads)))
+    policy = KernelPolicy(rule=plan.rule, conflict=plan.conflict)
+    launches = []
     for r0 in range(0, rows, tile_rows):
         n = min(tile_rows, rows - r0)
+        tile_src = src[r0 * cols:(r0 + n) * cols]
         if plan.coalesce == Coalesce.ROW:
-            run_kernel(simt_mscatter_row_last_kernel, (plan.rule,), grid, geo.launch_warps, (
-                table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0:r0 + n], 1, plan.capacity, n, cols))
+            launches.append(launch_spec(
+                "simt_mscatter_row_last_kernel", policy, geo, grid=grid, writes=("table",), table=table_arg,
+                src=tile_src, src_rs=cols, src_cs=1, idx=idx[r0:r0 + n], idx_step=1, table_rows=plan.capacity,
+                valid_rows=n, valid_cols=cols))
         else:
-            run_kernel(simt_mscatter_elem_last_kernel, (plan.rule,), grid, geo.launch_warps, (
-                table_arg, src[r0 * cols:(r0 + n) * cols], cols, 1, idx[r0 * cols:(r0 + n) * cols], cols, 1,
-                plan.capacity, n, cols))
+            launches.append(launch_spec(
+                "simt_mscatter_elem_last_kernel", policy, geo, grid=grid, writes=("table",), table=table_arg,
+                src=tile_src, src_rs=cols, src_cs=1, idx=idx[r0 * cols:(r0 + n) * cols], idx_rs=cols, idx_cs=1,
+                table_size=plan.capacity, valid_rows=n, valid_cols=cols))
+    return launches
 
 
 DENSE_OWNER_SLOTS_PER_UPDATE = 32
@@ -209,40 +248,51 @@ def _new_owner(table, n, owner_dtype, gpu):
     return np.empty(n, dtype=owner_dtype)
 
 
-def _last_owner(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
-    """Owner-based Last: mark every owner unowned, claim each slot for its largest flat source position with an
-    atomic max, then write each owned slot from its owner (MSCATTER.md, "Conflict Resolution": the result of
-    ``for i in order: table[remap(idx[i])] = src[i]``). The owners are one per table slot or one per distinct
-    slot reached, whichever :func:`owner_layout` says is cheaper."""
-    updates = rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
-    if owner_layout(plan.capacity, updates) == "dense":
-        _last_owner_dense(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu)
-    else:
-        _last_owner_compact(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu)
+_RESET = KernelPolicy()
 
 
-def _last_owner_dense(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
-    """One owner per table slot; the claim remaps on the device and the write walks the whole table."""
+def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows, **slot_args):
+    """The owner path's Row write (``kernel``): ``count`` destination rows (the table's rows, or the distinct slots,
+    named by ``slot_args``), ``tile_rows`` of them per block with the Row geometry (warps own rows, lanes walk
+    columns), each row moved in the widest unit :func:`row_move_unit` allows."""
+    per_block = min(tile_rows, count)
+
+    def build(unit, units, hardware=None):
+        geo = geometry.row_geometry(per_block, units)
+        return launch_spec(kernel, _RESET, geo, grid=_tile_grid(count, per_block), writes=("table",),
+                           hardware=hardware, table=table_arg.view(unit), src=src.view(unit), src_rs=units, src_cs=1,
+                           owner=owner, **slot_args, valid_cols=units, tile_rows=per_block, row_warps=geo.row_warps,
+                           warps_per_row=geo.warps_per_row)
+    return _widened(plan, cols, build, table_arg, src)
+
+
+def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, gpu):
+    """Owner-based Last, one owner per table slot: mark every owner unowned, claim each slot for its largest flat
+    source position with an atomic max (the claim remaps on the device), then write each owned slot from its
+    owner, walking the whole table (MSCATTER.md, "Conflict Resolution": the result of
+    ``for i in order: table[remap(idx[i])] = src[i]``)."""
     cap = plan.capacity
     owner = _new_owner(table, cap, _owner_dtype(rows * cols), gpu)  # (Row: rows * cols bounds the rows too)
-    warps = geometry.MAX_WARPS
-    run_kernel(simt_mscatter_owner_reset_kernel, (), _flat_grid(cap), warps, (owner,))
+    claim_policy = KernelPolicy(rule=plan.rule, conflict=plan.conflict)
+    reset = launch_spec("simt_mscatter_owner_reset_kernel", _RESET, geometry.flat_geometry(cap), grid=geometry.flat_grid(cap),
+                        writes=("owner",), owner=owner)
     if plan.coalesce == Coalesce.ROW:
-        run_kernel(simt_mscatter_row_owner_claim_kernel, (plan.rule,), _flat_grid(rows), warps, (owner, idx, 1, cap, rows))
-        unit_dtype, units = _row_units(plan, cols, table_arg, src)
-        slots_per_block = min(tile_rows, cap)
-        geo = geometry.row_geometry(slots_per_block, units)
-        run_kernel(simt_mscatter_row_owner_write_kernel, (), _tile_grid(cap, slots_per_block), geo.launch_warps, (
-            table_arg.view(unit_dtype), src.view(unit_dtype), units, 1, owner, cap, units, slots_per_block,
-            geo.row_warps, geo.warps_per_row))
+        claim = launch_spec("simt_mscatter_row_owner_claim_kernel", claim_policy, geometry.flat_geometry(rows),
+                            grid=geometry.flat_grid(rows), writes=("owner",), owner=owner, idx=idx_flat, idx_step=1,
+                            table_rows=cap, valid_rows=rows)
+        write = _row_owner_write("simt_mscatter_row_owner_write_kernel", plan, table_arg, src, owner, cap, cols,
+                                 tile_rows, table_rows=cap)
     else:
-        run_kernel(simt_mscatter_elem_owner_claim_kernel, (plan.rule,), _flat_grid(rows * cols), warps, (
-            owner, idx, cols, 1, cap, rows, cols))
-        run_kernel(simt_mscatter_elem_owner_write_kernel, (), _flat_grid(cap), warps, (
-            table_arg, src, cols, 1, owner, cap, cols))
+        claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", claim_policy, geometry.flat_geometry(rows * cols),
+                            grid=geometry.flat_grid(rows * cols), writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols,
+                            idx_cs=1, table_size=cap, valid_rows=rows, valid_cols=cols)
+        write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, geometry.flat_geometry(cap), grid=geometry.flat_grid(cap),
+                            writes=("table",), table=table_arg, src=src, src_rs=cols, src_cs=1, owner=owner,
+                            table_size=cap, valid_cols=cols)
+    return reset, claim, write
 
 
-def compact_slots(raw, capacity: int, rule: int, id_dtype=np.int64):
+def compact_slots(raw, capacity: int, rule, id_dtype=np.int64):
     """``(slots, ids)`` of the compact owner path: the distinct slots the raw indices reach under the index rule
     (int64, ascending), and per index, in flat source order, the position of its slot in ``slots``, or -1 where
     the rule drops the update (Skip, or UNDEFINED with ``strict=False``, out of range). The remap is
@@ -257,35 +307,32 @@ def compact_slots(raw, capacity: int, rule: int, id_dtype=np.int64):
     return slots, ids
 
 
-def _last_owner_compact(plan, table, table_arg, src, idx, rows, cols, tile_rows, gpu):
-    """One owner per distinct slot reached: the host numbers the slots (:func:`compact_slots`, from a host copy of
-    the indices on the GPU backend), the device claims ``owner[ids[p]]`` and writes only those slots."""
+def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, gpu):
+    """Owner-based Last, one owner per distinct slot reached: the host numbers the slots now
+    (:func:`compact_slots`, on a host copy of device indices), since the owner array and the launches are sized
+    by their count; the device then resets the owners, claims ``owner[ids[p]]`` and writes only those slots.
+    No launch when every update is dropped."""
     updates = rows * cols if plan.coalesce == Coalesce.ELEM else rows
     owner_dtype = _owner_dtype(updates)
-    raw = idx.copy_to_host() if gpu else idx
-    slots, ids = compact_slots(raw[:updates], plan.capacity, plan.rule, owner_dtype)
+    slots, ids = compact_slots(to_host(idx).reshape(-1)[:updates], plan.capacity, plan.rule, owner_dtype)
     distinct = slots.size
     if distinct == 0:  # every update dropped: nothing to write
-        return
-    if gpu:
-        cuda = _cuda()
-        slots, ids = cuda.to_device(slots), cuda.to_device(ids)
+        return ()
     owner = _new_owner(table, distinct, owner_dtype, gpu)
-    warps = geometry.MAX_WARPS
-    run_kernel(simt_mscatter_owner_reset_kernel, (), _flat_grid(distinct), warps, (owner,))
-    run_kernel(simt_mscatter_compact_owner_claim_kernel, (), _flat_grid(updates), warps, (owner, ids, updates))
+    reset = launch_spec("simt_mscatter_owner_reset_kernel", _RESET, geometry.flat_geometry(distinct),
+                        grid=geometry.flat_grid(distinct), writes=("owner",), owner=owner)
+    claim = launch_spec("simt_mscatter_compact_owner_claim_kernel", KernelPolicy(conflict=plan.conflict),
+                        geometry.flat_geometry(updates), grid=geometry.flat_grid(updates), writes=("owner",), owner=owner, ids=ids,
+                        updates=updates)
     if plan.coalesce == Coalesce.ROW:
-        unit_dtype, units = _row_units(plan, cols, table_arg, src)
-        per_block = min(tile_rows, distinct)
-        geo = geometry.row_geometry(per_block, units)
-        run_kernel(simt_mscatter_row_compact_owner_write_kernel, (), _tile_grid(distinct, per_block),
-                   geo.launch_warps, (table_arg.view(unit_dtype), src.view(unit_dtype), units, 1, owner, slots,
-                                      distinct, units, per_block, geo.row_warps, geo.warps_per_row))
+        write = _row_owner_write("simt_mscatter_row_compact_owner_write_kernel", plan, table_arg, src, owner,
+                                 distinct, cols, tile_rows, slots=slots, distinct=distinct)
     else:
-        run_kernel(simt_mscatter_elem_compact_owner_write_kernel, (), _flat_grid(distinct), warps, (
-            table_arg, src, cols, 1, owner, slots, distinct, cols))
+        write = launch_spec("simt_mscatter_elem_compact_owner_write_kernel", _RESET, geometry.flat_geometry(distinct),
+                            grid=geometry.flat_grid(distinct), writes=("table",), table=table_arg, src=src, src_rs=cols,
+                            src_cs=1, owner=owner, slots=slots, distinct=distinct, valid_cols=cols)
+    return reset, claim, write
 
 
-def _flat_grid(work_items: int) -> int:
-    """Blocks of a flat grid-stride launch of ``dim3(32, 32)`` over ``work_items``."""
-    return min(MAX_GRID, max(1, -(-work_items // (geometry.WARP * geometry.MAX_WARPS))))
+__all__ = ["DENSE_OWNER_MIN_SLOTS", "DENSE_OWNER_SLOTS_PER_UPDATE", "compact_slots", "gather",
+           "gather_plan", "owner_layout", "row_move_unit", "scatter", "scatter_plan"]

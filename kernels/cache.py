@@ -157,8 +157,9 @@ class _SourceDigestLocator:
     """:func:`stale_source` when the stamp was formed: the stamp then matches no index, and :func:`guard`
     disables the cache."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, key: str | None = None):
         self._inner = inner
+        self._key = key
 
     @classmethod
     def from_function(cls, py_func, py_file):
@@ -167,8 +168,14 @@ class _SourceDigestLocator:
         for fallback in cls.fallbacks:
             inner = fallback.from_function(py_func, py_file)
             if inner is not None:
-                return cls(inner)
+                return cls(inner, getattr(py_func, CACHE_KEY, None))
         return None
+
+    def get_disambiguator(self):
+        """Numba's (the source line), and the function's compile-time policy (:data:`CACHE_KEY`): each
+        specialization of one kernel source has an index file of its own."""
+        inner = self._inner.get_disambiguator()
+        return inner if self._key is None else f"{inner}.{self._key}"
 
     def get_source_stamp(self):
         digest = source_digest()
@@ -194,20 +201,33 @@ def install(cache_impl) -> None:
 
 # -- the jit decorators ------------------------------------------------------------------------------------
 
-def njit(py_func=None, **options):
-    """``numba.njit`` with the same options, the dispatcher passed through :func:`guard` (``cache=True`` included)."""
+CACHE_KEY = "__simt_pto_cache_key__"
+"""The attribute of a function that names its compile-time policy (``KernelPolicy.cache_key``): set by
+:func:`njit` / :func:`cuda_jit` from ``key=``, it enters the name of the function's cache index, so two
+specializations of one source never share an entry."""
+
+
+def _keyed(fn, key: str | None):
+    if key is not None:
+        setattr(fn, CACHE_KEY, key)
+    return fn
+
+
+def njit(py_func=None, *, key: str | None = None, **options):
+    """``numba.njit`` with the same options, the dispatcher passed through :func:`guard` (``cache=True`` included).
+    ``key`` names the function's compile-time policy in its cache entry (:data:`CACHE_KEY`)."""
     def decorate(fn):
-        return guard(numba.njit(**{**options, "cache": False})(fn), cache=options.get("cache", False))
+        return guard(numba.njit(**{**options, "cache": False})(_keyed(fn, key)), cache=options.get("cache", False))
     return decorate if py_func is None else decorate(py_func)
 
 
-def cuda_jit(py_func=None, **options):
+def cuda_jit(py_func=None, *, key: str | None = None, **options):
     """``numba.cuda.jit`` with the same options, the dispatcher passed through :func:`guard` (the CUDA simulator's
-    kernels compile nothing and come back as they are)."""
+    kernels compile nothing and come back as they are); ``key`` as for :func:`njit`."""
     from numba import cuda
 
     def decorate(fn):
-        return guard(cuda.jit(**{**options, "cache": False})(fn), cache=options.get("cache", False))
+        return guard(cuda.jit(**{**options, "cache": False})(_keyed(fn, key)), cache=options.get("cache", False))
     return decorate if py_func is None else decorate(py_func)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from simt_pto.enums import IndexRule
 from simt_pto.kernels.cache import njit
-from simt_pto.policy import CLAMP, IDENTITY, MASK, RULE_NAMES, WRAP, index_rule  # noqa: F401  (re-exported)
 
 
 @njit(inline="always", cache=True)
@@ -22,11 +22,11 @@ def remap_index(raw, capacity, rule):
     ``in_range`` is True. The index is cast to uint32 first: -1 is 4294967295.
     """
     u = numba.int64(numba.uint32(raw))
-    if rule == CLAMP:
+    if rule == IndexRule.CLAMP:
         return min(u, capacity - 1), True
-    if rule == WRAP:
+    if rule == IndexRule.WRAP:
         return u % capacity, True
-    if rule == MASK:
+    if rule == IndexRule.MASK:
         return u, u < capacity
     return u, True
 

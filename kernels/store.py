@@ -13,9 +13,10 @@ Either way the result of one store is the same bits: integer adds wrap in the el
 in float32, float16 / bfloat16 adds round once in the element type (:mod:`.softfloat`), float32 Max / Min
 order -0.0 below +0.0 and a NaN by its sign bit (:func:`store_max_f32`).
 
-``atomic`` and ``fmt`` are the closure constants of each generated rule (a ``functools.cache`` factory over
-ints, so Numba's on-disk cache key is the same in every process): once inlined, one branch survives, and
-Numba prunes the dead ones before it inlines the helpers they call.
+``atomic`` and ``fmt`` are compile-time constants of each generated rule (a ``functools.cache`` factory): once
+inlined, one branch survives, and Numba prunes the dead ones before it inlines the helpers they call. Whoever
+compiles a rule (or a loop or kernel that inlines one) names the policy in its on-disk cache key explicitly
+(``key=`` of :mod:`simt_pto.kernels.cache`).
 """
 from __future__ import annotations
 
@@ -25,51 +26,35 @@ import types
 import numba
 import numpy as np
 
-from simt_pto.enums import ScatterAtomicOp
+from simt_pto.enums import ElementFormat, ScatterAtomicOp
+from simt_pto.launch_spec import KernelPolicy
 from .cache import njit  # numba.njit, made safe for the disk cache and Ctrl-C
 from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits
 
-# -- the element formats: how a (ScatterAtomicOp, dtype) is stored -----------------------------------------
+# -- the element formats: how a (ScatterAtomicOp, dtype) is stored (simt_pto.enums.ElementFormat) -------------
 
-NATIVE = 0
-"""Element arithmetic done on the element type itself (a store, an integer or float32 add, integer Max / Min)."""
-F16 = 1
-"""float16 Add on raw bits (A5: a 32-bit CAS loop on the word holding the element)."""
-BF16 = 2
-"""bfloat16 Add on raw bits, likewise."""
-F32_ORDER = 3
-"""float32 Max / Min with integer compares, on the table viewed as (int32, uint32) (:func:`store_max_f32`)."""
-F16_EDGE = 4
-"""float16 Add on a table that starts or ends mid-word (A5: the table's whole words plus the staged boundary
-words, ``host/a5.half_atomic_words``; sequential code stores in place, as F16)."""
-BF16_EDGE = 5
-"""bfloat16 Add on a table that starts or ends mid-word, likewise."""
-EDGE = {F16: F16_EDGE, BF16: BF16_EDGE}
+EDGE = {ElementFormat.F16: ElementFormat.F16_EDGE, ElementFormat.BF16: ElementFormat.BF16_EDGE}
 """The mid-word format of each 16-bit float Add format."""
 
-STORE, ADD, MAX, MIN = (int(ScatterAtomicOp.NONE), int(ScatterAtomicOp.ADD), int(ScatterAtomicOp.MAX),
-                        int(ScatterAtomicOp.MIN))
-"""ScatterAtomicOp values, as the ints the rules close over."""
 
-
-def element_format(atomic, dtype_name: str) -> int:
+def element_format(atomic: ScatterAtomicOp, dtype_name: str) -> ElementFormat:
     """The element format of a scatter of ``dtype_name`` with ``atomic``: F16 / BF16 for a 16-bit float Add,
     F32_ORDER for float32 Max / Min, NATIVE otherwise."""
     if atomic == ScatterAtomicOp.ADD and dtype_name == "float16":
-        return F16
+        return ElementFormat.F16
     if atomic == ScatterAtomicOp.ADD and dtype_name == "bfloat16":
-        return BF16
+        return ElementFormat.BF16
     if atomic in (ScatterAtomicOp.MAX, ScatterAtomicOp.MIN) and dtype_name == "float32":
-        return F32_ORDER
-    return NATIVE
+        return ElementFormat.F32_ORDER
+    return ElementFormat.NATIVE
 
 
-def source_dtype(atomic, fmt: int, dtype):
+def source_dtype(atomic: ScatterAtomicOp, fmt: ElementFormat, dtype):
     """The numpy dtype the source values are read as: the element type for a NATIVE atomic, the int32 bits for
     F32_ORDER, the raw bits (``dtype.bits``) otherwise (stores move bits; 16-bit float adds work on bits)."""
-    if fmt == F32_ORDER:
+    if fmt == ElementFormat.F32_ORDER:
         return np.dtype(np.int32)
-    if fmt == NATIVE and atomic != ScatterAtomicOp.NONE:
+    if fmt == ElementFormat.NATIVE and atomic != ScatterAtomicOp.NONE:
         return dtype.numpy
     return dtype.bits
 
@@ -101,27 +86,36 @@ HELPERS = (store_max_f32, store_min_f32)
 
 
 @functools.cache
-def store_rule(atomic: int, fmt: int):
+def store_rule(atomic: ScatterAtomicOp, fmt: ElementFormat):
     """The store of one scatter element, ``table[e] op= v``, for one (ScatterAtomicOp value, element format).
     ``table`` and ``v`` are as the format holds them: the element view (NATIVE), raw bits (a store; F16 / BF16,
     A5: the uint32 words, or for F16_EDGE / BF16_EDGE the (words, edge, head) triple, which A5 binds
     ``rmw_add_half`` for), the (int32, uint32) views and int32 bits (F32_ORDER)."""
 
+    # compile-time facts of the policy (the ISA's ``if constexpr``): Numba prunes the branches they rule out
+    # before typing, so each specialization types and inlines one store
+    plain = atomic == ScatterAtomicOp.NONE
+    add_f16 = not plain and fmt in (ElementFormat.F16, ElementFormat.F16_EDGE)
+    add_bf16 = not plain and fmt in (ElementFormat.BF16, ElementFormat.BF16_EDGE)
+    ordered_max = fmt == ElementFormat.F32_ORDER and atomic == ScatterAtomicOp.MAX
+    ordered_min = fmt == ElementFormat.F32_ORDER and atomic == ScatterAtomicOp.MIN
+    add = atomic == ScatterAtomicOp.ADD
+    take_max = atomic == ScatterAtomicOp.MAX
+
     def store_element(table, e, v):
-        if atomic == STORE:
+        if plain:
             table[e] = v
-        elif fmt == F16 or fmt == F16_EDGE:
+        elif add_f16:
             rmw_add_half(table, e, v, F16_EXP_BITS, F16_MAN_BITS)
-        elif fmt == BF16 or fmt == BF16_EDGE:
+        elif add_bf16:
             rmw_add_half(table, e, v, BF16_EXP_BITS, BF16_MAN_BITS)
-        elif fmt == F32_ORDER:
-            if atomic == MAX:
-                store_max_f32(table, e, v)
-            else:
-                store_min_f32(table, e, v)
-        elif atomic == ADD:
+        elif ordered_max:
+            store_max_f32(table, e, v)
+        elif ordered_min:
+            store_min_f32(table, e, v)
+        elif add:
             rmw_add(table, e, v)
-        elif atomic == MAX:
+        elif take_max:
             rmw_max(table, e, v)
         else:
             rmw_min(table, e, v)
@@ -131,7 +125,7 @@ def store_rule(atomic: int, fmt: int):
 
 def store_element(table, e, v):
     """``store_element(table, e, v)``: ``table[e] op= v`` by the kernel's or loop's (ScatterAtomicOp, format), bound
-    from :func:`store_rule` (A5: :mod:`simt_pto.kernels.a5.simt`; sequential loops: :func:`bind_store`). Unbound,
+    from :func:`store_rule` (A5: :mod:`simt_pto.kernels.a5.simt`; sequential loops: :func:`sequential_store`). Unbound,
     as here, it only raises."""
     raise RuntimeError("store_element() is bound per kernel or loop by its store policy (simt_pto.kernels.store)")
 
@@ -183,18 +177,13 @@ def _sequential_helpers() -> dict:
 
 
 @functools.cache
-def sequential_store(atomic: int, fmt: int):
+def sequential_store(atomic: ScatterAtomicOp, fmt: ElementFormat):
     """:func:`store_rule` with the sequential primitives: an ``njit(inline="always")`` function that sequential
-    loops inline and host code calls directly (the A5 scalar fallback, on a one-element copy)."""
-    return njit(inline="always", cache=True)(bind(store_rule(atomic, fmt), _sequential_helpers()))
+    loops inline (the A2/A3 scatter's move) and host code calls directly (the A5 scalar fallback, on a one-element
+    copy); its cache entry is named by the policy."""
+    key = KernelPolicy(atomic=ScatterAtomicOp(atomic), fmt=ElementFormat(fmt)).cache_key
+    return njit(inline="always", cache=True, key=key)(bind(store_rule(atomic, fmt), _sequential_helpers()))
 
 
-def bind_store(loop, atomic: int, fmt: int):
-    """A copy of a sequential loop source whose ``store_element`` is :func:`sequential_store` of its policy. The loop's
-    closure must hold ``atomic`` and ``fmt`` (Numba's cache key)."""
-    return bind(loop, {"store_element": sequential_store(atomic, fmt)})
-
-
-__all__ = ["ADD", "BF16", "BF16_EDGE", "EDGE", "F16", "F16_EDGE", "F32_ORDER", "HELPERS", "MAX", "MIN", "NATIVE",
-           "STORE", "bind", "bind_store", "element_format", "rmw_add", "rmw_add_half", "rmw_max", "rmw_min",
+__all__ = ["EDGE", "HELPERS", "bind", "element_format", "rmw_add", "rmw_add_half", "rmw_max", "rmw_min",
            "sequential_store", "source_dtype", "store_element", "store_max_f32", "store_min_f32", "store_rule"]

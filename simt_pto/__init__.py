@@ -4,6 +4,13 @@ Three targets behind one tile / tensor API: ``a5`` (the A5 SIMT kernels, one Num
 CUDA GPU, for the CPU on all cores, or run on Numba's CUDA simulator), ``a2a3`` (the sequential
 vector-core paths as Numba-jitted loops) and ``cpu`` (the CPU simulator's reference semantics in numpy,
 the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (``simt_pto.backend``).
+
+``import simt_pto`` loads the model only (enums, dtypes, tiles, tensors, the reference). The tile ops
+(``mgather``, ``mscatter``, ``tload``, ``tstore``: :mod:`simt_pto.ops`), the whole-array ops (``gather``,
+``scatter``, and ``gather_plan`` / ``scatter_plan``, what they would launch: :mod:`simt_pto.host.large`) and
+the tools (``coalescing``, ``inspect_kernel``, ``selftest``: :mod:`simt_pto.host.tools`) are imported at their
+first use, by :func:`__getattr__`; this is the one place the model names the runtime and the tools (the
+import-linter contracts in pyproject.toml state it).
 """
 from .backend import a5_backend, a5_backends, set_a5_backend
 from . import dtypes, nz, reference
@@ -12,11 +19,6 @@ from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAto
                     ScatterOOB, SLayout, TileType, TARGETS)
 from .errors import ConstraintError, OutOfBoundsError
 from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
-from .host import coalescing
-from .host.inspect import inspect_kernel
-from .host.large import gather, scatter
-from .host.selftest import selftest
-from .ops import mgather, mscatter, tload, tstore
 from .tensor import GlobalTensor
 from .tile import Tile
 
@@ -25,7 +27,37 @@ __version__ = "0.1.0"
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
     "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
-    "Tile", "TileType", "a5_backend", "a5_backends", "coalescing", "dtypes", "elem_geometry", "gather", "inspect_kernel",
-    "last_geometry", "mgather", "mscatter", "nz", "reference", "row_geometry", "scatter", "selftest", "set_a5_backend",
-    "tload", "tstore",
+    "Tile", "TileType", "a5_backend", "a5_backends", "coalescing", "dtypes", "elem_geometry", "gather", "gather_plan",
+    "inspect_kernel", "last_geometry", "mgather", "mscatter", "nz", "reference", "row_geometry", "scatter",
+    "scatter_plan", "selftest", "set_a5_backend", "tload", "tstore",
 ]
+
+_OPS = ("mgather", "mscatter", "tload", "tstore")
+_WHOLE_ARRAY = ("gather", "gather_plan", "scatter", "scatter_plan")
+
+
+def __getattr__(name: str):
+    """The public names of the runtime and the tools, imported on first access (then kept as attributes).
+
+    Importing them eagerly would make ``import simt_pto`` load the host side, and through the tools the kernels
+    and Numba; the model itself never needs them."""
+    if name in _OPS:
+        from . import ops
+        value = getattr(ops, name)
+    elif name in _WHOLE_ARRAY:
+        from .host import large
+        value = getattr(large, name)
+    elif name == "coalescing":
+        from .host.tools import coalescing as value
+    elif name == "inspect_kernel":
+        from .host.tools.kernel_report import inspect_kernel as value
+    elif name == "selftest":
+        from .host.tools.selftest import selftest as value
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,23 +1,25 @@
-"""Which machine runs the A5 kernels: a CUDA GPU, the CPU, or Numba's CUDA simulator.
+"""Which machine runs the A5 kernels: a CUDA GPU, all the CPU's cores, or Numba's CUDA simulator.
 
 The three run the same kernel source (``simt_pto.kernels.a5``):
 
 * ``gpu``: the Numba CUDA kernels on a CUDA GPU;
-* ``cpu``: the same kernels compiled by Numba for the CPU, the blocks of a launch spread over all cores,
-  with real CPU atomics (not the ``cpu`` *target*, which is the CPU simulator's reference semantics);
+* ``multicore``: the same kernels compiled by Numba for the CPU, the blocks of a launch spread over all cores,
+  with real CPU atomics. Not to be confused with the ``cpu`` *target*, the CPU simulator's reference semantics
+  in numpy; this backend was called ``cpu`` before, and that spelling still selects it, with a
+  :class:`DeprecationWarning` (:func:`canonical_backend`);
 * ``simulator``: Numba's CUDA simulator, which runs every thread as a Python thread: for stepping through
   a kernel (print, pdb), and as a second, interpreted run of the same source.
 
 Order of precedence: :func:`set_a5_backend`, then the environment variable ``SIMT_PTO_A5_BACKEND`` =
-``gpu`` | ``cpu`` | ``simulator`` | ``auto``; ``auto`` (the default) is the GPU when the CUDA driver reports
-a device, else ``cpu``. Nothing is resolved at import: the first A5 call (or :func:`a5_backend`) does it.
+``gpu`` | ``multicore`` | ``simulator`` | ``auto``; ``auto`` (the default) is the GPU when the CUDA driver reports
+a device, else ``multicore``. Nothing is resolved at import: the first A5 call (or :func:`a5_backend`) does it.
 
 ``numba.cuda`` runs in simulator or real mode for the whole process, fixed when it is first imported, so
-``gpu`` and ``simulator`` exclude each other in one process; ``cpu`` never needs ``numba.cuda`` and works
+``gpu`` and ``simulator`` exclude each other in one process; ``multicore`` never needs ``numba.cuda`` and works
 beside either. :func:`a5_backends` says what this process can use.
 
-Every A5 backend, and the ``a2a3`` target's loops, run Numba-compiled code (the ``cpu`` backend's atomics are
-LLVM intrinsics that have no pure-Python form). With ``NUMBA_DISABLE_JIT`` set, :func:`a5_backend` (so the
+Every A5 backend, and the ``a2a3`` target's loops, run Numba-compiled code (the ``multicore`` backend's atomics
+are LLVM intrinsics that have no pure-Python form). With ``NUMBA_DISABLE_JIT`` set, :func:`a5_backend` (so the
 first A5 call) and the first ``a2a3`` call raise :class:`JitRequiredError`; ``import simt_pto`` and the ``cpu``
 target (plain numpy) still work.
 """
@@ -27,11 +29,16 @@ import ctypes
 import functools
 import os
 import sys
+import warnings
 
 ENV_VAR = "SIMT_PTO_A5_BACKEND"
-BACKENDS = ("gpu", "cpu", "simulator")
-_CHOICES = ("auto",) + BACKENDS
-_ALIASES = {"sim": "simulator", "cudasim": "simulator", "cuda": "gpu", "host": "cpu"}
+BACKENDS = ("gpu", "multicore", "simulator")
+CHOICES = ("auto",) + BACKENDS
+"""What :func:`set_a5_backend` and ``SIMT_PTO_A5_BACKEND`` accept (besides the aliases below)."""
+_ALIASES = {"sim": "simulator", "cudasim": "simulator", "cuda": "gpu", "host": "multicore"}
+DEPRECATED = {"cpu": "multicore"}
+"""Old spellings that still work, each with a :class:`DeprecationWarning` naming the new one. The backend was
+renamed because ``cpu`` is also a target (the CPU simulator's semantics), which it is not."""
 _requested: str | None = None
 _resolved: str | None = None
 
@@ -42,7 +49,7 @@ class JitRequiredError(RuntimeError):
 
 def require_jit(target: str) -> None:
     """Raise :class:`JitRequiredError` when Numba's JIT is disabled: ``target`` (``"a5"`` or ``"a2a3"``) runs
-    compiled code. Without the JIT the ``cpu`` backend's atomic intrinsics cannot run at all, and the rest would
+    compiled code. Without the JIT the ``multicore`` backend's atomic intrinsics cannot run at all, and the rest would
     run as Python over numpy scalars: far slower, and an integer wraparound the spec defines raises a warning."""
     from numba.core import config
     if config.DISABLE_JIT:
@@ -53,11 +60,22 @@ def require_jit(target: str) -> None:
             "runs without the JIT)")
 
 
-def _normalise(name: str) -> str:
+def canonical_backend(name: str, *, stacklevel: int = 1) -> str:
+    """The A5 backend choice ``name`` spells: one of :data:`CHOICES` (``"auto"``, ``"gpu"``, ``"multicore"``,
+    ``"simulator"``), matched case-insensitively, aliases included. The deprecated ``"cpu"`` gives
+    ``"multicore"`` and a :class:`DeprecationWarning` naming the new spelling; the warning names the caller's line
+    (``stacklevel`` 1, as :func:`warnings.warn` called there would; 2: the caller's caller). Anything else raises
+    ValueError listing the valid names."""
     key = str(name).strip().lower()
+    if key in DEPRECATED:
+        new = DEPRECATED[key]
+        warnings.warn(f"A5 backend {name!r} is deprecated: it is now called {new!r} (the CPU's cores running the "
+                      f"compiled kernels; 'cpu' is the target of the CPU simulator's semantics)",
+                      DeprecationWarning, stacklevel=stacklevel + 1)
+        return new
     key = _ALIASES.get(key, key)
-    if key not in _CHOICES:
-        raise ValueError(f"A5 backend: unknown choice {name!r}; expected one of {', '.join(_CHOICES)}")
+    if key not in CHOICES:
+        raise ValueError(f"A5 backend: unknown choice {name!r}; expected one of {', '.join(CHOICES)}")
     return key
 
 
@@ -86,13 +104,13 @@ def _cuda_mode() -> str | None:
 
 
 def a5_backends() -> tuple[str, ...]:
-    """The A5 backends this process can use: ``cpu`` always, ``simulator`` unless ``numba.cuda`` runs in real
+    """The A5 backends this process can use: ``multicore`` always, ``simulator`` unless ``numba.cuda`` runs in real
     mode, ``gpu`` when a device is present and ``numba.cuda`` is not in simulator mode."""
     mode = _cuda_mode()
     out = []
     if mode != "simulator" and gpu_present():
         out.append("gpu")
-    out.append("cpu")
+    out.append("multicore")
     if mode != "gpu":
         out.append("simulator")
     return tuple(out)
@@ -104,7 +122,7 @@ def _prepare_cuda(backend: str) -> None:
     if mode is not None:
         if mode != backend:
             raise RuntimeError(f"A5 backend {backend!r}: numba.cuda already runs as {mode} in this process "
-                               f"(its mode is fixed at first import); use {mode!r} or 'cpu'")
+                               f"(its mode is fixed at first import); use {mode!r} or 'multicore'")
         return
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if backend == "simulator" else "0"
     if "numba" in sys.modules:  # numba reads its config at import: make it see the choice
@@ -114,36 +132,38 @@ def _prepare_cuda(backend: str) -> None:
 
 def _resolve(choice: str) -> str:
     if choice == "auto":
-        return "gpu" if _cuda_mode() != "simulator" and gpu_present() else "cpu"
+        return "gpu" if _cuda_mode() != "simulator" and gpu_present() else "multicore"
     return choice
 
 
 def set_a5_backend(name: str) -> str:
-    """Choose ``"gpu"``, ``"cpu"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the backend.
+    """Choose ``"gpu"``, ``"multicore"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the backend.
+    The old ``"cpu"`` still selects ``"multicore"``, with a :class:`DeprecationWarning` (:func:`canonical_backend`).
 
-    Raises RuntimeError for ``gpu`` / ``simulator`` when ``numba.cuda`` already runs in the other mode, and
+    Raises ValueError for an unknown name, RuntimeError for ``gpu`` / ``simulator`` when ``numba.cuda`` already runs in the other mode, and
     :class:`JitRequiredError` when Numba's JIT is disabled.
     """
     global _requested, _resolved
-    choice = _normalise(name)
+    choice = canonical_backend(name, stacklevel=2)
     require_jit("a5")
     backend = _resolve(choice)
-    if backend != "cpu":
+    if backend != "multicore":
         _prepare_cuda(backend)
     _requested, _resolved = choice, backend
     return backend
 
 
 def a5_backend() -> str:
-    """``"gpu"``, ``"cpu"`` or ``"simulator"``: where A5 kernels run in this process (resolved on first use).
+    """``"gpu"``, ``"multicore"`` or ``"simulator"``: where A5 kernels run in this process (resolved on first use;
+    ``SIMT_PTO_A5_BACKEND=cpu`` selects ``"multicore"`` with a :class:`DeprecationWarning`).
 
     Raises :class:`JitRequiredError` when Numba's JIT is disabled (``NUMBA_DISABLE_JIT``): no A5 backend runs then.
     """
     global _resolved
     require_jit("a5")
     if _resolved is None:
-        backend = _resolve(_requested or _normalise(os.environ.get(ENV_VAR, "auto")))
-        if backend != "cpu":
+        backend = _resolve(_requested or canonical_backend(os.environ.get(ENV_VAR, "auto"), stacklevel=2))
+        if backend != "multicore":
             _prepare_cuda(backend)
         _resolved = backend
     return _resolved

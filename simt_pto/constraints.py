@@ -178,7 +178,7 @@ def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict,
     if dst.loc == TileType.MAT and target == "cpu":  # the GM -> L1 path exists on A2/A3 and A5 only
         _fail(op, target, "dst must be a vector tile (TileType::Vec)", f"dst is {dst.loc.name}")
     if dst.loc == TileType.MAT:
-        from .l1 import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
+        from .l1_gather import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
         return plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)
     if not isinstance(idx, Tile):
         _fail(op, target, "indexes must be a UB vector tile (a GM index tensor is for MAT destinations only)",

@@ -144,6 +144,43 @@ class Layout(enum.IntEnum):
     """Fractal NZ: 5-D ``Shape<B, BCols, BRows, 16, C0>`` with ``C0 = 32 / sizeof(T)`` (A2/A3)."""
 
 
+@_document_members
+class IndexRule(enum.IntEnum):
+    """The remap a GatherOOB / ScatterOOB policy compiles to (MGATHER.md / MSCATTER.md, "Out-of-Bounds
+    Behaviour"; :func:`simt_pto.policy.index_rule`). Every kernel and loop takes it as a compile-time constant
+    (``simt_pto.kernels.index_policy.remap_index``), so the branch folds away, as the ISA's ``if constexpr``."""
+
+    IDENTITY = 0
+    """GatherOOB / ScatterOOB UNDEFINED: no remap (the host has checked the indices)."""
+    CLAMP = 1
+    """``min(uint32(i), capacity - 1)``."""
+    WRAP = 2
+    """``uint32(i) % capacity``."""
+    MASK = 3
+    """GatherOOB ZERO / ScatterOOB SKIP (and UNDEFINED with ``strict=False``): an out-of-range lane is reported as
+    not in range; the caller writes zero (gather) or skips the store (scatter)."""
+
+
+@_document_members
+class ElementFormat(enum.IntEnum):
+    """How one MSCATTER element is stored for a (ScatterAtomicOp, dtype) (``simt_pto.kernels.store``): what the
+    table argument and the source values are, and which read-modify-write the store rule uses."""
+
+    NATIVE = 0
+    """Arithmetic on the element type itself (a store, an integer or float32 add, integer Max / Min)."""
+    F16 = 1
+    """float16 Add on raw bits (A5: a 32-bit CAS loop on the word holding the element)."""
+    BF16 = 2
+    """bfloat16 Add on raw bits, likewise."""
+    F32_ORDER = 3
+    """float32 Max / Min with integer compares, on the table viewed as (int32, uint32)."""
+    F16_EDGE = 4
+    """float16 Add on a table that starts or ends mid-word (A5: the table's words plus staged boundary words;
+    sequential code stores in place, as F16)."""
+    BF16_EDGE = 5
+    """bfloat16 Add on a table that starts or ends mid-word, likewise."""
+
+
 TARGETS = ("cpu", "a2a3", "a5")
 
 

@@ -75,6 +75,21 @@ def last_geometry(slots: int) -> LaunchGeometry:
     return LaunchGeometry("last", min(_ceil_div(slots, WARP), MAX_WARPS), work_items=slots)
 
 
+MAX_GRID = 2 ** 31 - 1
+"""The CUDA limit on gridDim.x (the x dimension; y and z stop at 65535)."""
+
+
+def flat_geometry(work_items: int) -> LaunchGeometry:
+    """The whole-array owner path's flat grid-stride launches (reset, claim, the Elem writes): full
+    ``dim3(32, 32)`` blocks, each thread walking ``work_items`` in steps of the grid's threads."""
+    return LaunchGeometry("flat", MAX_WARPS, work_items=work_items)
+
+
+def flat_grid(work_items: int) -> int:
+    """Blocks of a flat grid-stride launch over ``work_items``: one per 1024 items, at most :data:`MAX_GRID`."""
+    return min(MAX_GRID, max(1, _ceil_div(work_items, WARP * MAX_WARPS)))
+
+
 def l1_elem_geometry(rows: int, cols: int) -> LaunchGeometry:
     """GM -> L1 Elem, ``GatherExec::Simt`` (``simt_mgather_l1_elem_kernel``; MGATHER.md, "A5 only — SIMT
     executor for Elem GM → L1"): sized by the whole padded NZ tile, not its valid region::

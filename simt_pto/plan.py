@@ -1,8 +1,8 @@
 """The resolved call ("plan") every target runs, and the refusal of out-of-range indices.
 
-:mod:`simt_pto.constraints` (VEC destinations) and :mod:`simt_pto.l1` (GM -> L1) validate a call into a
+:mod:`simt_pto.constraints` (VEC destinations) and :mod:`simt_pto.l1_gather` (GM -> L1) validate a call into a
 :class:`Plan`; both refuse out-of-range indices with :func:`check_oob`, the whole-array ops with
-:func:`out_of_range`: one wording everywhere.
+:func:`check_indices` (the one refusal, and :func:`out_of_range` its one wording).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from . import dtypes as _dt
 from .enums import Coalesce, GatherExec, Layout, ScatterAtomicOp, ScatterConflict, TileType
 from .errors import OutOfBoundsError
-from .policy import IDENTITY
+from .enums import IndexRule
 from .tensor import GlobalTensor
 from .tile import Tile
 
@@ -59,7 +59,7 @@ class Plan:
     def index_bits(self) -> np.ndarray:
         """The indices the op reads after the uint32 cast, as a uint32 view where the layout allows:
         ``(rows,)`` for Row, ``(rows, cols)`` for Elem (the GM index tensor of the L1 path: see
-        :class:`simt_pto.l1.L1Plan`)."""
+        :class:`simt_pto.l1_gather.L1Plan`)."""
         if self.coalesce == Coalesce.ROW and not (self.op == "MSCATTER" and self.target == "cpu"):
             return self.idx.data.view(np.uint32)[: self.rows * self.idx_step: self.idx_step]
         return self.idx.grid()[: self.rows, : self.cols].view(np.uint32)
@@ -70,18 +70,36 @@ class Plan:
 
 
 def check_oob(plan: Plan) -> None:
-    """Under a policy that leaves out-of-range indices undefined, refuse them (``strict``) before any write."""
-    if plan.rule != IDENTITY:
+    """Under a policy that leaves out-of-range indices undefined, refuse them (``strict``) before any write:
+    :func:`check_indices` over the plan's indices."""
+    check_indices(plan.op, plan.target, plan.capacity, plan.rule, plan.index_bits())
+
+
+def check_indices(op, target, capacity: int, rule, bits=None, *, scan=None) -> None:
+    """The one refusal of out-of-range indices, for tile ops and whole-array calls alike (MGATHER.md /
+    MSCATTER.md, "Out-of-Bounds Behaviour"): under UNDEFINED the caller guarantees ``idx < capacity`` and the
+    emulator checks it (rule IDENTITY: UNDEFINED with ``strict``, and the CPU simulator's MSCATTER, which uses
+    every index unchecked); every other rule places or drops each index, so nothing is refused.
+
+    ``bits`` are the indices after the ISA's uint32 cast (a uint32 array of any shape: -1 is 4294967295); the
+    error names the first five positions (an int in a 1-D array, a tuple otherwise) and their values. Indices in
+    device memory are counted where they are: ``scan()`` returns ``(count, first position, its value)`` (the
+    device kernel, which the caller runs: the model imports no kernel); it is called only under IDENTITY.
+    Raises :class:`~simt_pto.errors.OutOfBoundsError` (:func:`out_of_range`)."""
+    if rule != IndexRule.IDENTITY:
         return
-    bits = plan.index_bits()
-    if bits.size == 0 or int(bits.max()) < plan.capacity:
+    if scan is not None:
+        count, first, value = scan()
+        if count:
+            raise out_of_range(op, target, capacity, [first], [value], count)
         return
-    raw = bits.astype(np.int64)
-    bad = raw >= plan.capacity
+    if bits.size == 0 or int(bits.max()) < capacity:  # one pass, no temporaries: positions only on failure
+        return
+    bad = bits >= capacity
     pos = np.argwhere(bad)[:5]
     positions = [tuple(int(x) for x in p) if len(p) > 1 else int(p[0]) for p in pos]
-    values = [int(raw[tuple(p)]) for p in pos]
-    raise out_of_range(plan.op, plan.target, plan.capacity, positions, values, int(bad.sum()))
+    values = [int(bits[tuple(p)]) for p in pos]
+    raise out_of_range(op, target, capacity, positions, values, int(np.count_nonzero(bad)))
 
 
 def out_of_range(op, target, capacity, positions, values, count) -> OutOfBoundsError:

@@ -5,30 +5,33 @@ Run by ``tests/test_compile_a5.py`` in ONE subprocess with ``numba.cuda`` in rea
 
     SIMT_PTO_A5_BACKEND=gpu python tests/compile_a5_matrix.py --out report.json [--jobs 2] [--slow-per-group K]
 
-The specializations are derived from the dispatch, not listed by hand:
+The specializations are read from the call plans the dispatch builds (``simt_pto.launch_spec.CallPlan``: each
+launch names its kernel, its policy and its arguments), not listed by hand:
 
 * the tile ops: every element dtype of ``ELEMENT_DTYPES["a5"]`` (``atomic_dtypes("a5", op)`` for each
   ScatterAtomicOp), both index dtypes, Row / Elem, every OOB policy, strict on and off, both
-  ScatterConflict values; each call is validated by ``constraints.plan_*`` (target ``a5``) and its launch
-  chosen by ``resolve_mgather`` / ``resolve_mscatter``;
+  ScatterConflict values; each call is validated by ``constraints.plan_*`` (target ``a5``) and planned by
+  ``simt_pto.host.a5.mgather_plan`` / ``mscatter_plan``;
 * the GM -> L1 gathers (a MAT NZ destination, GM index and scratch tensors), both GatherExec values, through
-  the same ``plan_mgather`` / ``resolve_mgather`` (``GatherExec::Scalar`` launches no SIMT kernel);
-* the whole-array ops (``simt_pto.gather`` / ``simt_pto.scatter``, ``host/large_a5.py``), over the same
-  matrix with ``last_path`` ``"slot"`` and ``"owner"`` (the owner path with both owner layouts, dense and
-  compact): their kernel launches are recorded (the kernel factories in ``large_a5`` are swapped for
-  recorders, nothing runs);
-* ``kernels/a5/validate.count_out_of_range``, which ``host/large.py`` launches on device index arrays
+  the same ``plan_mgather`` / ``mgather_plan`` (``GatherExec::Scalar`` launches no SIMT kernel);
+* the whole-array ops (``simt_pto.host.large.gather_plan`` / ``scatter_plan``: what ``simt_pto.gather`` /
+  ``simt_pto.scatter`` launch), over the same matrix with ``last_path`` ``"slot"`` and ``"owner"`` (the owner
+  path with both owner layouts, dense and compact); planned for the multicore backend (host arrays, typed as
+  the GPU's device arrays are), nothing runs;
+* ``kernels/a5/index_check.count_out_of_range``, which ``host/large.py`` launches on device index arrays
   only, with the argument types it passes there.
 
-Launches are deduplicated by (kernel name, compile-time policy, Numba argument types): exactly what the
-dispatcher compiles separately. Each is compiled with ``numba.cuda.compile_ptx`` and assembled with the
-wheel's ``ptxas -v`` for every cc; the JSON report holds, per specialization and cc, the PTX global-memory
-instruction counts, registers, spill bytes, or the error.
+Launches are deduplicated by (kernel, compile-time policy, Numba argument types): exactly what the dispatcher
+compiles separately (``KernelPolicy.cache_key``: the conflict policy selects kernels and compiles nothing).
+Each is compiled once with ``numba.cuda.compile_ptx`` for the lowest cc asked, and that PTX is assembled with
+the wheel's ``ptxas -v`` for every cc (NVVM's PTX for sm_80 and sm_90 differs only in its ``.target`` line and
+symbol names, and ptxas takes PTX of a lower target); the JSON report holds, per specialization and cc, the
+PTX global-memory instruction counts, registers, spill bytes, or the error.
 
-Cost (2 cores, 2 workers): the 32 float16 / bfloat16 atomic-add specializations take ~6-7 s each per cc
-(Numba inlines the softfloat adder at IR level), ~430 of the ~600 CPU seconds of the full matrix (~300 s
-wall). ``--slow-per-group K`` compiles K of them (fixed seed) per (kernel, format) group and all others
-(~150 s wall for K = 2); ``--slow-per-group 0`` compiles everything.
+Cost (2 cores, 2 workers): the float16 / bfloat16 atomic-add specializations take ~3 s each to compile
+(Numba inlines the softfloat adder at IR level), most of the CPU time of the full matrix. ``--slow-per-group K``
+compiles K of them (fixed seed) per (kernel, format) group and all others; ``--slow-per-group 0`` compiles
+everything.
 """
 from __future__ import annotations
 
@@ -42,26 +45,32 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor
 
 CCS = (80, 90)
+TOOLS = "simt_pto.host.tools.kernel_report"
+"""``simt-pto inspect``'s module: the tile-op calls it builds, and the toolchain (ptxas, the report's parsers)."""
+
+
+def _tools():
+    import importlib
+    return importlib.import_module(TOOLS)
 
 
 def _expect_real_mode():
     os.environ.setdefault("SIMT_PTO_A5_BACKEND", "gpu")
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     import simt_pto  # noqa: F401  (resolves the backend)
-    from simt_pto.host.inspect import compile_here
     from numba import cuda  # noqa: F401
-    if not compile_here():
+    if not _tools().compile_here():
         raise SystemExit("compile_a5_matrix: numba.cuda is in simulator mode; set SIMT_PTO_A5_BACKEND=gpu")
 
 
 class Spec:
-    """One specialization: a kernel (factory + policy), its argument types, and the calls that reach it."""
+    """One specialization: a launch (kernel, policy, arguments) of some call plan, and the calls that reach it."""
 
-    def __init__(self, name, factory, policy, args, kind, source):
+    def __init__(self, launch, kind, source):
         from simt_pto.kernels.a5.simt import argument_types
-        self.name, self.factory, self.policy, self.kind = name, factory, tuple(policy), kind
-        # count_out_of_range is a plain CUDA kernel (GPU device arrays only): no launch tuple
-        self.sig = argument_types(args)[1:] if kind == "validate" else argument_types(args)
+        self.launch, self.kind = launch, kind
+        self.name, self.policy = launch.kernel, launch.policy
+        self.sig = argument_types(launch.values())
         self.calls = []
         self.sources = {source}
         self.dtypes = set()
@@ -69,15 +78,43 @@ class Spec:
 
     @property
     def key(self):
-        return (self.name, self.policy, tuple(str(t) for t in self.sig))
+        return (self.name, self.policy.cache_key, tuple(str(t) for t in self.sig))
+
+    def policy_names(self) -> dict:
+        """The compile-time policy by name (``rule``, ``atomic``, ``format``): what the kernel is compiled on."""
+        return {k: v for k, v in self.policy.describe().items() if k != "conflict"}
+
+    def ptx(self, cc: int) -> str:
+        from numba import cuda
+        from simt_pto.kernels.a5.simt import bound_source
+        return cuda.compile_ptx(bound_source(self.name, self.policy, "cuda"), self.sig, cc=(cc // 10, cc % 10))[0]
 
     def describe(self) -> dict:
-        return {"name": self.name, "policy": list(self.policy), "signature": [str(t) for t in self.sig],
-                "kind": self.kind, "atomic": self.atomic, "dtypes": sorted(self.dtypes),
-                "sources": sorted(self.sources), "calls": len(self.calls), "example": self.calls[0]}
+        return {"name": self.name, "policy": self.policy_names(), "cache_key": self.policy.cache_key,
+                "signature": [str(t) for t in self.sig], "kind": self.kind, "atomic": self.atomic,
+                "dtypes": sorted(self.dtypes), "sources": sorted(self.sources), "calls": len(self.calls),
+                "example": self.calls[0]}
 
 
-def _kind(name, atomic):
+class ValidateSpec(Spec):
+    """``count_out_of_range``: a plain CUDA kernel (device index arrays only), no launch tuple, no policy."""
+
+    def __init__(self, args, index_dtype):
+        from simt_pto.kernels.a5.simt import argument_types
+        from simt_pto.launch_spec import KernelPolicy
+        self.launch, self.kind, self.name, self.policy = None, "validate", "count_out_of_range", KernelPolicy()
+        self.sig = argument_types(args)[1:]
+        self.calls = [{"op": "validate", "index_dtype": index_dtype, "source": "whole-array"}]
+        self.sources, self.dtypes, self.atomic = {"whole-array"}, set(), None
+
+    def ptx(self, cc: int) -> str:
+        from numba import cuda
+        from simt_pto.kernels.a5.index_check import count_out_of_range
+        return cuda.compile_ptx(count_out_of_range.py_func, self.sig, cc=(cc // 10, cc % 10))[0]
+
+
+def _kind(launch):
+    name = launch.kernel
     if name.endswith("_owner_claim_kernel"):
         return "owner-claim"
     if name.endswith("_owner_write_kernel"):
@@ -86,11 +123,10 @@ def _kind(name, atomic):
         return "owner-reset"
     if name.endswith("_last_kernel"):
         return "last"
-    if name == "count_out_of_range":
-        return "validate"
     if name.startswith("simt_mgather"):
         return "gather"
-    return "scatter-plain" if atomic in (None, "none") else "scatter-atomic"
+    from simt_pto.enums import ScatterAtomicOp
+    return "scatter-plain" if launch.policy.atomic in (None, ScatterAtomicOp.NONE) else "scatter-atomic"
 
 
 def _calls():
@@ -115,6 +151,12 @@ def _calls():
                                                        conflict=conflict.name.lower())
 
 
+def _tile_launches(plan):
+    """The launches of a tile op's call plan (none for a scalar fallback)."""
+    from simt_pto.host import a5
+    return (a5.mgather_plan if plan.op == "MGATHER" else a5.mscatter_plan)(plan).launches
+
+
 def _l1_plan(kw, exec_):
     """A GM -> L1 MGATHER (MAT NZ destination) for the call ``kw``, validated by ``plan_mgather``."""
     import numpy as np
@@ -136,79 +178,67 @@ def _l1_plan(kw, exec_):
 
 
 def _whole_array_launches(op, kw):
-    """The kernel launches of ``simt_pto.gather`` / ``scatter`` for one call (recorded, not run)."""
+    """The kernel launches of ``simt_pto.gather`` / ``scatter`` for one call: the launches of its plans
+    (``large.gather_plan`` / ``scatter_plan``; Conflict::Last: the slot path and both owner layouts)."""
     import numpy as np
-    import simt_pto
     from simt_pto import dtypes as dt
-    from simt_pto.host import large_a5
+    from simt_pto.host import large
     d = dt.resolve(kw["dtype"])
     rows, cols = 8, 64
     idx_np = dt.resolve(kw["index_dtype"]).numpy
     row = kw["coalesce"] == "row"
     table = np.zeros((64, cols) if row else (64 * cols,), dtype=d.numpy)
     idx = np.zeros(rows if row else (rows, cols), dtype=idx_np)
-    common = dict(coalesce=kw["coalesce"], oob=kw["oob"], target="a5", strict=kw["strict"], dtype=d.name)
-    sink = []
-    saved_run, saved_backend, saved_layout = large_a5.run_kernel, large_a5.a5_backend, large_a5.owner_layout
-    try:
-        # record the launches instead of running them; host arrays, so nothing touches a device
-        large_a5.run_kernel = lambda factory, policy, grid, warps, args: sink.append((factory, policy, args))
-        large_a5.a5_backend = lambda: "cpu"
-        if op == "mgather":
-            simt_pto.gather(table, idx, **common)
-        else:
-            src = np.zeros((rows, cols), dtype=d.numpy)
-            last = kw["atomic"] == "none" and kw["conflict"] == "last"
-            # the owner path twice: one owner per table slot, and one per distinct slot reached (large_a5.owner_layout)
-            paths = (("slot", None), ("owner", "dense"), ("owner", "compact")) if last else (("auto", None),)
-            for path, layout in paths:
-                large_a5.owner_layout = saved_layout if layout is None else (lambda cap, n, layout=layout: layout)
-                simt_pto.scatter(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"], last_path=path,
-                                 **common)
-    finally:
-        large_a5.run_kernel, large_a5.a5_backend, large_a5.owner_layout = saved_run, saved_backend, saved_layout
-    return [(f.__name__, f, p, a) for f, p, a in sink]
+    # planned for the multicore backend: host arrays, so nothing touches a device
+    common = dict(coalesce=kw["coalesce"], oob=kw["oob"], target="a5", strict=kw["strict"], dtype=d.name,
+                  backend="multicore")
+    if op == "mgather":
+        return list(large.gather_plan(table, idx, **common).launches)
+    src = np.zeros((rows, cols), dtype=d.numpy)
+    last = kw["atomic"] == "none" and kw["conflict"] == "last"
+    paths = (("slot", None), ("owner", "dense"), ("owner", "compact")) if last else (("auto", None),)
+    return [launch for path, owner in paths
+            for launch in large.scatter_plan(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"],
+                                             last_path=path, owner=owner, **common).launches]
 
 
 def enumerate_specs(include_whole_array=True):
     """{key: Spec} for every launchable specialization, plus the count of calls that launch no SIMT kernel
     (the (1, 1) Elem scalar fallbacks, the scalar GM -> L1 walk)."""
-    from simt_pto.host.inspect import build_plan, resolve_launch
+    from simt_pto.enums import GatherExec
+    build_plan = _tools().build_plan
     specs, fallbacks = {}, 0
 
-    def add(name, factory, policy, args, source, op, kw):
-        spec = Spec(name, factory, policy, args, _kind(name, kw.get("atomic")), source)
+    def add(launch, source, op, kw):
+        spec = Spec(launch, _kind(launch), source)
         spec = specs.setdefault(spec.key, spec)
         spec.sources.add(source)
         spec.calls.append(dict(kw, op=op, source=source))
         spec.dtypes.add(kw["dtype"])
         spec.atomic = kw.get("atomic", "none") if spec.kind == "scatter-atomic" else None
 
-    from simt_pto.enums import GatherExec
     for op, kw in _calls():
-        plan = build_plan(op, **kw)
-        launch = resolve_launch(plan)
-        add(launch.name, launch.factory, launch.policy, launch.args, "tile", op, kw)
+        for launch in _tile_launches(build_plan(op, **kw)):
+            add(launch, "tile", op, kw)
         if op == "mgather":  # the same call into an L1 (MAT) tile
             for exec_ in GatherExec:
                 if exec_ == GatherExec.SIMT and kw["coalesce"] == "row":
                     continue  # the SIMT executor is Elem only (a ConstraintError)
-                launch = resolve_launch(_l1_plan(kw, exec_))
-                if launch is None:
-                    fallbacks += 1  # GatherExec::Scalar: the cube core's scalar walk
-                else:
-                    add(launch.name, launch.factory, launch.policy, launch.args, "l1", op, dict(kw, exec="simt"))
+                launches = _tile_launches(_l1_plan(kw, exec_))
+                fallbacks += not launches  # GatherExec::Scalar: the cube core's scalar walk
+                for launch in launches:
+                    add(launch, "l1", op, dict(kw, exec="simt"))
         if (op == "mscatter" and kw["atomic"] == "add" and kw["dtype"] in ("float16", "bfloat16")
                 and kw["oob"] == "undefined" and kw["index_dtype"] == "int32"):
             # a table starting mid-word: the boundary-word formats (F16_EDGE / BF16_EDGE), one rule each (their
             # remap is the same code as the whole-word kernels'; each costs ~20x a plain compile)
-            launch = resolve_launch(build_plan(op, **dict(kw, mid_word=True)))
-            add(launch.name, launch.factory, launch.policy, launch.args, "tile", op, dict(kw, mid_word=True))
+            for launch in _tile_launches(build_plan(op, **dict(kw, mid_word=True))):
+                add(launch, "tile", op, dict(kw, mid_word=True))
         if kw["coalesce"] == "elem":  # the (1, 1) Elem call takes the scalar pipe: no launch
-            fallbacks += resolve_launch(build_plan(op, **dict(kw, rows=1, cols=1))) is None
+            fallbacks += not _tile_launches(build_plan(op, **dict(kw, rows=1, cols=1)))
         if include_whole_array:
-            for name, factory, policy, args in _whole_array_launches(op, kw):
-                add(name, factory, policy, args, "whole-array", op, kw)
+            for launch in _whole_array_launches(op, kw):
+                add(launch, "whole-array", op, kw)
     _add_validate(specs)
     return specs, fallbacks
 
@@ -217,11 +247,8 @@ def _add_validate(specs):
     """``count_out_of_range(idx, capacity, out)`` as ``host/large.py`` launches it (1-D device views)."""
     import numpy as np
     from simt_pto import dtypes as dt
-    from simt_pto.kernels.a5 import validate
     for index_dtype in dt.INDEX_DTYPES:
-        args = (np.zeros(8, dtype=index_dtype.numpy), 64, np.zeros(2, dtype=np.int64))
-        spec = Spec("count_out_of_range", lambda: validate.count_out_of_range, (), args, "validate", "whole-array")
-        spec.calls.append({"op": "validate", "index_dtype": index_dtype.name, "source": "whole-array"})
+        spec = ValidateSpec((np.zeros(8, dtype=index_dtype.numpy), 64, np.zeros(2, dtype=np.int64)), index_dtype.name)
         specs.setdefault(spec.key, spec)
 
 
@@ -229,25 +256,28 @@ _SPECS: list = []
 
 
 def _compile_one(i, ccs):
-    """Compile spec ``i`` for every cc: {cc: result}. Runs in a forked worker."""
-    from numba import cuda
-    from simt_pto.host.inspect import assemble, classify, ptx_memory_instructions
-    from simt_pto.kernels.a5.simt import cuda_source
+    """Compile spec ``i`` to PTX once (for the lowest cc) and assemble it for every cc: {cc: result}. Runs in a
+    forked worker."""
+    tools = _tools()
     spec = _SPECS[i]
-    kernel = spec.factory(*spec.policy)
-    py_func = kernel.py_func if spec.kind == "validate" else cuda_source(kernel)
+    ptx_cc = min(ccs)
+    t0 = time.perf_counter()
+    try:
+        ptx = spec.ptx(ptx_cc)
+    except Exception:
+        error = {"error": traceback.format_exc(limit=8), "compile_s": round(time.perf_counter() - t0, 3)}
+        return i, {str(cc): dict(error) for cc in ccs}
+    compile_s = round(time.perf_counter() - t0, 3)
+    counts = tools.ptx_memory_instructions(ptx)
     out = {}
     for cc in ccs:
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         try:
-            ptx, _ = cuda.compile_ptx(py_func, spec.sig, cc=(cc // 10, cc % 10))
-            t1 = time.perf_counter()
-            res = assemble(ptx, cc)
-            counts = ptx_memory_instructions(ptx)
-            res.update(classify(counts), ptx_counts=dict(sorted(counts.items())),
-                       compile_s=round(t1 - t0, 3), ptxas_s=round(time.perf_counter() - t1, 3), error=None)
+            res = tools.assemble(ptx, cc)
+            res.update(tools.classify(counts), ptx_counts=dict(sorted(counts.items())), ptx_cc=ptx_cc,
+                       compile_s=compile_s, ptxas_s=round(time.perf_counter() - t1, 3), error=None)
         except Exception:
-            res = {"error": traceback.format_exc(limit=8), "compile_s": round(time.perf_counter() - t0, 3)}
+            res = {"error": traceback.format_exc(limit=8), "compile_s": compile_s}
         out[str(cc)] = res
     return i, out
 
@@ -255,8 +285,9 @@ def _compile_one(i, ccs):
 def _slow(spec) -> bool:
     """The 16-bit float CAS-loop adds (element formats F16 / BF16 and their mid-word twins): softfloat inlined,
     ~20x the compile time."""
-    from simt_pto.kernels import store
-    return spec.kind == "scatter-atomic" and spec.policy[-1] in (store.F16, store.BF16, store.F16_EDGE, store.BF16_EDGE)
+    from simt_pto.enums import ElementFormat
+    return spec.kind == "scatter-atomic" and spec.policy.fmt in (ElementFormat.F16, ElementFormat.BF16,
+                                                                  ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE)
 
 
 def _cost(spec) -> int:
@@ -270,7 +301,7 @@ def choose(specs, slow_per_group, seed):
     groups = {}
     for s in specs:
         if _slow(s):
-            groups.setdefault((s.name, s.policy[-1]), []).append(s)
+            groups.setdefault((s.name, int(s.policy.fmt)), []).append(s)
     rng = random.Random(seed)
     keep = {id(s) for g in sorted(groups) for s in rng.sample(sorted(groups[g], key=lambda x: str(x.key)),
                                                                min(slow_per_group, len(groups[g])))}
@@ -304,9 +335,10 @@ def main(argv=None) -> int:
         for i in range(len(_SPECS)):
             results[i] = _compile_one(i, args.cc)[1]
     report = {
-        "ccs": args.cc, "enumerated": len(all_specs), "compiled": len(_SPECS), "sampled": len(_SPECS) < len(all_specs),
-        "calls": sum(len(s.calls) for s in all_specs), "scalar_fallbacks": fallbacks,
-        "enumerate_s": round(t_enum, 2), "compile_wall_s": round(time.perf_counter() - t1, 2), "jobs": args.jobs,
+        "ccs": args.cc, "ptx_cc": min(args.cc), "enumerated": len(all_specs), "compiled": len(_SPECS),
+        "sampled": len(_SPECS) < len(all_specs), "calls": sum(len(s.calls) for s in all_specs),
+        "scalar_fallbacks": fallbacks, "enumerate_s": round(t_enum, 2),
+        "compile_wall_s": round(time.perf_counter() - t1, 2), "jobs": args.jobs,
         "slow_per_group": args.slow_per_group, "seed": args.seed,
         "specs": [dict(s.describe(), results=r) for s, r in zip(_SPECS, results)],
         "not_compiled": [s.describe() for s in all_specs if s not in _SPECS],

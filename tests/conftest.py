@@ -26,7 +26,7 @@ ALL_DTYPE_NAMES = BASE_DTYPES + ("float8_e4m3", "float8_e5m2", "hifloat8")
 
 @pytest.fixture
 def simulator_backend():
-    """Run the test's A5 calls on Numba's CUDA simulator (the default here is the ``cpu`` backend, or the
+    """Run the test's A5 calls on Numba's CUDA simulator (the default here is the ``multicore`` backend, or the
     GPU where one is present), then restore the backend. Skips where ``numba.cuda`` runs in real mode."""
     previous = pto.a5_backend()
     if "simulator" not in pto.a5_backends():

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
-from simt_pto.host.selftest import index_tile as selftest_index_tile, read_storage, sentinel_tile
+from simt_pto.host.tools.selftest import index_tile as selftest_index_tile, read_storage, sentinel_tile
 from simt_pto.reference import (ELEMENT_TYPES as NUMPY_TYPES, bits_type, candidates, combine, from_bits,  # noqa: F401
                                 gather_elem, gather_row, itemsize, kind, scatter, slot, to_bits, u32, writers)
 
@@ -61,7 +61,7 @@ def random_bits(rng, shape, dtype: str) -> np.ndarray:
 
 def make_tile(dtype: str, rows: int, cols: int, valid=None, blayout="row_major", logical_bits=None):
     """A VEC tile whose storage is all sentinel, with ``logical_bits`` (a 2-D array, top-left aligned) written
-    element by element at ``tile_offset_2d`` (``simt_pto.host.selftest.sentinel_tile``)."""
+    element by element at ``tile_offset_2d`` (``simt_pto.host.tools.selftest.sentinel_tile``)."""
     logical = None if logical_bits is None else np.atleast_2d(np.asarray(logical_bits))
     return sentinel_tile(dtype, (rows, cols), valid, blayout, logical)[0]
 
@@ -73,7 +73,7 @@ def read_tile(tile) -> np.ndarray:
 
 
 def index_tile(values, layout: str = "row", index_dtype: str = "int32", rows=None, cols=None):
-    """An index tile holding ``values`` (``simt_pto.host.selftest.index_tile``): ``"row"`` = ``[1, R]``
+    """An index tile holding ``values`` (``simt_pto.host.tools.selftest.index_tile``): ``"row"`` = ``[1, R]``
     RowMajor, ``"col"`` = ``[R, 1]`` ColMajor, ``"elem"`` / ``"elem_col"`` = ``[R, C]`` RowMajor / ColMajor;
     the padded extents are rounded up to the 32-byte rule unless given."""
     return selftest_index_tile(values, layout, index_dtype, rows, cols)[0]

@@ -1,4 +1,4 @@
-"""The A5 backends: the ``cpu`` backend runs the kernels compiled for the CPU on several threads with exact
+"""The A5 backends: the ``multicore`` backend runs the kernels compiled for the CPU on several threads with exact
 atomics; backend selection; concurrent callers on every backend (the simulator serialised).
 
 The oracles are numpy one-liners over integer data (``np.bincount``, a serial Python loop for Last), so a
@@ -21,11 +21,11 @@ from simt_pto.kernels.a5 import simt
 
 
 @pytest.fixture
-def cpu_backend():
+def multicore_backend():
     previous = pto.a5_backend()
-    pto.set_a5_backend("cpu")
+    pto.set_a5_backend("multicore")
     try:
-        yield "cpu"
+        yield "multicore"
     finally:
         pto.set_a5_backend(previous)
 
@@ -40,38 +40,38 @@ def serial_last(table, src, idx):
 
 # -- selection ---------------------------------------------------------------------------------------------
 
-def test_cpu_backend_is_always_available():
-    assert "cpu" in pto.a5_backends()
+def test_multicore_backend_is_always_available():
+    assert "multicore" in pto.a5_backends()
 
 
-def test_auto_is_cpu_without_a_gpu(monkeypatch):
+def test_auto_is_multicore_without_a_gpu(monkeypatch):
     from simt_pto import backend
     monkeypatch.setattr(backend, "gpu_present", lambda: False)
     previous = pto.a5_backend()
     try:
-        assert pto.set_a5_backend("auto") == "cpu"
-        assert pto.a5_backend() == "cpu"
+        assert pto.set_a5_backend("auto") == "multicore"
+        assert pto.a5_backend() == "multicore"
     finally:
         pto.set_a5_backend(previous)
 
 
 def test_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="unknown choice 'tpu'; expected one of auto, gpu, cpu, simulator"):
+    with pytest.raises(ValueError, match="unknown choice 'tpu'; expected one of auto, gpu, multicore, simulator"):
         pto.set_a5_backend("tpu")
 
 
 def test_environment_variable_chooses_the_backend():
     code = "import simt_pto as pto; print(pto.a5_backend())"
-    env = dict(os.environ, SIMT_PTO_A5_BACKEND="cpu")
+    env = dict(os.environ, SIMT_PTO_A5_BACKEND="multicore")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "cpu"
+    assert out.stdout.strip() == "multicore"
 
 
-def test_cpu_backend_never_imports_numba_cuda():
+def test_multicore_backend_never_imports_numba_cuda():
     code = textwrap.dedent("""
         import sys, numpy as np, simt_pto as pto
-        pto.set_a5_backend("cpu")
+        pto.set_a5_backend("multicore")
         t = np.arange(64, dtype=np.float32)
         assert (pto.gather(t, np.array([3, 1], np.int32), coalesce="elem") == [3, 1]).all()
         print("numba.cuda" in sys.modules)
@@ -81,10 +81,10 @@ def test_cpu_backend_never_imports_numba_cuda():
     assert out.stdout.strip() == "False"
 
 
-# -- the cpu backend: blocks on several threads, exact atomics ----------------------------------------------------
+# -- the multicore backend: blocks on several threads, exact atomics ----------------------------------------------------
 
 @pytest.mark.skipif(simt.cpu_workers() < 2, reason="NUMBA_NUM_THREADS is 1: one worker thread")
-def test_cpu_backend_runs_blocks_on_several_threads_at_once(cpu_backend):
+def test_multicore_backend_runs_blocks_on_several_threads_at_once(multicore_backend):
     rng = np.random.default_rng(3)
     table = rng.standard_normal(1 << 20).astype(np.float32)
     idx = rng.integers(0, table.size, 1 << 21, dtype=np.int32)
@@ -103,7 +103,7 @@ def test_cpu_backend_runs_blocks_on_several_threads_at_once(cpu_backend):
 
 @pytest.mark.parametrize("coalesce", ["elem", "row"])
 @pytest.mark.parametrize("dtype", ["int32", "uint32"])
-def test_integer_add_is_exact_under_heavy_contention(cpu_backend, coalesce, dtype):
+def test_integer_add_is_exact_under_heavy_contention(multicore_backend, coalesce, dtype):
     rng = np.random.default_rng(7)
     slots, n = 16, 1 << 22  # ~10 ms per call: the worker threads overlap
     idx = rng.integers(0, slots, n, dtype=np.int32)
@@ -124,7 +124,7 @@ def test_integer_add_is_exact_under_heavy_contention(cpu_backend, coalesce, dtyp
 
 @pytest.mark.parametrize("atomic, reduce", [("max", np.maximum), ("min", np.minimum)])
 @pytest.mark.parametrize("dtype", ["int32", "uint32", "float32"])
-def test_max_min_are_exact_under_heavy_contention(cpu_backend, atomic, reduce, dtype):
+def test_max_min_are_exact_under_heavy_contention(multicore_backend, atomic, reduce, dtype):
     rng = np.random.default_rng(11)
     slots, n = 8, 1 << 22
     idx = rng.integers(0, slots, n, dtype=np.int32)
@@ -142,7 +142,7 @@ def test_max_min_are_exact_under_heavy_contention(cpu_backend, atomic, reduce, d
 
 
 @pytest.mark.parametrize("dtype, per_slot", [("float16", 1024), ("bfloat16", 128)])
-def test_half_cas_add_gives_the_sequential_bits_where_order_cannot_matter(cpu_backend, dtype, per_slot):
+def test_half_cas_add_gives_the_sequential_bits_where_order_cannot_matter(multicore_backend, dtype, per_slot):
     """Adding 1.0 ``per_slot`` times is exact in the element type whatever the order (every partial sum is a
     small integer), so the CAS loop must give the sequential sum's bits on every run."""
     d = pto.dtypes.resolve(dtype)
@@ -158,7 +158,7 @@ def test_half_cas_add_gives_the_sequential_bits_where_order_cannot_matter(cpu_ba
 
 
 @pytest.mark.parametrize("coalesce", ["elem", "row"])
-def test_last_owner_path_is_the_serial_result_on_every_run(cpu_backend, coalesce):
+def test_last_owner_path_is_the_serial_result_on_every_run(multicore_backend, coalesce):
     rng = np.random.default_rng(13)
     if coalesce == "elem":
         table = np.full(4096, -1.0, np.float32)
@@ -199,7 +199,7 @@ def _concurrent_calls(n_calls, size, workers=8):
         return sum(not ok for ok in pool.map(call, range(n_calls)))
 
 
-def test_concurrent_callers_on_the_cpu_backend(cpu_backend):
+def test_concurrent_callers_on_the_cpu_backend(multicore_backend):
     assert _concurrent_calls(32, 1 << 16) == 0
 
 
@@ -214,7 +214,7 @@ def test_concurrent_callers_under_each_numba_threading_layer(layer):
         sys.path.insert(0, sys.argv[1])
         import simt_pto as pto
         from test_a5_backends import _concurrent_calls
-        pto.set_a5_backend("cpu")
+        pto.set_a5_backend("multicore")
         print(_concurrent_calls(24, 1 << 15))
     """)
     env = dict(os.environ)

@@ -8,9 +8,11 @@ A5, Shape-adaptive launch" (``dim3{32, kLaunchWarps}``, integer division as in C
 * Elem (gather; scatter other than Conflict::Last): ``kLaunchWarps = min(ceil(validRows * validCols / 32), 32)``;
 * Conflict::Last (atomic NONE only): sized by the destination, ``min(ceil(slots / 32), 32)`` with
   ``slots`` = tableRows (Row) or tableSize (Elem);
-* the ``(1, 1)`` Elem case launches nothing (MGatherScalarImpl / MScatterScalarImpl): resolve gives None.
+* the ``(1, 1)`` Elem case launches nothing (MGatherScalarImpl / MScatterScalarImpl): its call plan is one host
+  step.
 
-Plans are built with ``simt_pto.constraints.plan_mgather / plan_mscatter`` and resolved without running.
+Plans are built with ``simt_pto.constraints.plan_mgather / plan_mscatter``; their call plans
+(``simt_pto.host.a5.mgather_plan / mscatter_plan``) are read without running.
 """
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import constraints
-from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
+from simt_pto.host import a5
+from simt_pto.kernels.a5 import KERNELS, simt
 from simt_pto.kernels.a5 import mgather as a5_mgather
 from simt_pto.kernels.a5 import mscatter as a5_mscatter
+from simt_pto.launch_spec import HostStep, KernelPolicy
 from oracles import make_tile, round_up
 
 E = pto.enums
@@ -54,6 +58,25 @@ def scatter_plan(R, C, coalesce="row", atomic="none", conflict="last", oob="unde
     return constraints.plan_mscatter("a5", table, src, idx, E.from_any(pto.Coalesce, coalesce),
                                      E.from_any(pto.ScatterAtomicOp, atomic), E.from_any(pto.ScatterOOB, oob),
                                      E.from_any(pto.ScatterConflict, conflict), strict, DYN_UB)
+
+
+def _only_launch(call):
+    """The one launch of a tile op's call plan, or None when it launches nothing (a scalar fallback)."""
+    assert len(call.launches) <= 1, call.describe()
+    return call.launches[0] if call.launches else None
+
+
+def resolve_mgather(plan):
+    return _only_launch(a5.mgather_plan(plan))
+
+
+def resolve_mscatter(plan):
+    return _only_launch(a5.mscatter_plan(plan))
+
+
+def compiled(launch):
+    """The dispatcher a launch runs on the multicore backend (compiled per argument types at its first call)."""
+    return simt.compile_kernel(launch.kernel, launch.policy, "cpu")
 
 
 # -- hand-computed geometry tables -------------------------------------------------------------------------------
@@ -106,7 +129,7 @@ def test_row_launch_geometry(op, shape, expected):
         launch = resolve_mscatter(scatter_plan(R, C, "row", atomic, conflict, dtype="int32"))
         name = "simt_mscatter_row_kernel"
     g = launch.geometry
-    assert launch.name == name
+    assert launch.kernel == name
     assert (g.scheme, g.row_warps, g.warps_per_row, g.launch_warps) == ("row",) + expected
     assert g.block == (32, expected[2])
 
@@ -123,7 +146,7 @@ def test_elem_launch_geometry(op, shape, launch_warps):
         launch = resolve_mscatter(scatter_plan(R, C, "elem", atomic, conflict, dtype="int32"))
         name = "simt_mscatter_elem_kernel"
     g = launch.geometry
-    assert launch.name == name
+    assert launch.kernel == name
     assert (g.scheme, g.launch_warps, g.block, g.work_items) == ("elem", launch_warps, (32, launch_warps), R * C)
 
 
@@ -132,7 +155,7 @@ def test_last_row_sized_by_table_rows(table_rows, launch_warps):
     """The same 2 x 8 source: the launch follows tableRows, not the source."""
     launch = resolve_mscatter(scatter_plan(2, 8, "row", table_rows=table_rows))
     g = launch.geometry
-    assert launch.name == "simt_mscatter_row_last_kernel"
+    assert launch.kernel == "simt_mscatter_row_last_kernel"
     assert (g.scheme, g.launch_warps, g.block, g.work_items) == ("last", launch_warps, (32, launch_warps),
                                                                  table_rows)
 
@@ -141,7 +164,7 @@ def test_last_row_sized_by_table_rows(table_rows, launch_warps):
 def test_last_elem_sized_by_table_size(table_size, launch_warps):
     launch = resolve_mscatter(scatter_plan(2, 8, "elem", table_size=table_size))
     g = launch.geometry
-    assert launch.name == "simt_mscatter_elem_last_kernel"
+    assert launch.kernel == "simt_mscatter_elem_last_kernel"
     assert (g.scheme, g.launch_warps, g.block, g.work_items) == ("last", launch_warps, (32, launch_warps),
                                                                  table_size)
 
@@ -171,7 +194,7 @@ SCATTER_SELECTION = [
 def test_scatter_kernel_selection(coalesce, atomic, conflict, name):
     launch = resolve_mscatter(scatter_plan(3, 8, coalesce, atomic, conflict, dtype="float32", table_rows=40,
                                            table_size=200))
-    assert launch.name == name
+    assert launch.kernel == name
     if name.endswith("_last_kernel"):
         slots = 40 if coalesce == "row" else 200
         assert (launch.geometry.scheme, launch.geometry.work_items) == ("last", slots)
@@ -182,8 +205,7 @@ def test_scatter_kernel_selection(coalesce, atomic, conflict, name):
         # Row 3 x 8: kRowWarps 3, kWarpsPerRow min(10, 1) = 1; Elem: ceil(24 / 32) = 1
         assert g.launch_warps == (3 if coalesce == "row" else 1)
     # The kernel named is the factory's own kernel.
-    module = a5_mscatter
-    assert launch.factory is getattr(module, name)
+    assert KERNELS[launch.kernel] is getattr(a5_mscatter, name)
 
 
 @pytest.mark.parametrize("atomic, conflict", [(a, c) for a in ("none", "add", "max", "min")
@@ -191,23 +213,25 @@ def test_scatter_kernel_selection(coalesce, atomic, conflict, name):
 @pytest.mark.parametrize("oob", ["undefined", "skip", "clamp", "wrap"])
 def test_scatter_elem_1x1_is_the_scalar_fallback(atomic, conflict, oob):
     plan = scatter_plan(1, 1, "elem", atomic, conflict, oob, dtype="float32")
-    assert resolve_mscatter(plan) is None
+    (step,) = a5.mscatter_plan(plan).steps
+    assert isinstance(step, HostStep) and step.name.startswith("MScatterScalarImpl")
 
 
 @pytest.mark.parametrize("oob", ["undefined", "clamp", "wrap", "zero"])
 def test_gather_selection(oob):
-    assert resolve_mgather(gather_plan(1, 1, "elem", oob)) is None                 # MGatherScalarImpl
+    (step,) = a5.mgather_plan(gather_plan(1, 1, "elem", oob)).steps
+    assert isinstance(step, HostStep) and step.name.startswith("MGatherScalarImpl")
     row_1x1 = resolve_mgather(gather_plan(1, 1, "row", oob))                       # Row (1, 1) still launches
-    assert row_1x1.name == "simt_mgather_row_kernel" and row_1x1.geometry.launch_warps == 1
-    assert resolve_mgather(gather_plan(2, 8, "elem", oob)).name == "simt_mgather_elem_kernel"
-    assert resolve_mgather(gather_plan(2, 8, "row", oob)).factory is a5_mgather.simt_mgather_row_kernel
+    assert row_1x1.kernel == "simt_mgather_row_kernel" and row_1x1.geometry.launch_warps == 1
+    assert resolve_mgather(gather_plan(2, 8, "elem", oob)).kernel == "simt_mgather_elem_kernel"
+    assert KERNELS[resolve_mgather(gather_plan(2, 8, "row", oob)).kernel] is a5_mgather.simt_mgather_row_kernel
 
 
 def test_scatter_row_1x1_launches():
     launch = resolve_mscatter(scatter_plan(1, 1, "row", "none", "default"))
-    assert launch.name == "simt_mscatter_row_kernel" and launch.geometry.launch_warps == 1
+    assert launch.kernel == "simt_mscatter_row_kernel" and launch.geometry.launch_warps == 1
     launch = resolve_mscatter(scatter_plan(1, 1, "row", "none", "last", table_rows=3))
-    assert launch.name == "simt_mscatter_row_last_kernel" and launch.geometry.work_items == 3
+    assert launch.kernel == "simt_mscatter_row_last_kernel" and launch.geometry.work_items == 3
 
 
 # -- one compiled kernel per policy combination ------------------------------------------------------------------
@@ -218,12 +242,12 @@ def test_gather_kernels_are_cached_per_policy():
         for oob in ("undefined", "clamp", "wrap", "zero"):
             a = resolve_mgather(gather_plan(2, 8, coalesce, oob, dtype="int8"))
             b = resolve_mgather(gather_plan(3, 40, coalesce, oob, dtype="float32"))    # other shape, other width
-            assert a.kernel is b.kernel and a.policy == b.policy
-            assert resolve_mgather(gather_plan(2, 8, coalesce, oob)).kernel is a.kernel   # resolve twice
-            kernels[oob] = a.kernel
+            assert compiled(a) is compiled(b) and a.policy == b.policy
+            assert compiled(resolve_mgather(gather_plan(2, 8, coalesce, oob))) is compiled(a)   # resolve twice
+            kernels[oob] = compiled(a)
         assert len({id(k) for k in kernels.values()}) == 4, "one kernel per GatherOOB rule"
         # Undefined with strict=False is Zero's memory-safe masking: the same compiled rule.
-        assert resolve_mgather(gather_plan(2, 8, coalesce, "undefined", strict=False)).kernel is kernels["zero"]
+        assert compiled(resolve_mgather(gather_plan(2, 8, coalesce, "undefined", strict=False))) is kernels["zero"]
 
 
 def test_scatter_kernels_are_cached_per_policy():
@@ -237,10 +261,11 @@ def test_scatter_kernels_are_cached_per_policy():
                     a = resolve_mscatter(scatter_plan(2, 8, coalesce, atomic, conflict, oob, dtype))
                     b = resolve_mscatter(scatter_plan(3, 24, coalesce, atomic, conflict, oob, dtype, table_rows=5,
                                                       table_size=50))
-                    assert a.kernel is b.kernel and a.policy == b.policy
-                    seen.setdefault((a.name, a.policy), set()).add(id(a.kernel))
+                    assert compiled(a) is compiled(b) and a.policy == b.policy
+                    # conflict only selects the kernel: it is not compiled in
+                    seen.setdefault((a.kernel, a.policy.compiled()), set()).add(id(compiled(a)))
     assert all(len(ids) == 1 for ids in seen.values())
-    # Distinct policies compile to distinct kernels.
+    # Distinct compiled policies compile to distinct kernels.
     kernels = {next(iter(ids)) for ids in seen.values()}
     assert len(kernels) == len(seen)
 
@@ -250,7 +275,7 @@ def test_scatter_element_format_splits_kernels():
     float16 and bfloat16 Add (CAS on the 32-bit word) and float32 Max / Min (integer atomics on the bits)
     each get their own."""
     def k(atomic, dtype):
-        return resolve_mscatter(scatter_plan(2, 8, "elem", atomic, "last", "wrap", dtype)).kernel
+        return compiled(resolve_mscatter(scatter_plan(2, 8, "elem", atomic, "last", "wrap", dtype)))
 
     assert k("add", "int32") is k("add", "uint32") is k("add", "float32")
     assert len({id(k("add", "int32")), id(k("add", "float16")), id(k("add", "bfloat16"))}) == 3
@@ -276,7 +301,7 @@ def test_a5_dtype_tables_match_the_spec():
 # -- the resolved launch is the one that runs ----------------------------------------------------------------------
 
 def test_resolved_launch_runs_the_op():
-    """Running the KernelLaunch by hand gives the gather: dst[r, :] = table[idx[r], :] (3 x 40: kWarpsPerRow 2)."""
+    """Running the call plan by hand gives the gather: dst[r, :] = table[idx[r], :] (3 x 40: kWarpsPerRow 2)."""
     table_vals = np.arange(5 * 40, dtype=np.float32).reshape(5, 40)
     dst = pto.Tile("float32", 4, 40, valid=(3, 40))
     idx = make_tile("int32", 1, 8, valid=(1, 3), logical_bits=np.array([[4, 0, 2]], np.uint32))
@@ -284,26 +309,84 @@ def test_resolved_launch_runs_the_op():
                                     pto.GatherOOB.UNDEFINED, pto.GatherExec.SCALAR, None, True, None)
     launch = resolve_mgather(plan)
     assert (launch.geometry.row_warps, launch.geometry.warps_per_row) == (3, 2)
-    launch.run()
+    a5.run_plan(a5.mgather_plan(plan), "multicore")
     np.testing.assert_array_equal(dst.valid_numpy(), table_vals[[4, 0, 2]])
 
 
-def test_kernel_factories_close_over_integers_only():
-    """Numba's on-disk cache key hashes a kernel's closure cells: integers hash the same in every
-    process, a captured function does not (and would recompile every kernel in every process)."""
+POLICY_FIELDS = {
+    # each kernel's compile-time constants, by hand from kernels/a5: the OOB rule of those that remap an index, the
+    # store rule (atomic op, element format) of the source-centric scatters; the owner resets and writes, and the
+    # compact claim (the host remapped its indices), take none
+    "simt_mgather_row_kernel": {"rule"}, "simt_mgather_elem_kernel": {"rule"}, "simt_mgather_l1_elem_kernel": {"rule"},
+    "simt_mscatter_row_kernel": {"rule", "atomic", "fmt"}, "simt_mscatter_elem_kernel": {"rule", "atomic", "fmt"},
+    "simt_mscatter_row_last_kernel": {"rule"}, "simt_mscatter_elem_last_kernel": {"rule"},
+    "simt_mscatter_owner_reset_kernel": set(), "simt_mscatter_row_owner_claim_kernel": {"rule"},
+    "simt_mscatter_elem_owner_claim_kernel": {"rule"}, "simt_mscatter_row_owner_write_kernel": set(),
+    "simt_mscatter_elem_owner_write_kernel": set(), "simt_mscatter_compact_owner_claim_kernel": set(),
+    "simt_mscatter_row_compact_owner_write_kernel": set(), "simt_mscatter_elem_compact_owner_write_kernel": set(),
+}
+
+
+def _whole_array_launches():
+    """Every launch the whole-array ops plan for a small call of each kind (nothing runs)."""
+    from simt_pto.host import large
+    table, idx = np.zeros((40, 8), np.float32), np.arange(20, dtype=np.int32)
+    src = np.ones((20, 8), np.float32)
+    calls = [large.gather_plan(table, idx), large.gather_plan(table.reshape(-1), idx, coalesce="elem")]
+    for coalesce in ("row", "elem"):
+        t = table if coalesce == "row" else table.reshape(-1)
+        s = src if coalesce == "row" else src[:, 0].copy()
+        calls += [large.scatter_plan(t, s, idx, coalesce=coalesce, atomic="add"),
+                  large.scatter_plan(t, s, idx, coalesce=coalesce, last_path="slot")]
+        calls += [large.scatter_plan(t, s, idx, coalesce=coalesce, last_path="owner", owner=layout)
+                  for layout in ("dense", "compact")]
+    return [launch for call in calls for launch in call.launches]
+
+
+def test_kernel_factories_take_exactly_their_policy_by_name():
+    """Each kernel factory takes the compile-time constants its kernel uses, by name, and nothing else; every
+    launch the tile ops and the whole-array ops plan carries exactly those (``KernelPolicy.factory_args``)."""
     import inspect
-    from simt_pto.kernels.a5 import l1, mgather, mscatter
-    made = 0
-    for module in (mgather, mscatter, l1):
-        for name, factory in vars(module).items():
-            if not (name.startswith("simt_") and name.endswith("_kernel") and callable(factory)):
-                continue
-            params = list(inspect.signature(factory).parameters)
-            policy = {p: 11 + k for k, p in enumerate(params)}  # distinct values, to tell the cells apart
-            kernel = factory(*policy.values())
-            cells = dict(zip(kernel.__code__.co_freevars, (c.cell_contents for c in (kernel.__closure__ or ()))))
-            assert all(type(c) is int for c in cells.values()), (name, cells)
-            # every policy constant is in the closure, so two policies never share a cache index entry
-            assert cells == policy, (name, cells, policy)
-            made += 1
-    assert made >= 11
+    assert set(KERNELS) == set(POLICY_FIELDS)
+    for name, factory in KERNELS.items():
+        params = inspect.signature(factory).parameters
+        assert set(params) == POLICY_FIELDS[name], name
+        assert all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params.values()), name
+        with pytest.raises(TypeError):
+            factory(**dict.fromkeys(POLICY_FIELDS[name], 0), conflict=pto.ScatterConflict.LAST)
+    tile_ops = [resolve_mgather(gather_plan(2, 8, c)) for c in ("row", "elem")]
+    tile_ops += [resolve_mscatter(scatter_plan(2, 8, c, a, k, dtype="float32")) for c in ("row", "elem")
+                 for a in ("none", "add", "max") for k in ("last", "default")]
+    launches = tile_ops + _whole_array_launches()
+    assert {launch.kernel for launch in launches} == set(KERNELS) - {"simt_mgather_l1_elem_kernel"}
+    for launch in launches:
+        assert set(launch.policy.factory_args()) == POLICY_FIELDS[launch.kernel], (launch.kernel, launch.policy)
+        assert simt.kernel_source(launch.kernel, launch.policy).__name__ == launch.kernel
+
+
+def _index_file(kernel, policy):
+    """The name of the on-disk cache index of one specialization, compiled for the multicore backend."""
+    return simt.compile_kernel(kernel, policy, "cpu")._cache._cache_file._index_name
+
+
+def test_two_specializations_of_one_kernel_have_distinct_cache_index_files():
+    """The policy is part of Numba's disk-cache key, explicitly: two specializations of one kernel source never
+    share an index file (wrong machine code would load from disk), and the same policy always finds its own."""
+    E = pto.enums
+    rules = [E.IndexRule.CLAMP, E.IndexRule.WRAP, E.IndexRule.MASK, E.IndexRule.IDENTITY]
+    for kernel in ("simt_mgather_row_kernel", "simt_mgather_elem_kernel", "simt_mscatter_elem_last_kernel",
+                   "simt_mscatter_row_owner_claim_kernel"):
+        files = {_index_file(kernel, KernelPolicy(rule=r)) for r in rules}
+        assert len(files) == len(rules), (kernel, files)
+    store = [(E.ScatterAtomicOp.ADD, E.ElementFormat.NATIVE), (E.ScatterAtomicOp.ADD, E.ElementFormat.F16),
+             (E.ScatterAtomicOp.ADD, E.ElementFormat.BF16_EDGE), (E.ScatterAtomicOp.MAX, E.ElementFormat.NATIVE),
+             (E.ScatterAtomicOp.MAX, E.ElementFormat.F32_ORDER), (E.ScatterAtomicOp.NONE, E.ElementFormat.NATIVE)]
+    for kernel in ("simt_mscatter_row_kernel", "simt_mscatter_elem_kernel"):
+        files = {_index_file(kernel, KernelPolicy(rule=r, atomic=a, fmt=f)) for r in rules[:2] for a, f in store}
+        assert len(files) == 2 * len(store), (kernel, files)
+    # the conflict policy selects kernels, it compiles nothing: it does not split a cache entry
+    a = KernelPolicy(rule=E.IndexRule.WRAP, atomic=E.ScatterAtomicOp.ADD, fmt=E.ElementFormat.NATIVE,
+                     conflict=E.ScatterConflict.LAST)
+    b = KernelPolicy(rule=E.IndexRule.WRAP, atomic=E.ScatterAtomicOp.ADD, fmt=E.ElementFormat.NATIVE,
+                     conflict=E.ScatterConflict.DEFAULT)
+    assert _index_file("simt_mscatter_elem_kernel", a) == _index_file("simt_mscatter_elem_kernel", b)

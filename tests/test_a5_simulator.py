@@ -1,5 +1,6 @@
 """A subset of the A5 suite on Numba's CUDA simulator: every kernel the A5 dispatch launches runs at least once
-as the interpreted CUDA source, against the same independent oracles as the ``cpu`` backend's full matrix.
+as the interpreted CUDA source, against the same independent oracles as the ``multicore`` backend's full
+matrix.
 
 The bodies are those of the backend-agnostic tests (``test_a5_gather``, ``test_a5_scatter``, ``test_l1``),
 called with the ``simulator_backend`` fixture active; the owner-based Last path, which only whole-array calls

@@ -50,7 +50,7 @@ def _read_only(array):
     return array
 
 
-@pytest.fixture(params=["cpu", "simulator"])
+@pytest.fixture(params=["multicore", "simulator"])
 def a5_backend_under_test(request):
     """The A5 backends without a GPU; the simulator used to copy every kernel argument back after a launch."""
     previous = pto.a5_backend()

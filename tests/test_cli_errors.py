@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from simt_pto.host import cli
+from simt_pto.host.tools import cli
 
 
 def simt_pto(*argv):
@@ -137,3 +137,15 @@ def test_validate_last_bad_files(user_files, change, needle):
     argv = ["validate-last", "--coalesce", "elem", "--idx", idx, "--src", src,
             "--table-shape", change.get("shape", "20x16"), *extra]
     assert_argparse_error(simt_pto(*argv), "validate-last", needle.format(**user_files))
+
+
+def test_validate_last_refuses_out_of_range_indices_naming_the_first(user_files):
+    """Under --oob undefined the indices must be in range: the whole-array refusal, in the command's words."""
+    raw = np.load(user_files["idx"]).view(np.uint32)
+    bad = np.flatnonzero(raw >= 25)
+    proc = simt_pto("validate-last", "--coalesce", "elem", "--idx", user_files["idx"], "--src", user_files["src"],
+                    "--table-shape", "5x5")
+    assert_argparse_error(proc, "validate-last", (
+        f"argument --idx: {user_files['idx']}: {bad.size} index(es) out of range [0, 25) under --oob undefined "
+        f"(first: position {bad[0]}, uint32 index {raw[bad[0]]}); pick --oob skip, clamp or wrap"))
+    assert proc.stderr.strip().splitlines()[-1].endswith("pick --oob skip, clamp or wrap")

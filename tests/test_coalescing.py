@@ -1,16 +1,17 @@
-"""The coalescing analyzer (simt_pto.host.coalescing, re-exported as simt_pto.coalescing) and ``simt-pto coalesce``.
+"""The coalescing analyzer (simt_pto.host.tools.coalescing, re-exported as simt_pto.coalescing) and ``simt-pto coalesce``.
 
 Expected numbers are worked out by hand in the comments beside them, from the kernels' lane -> address mapping
 (kernels/a5/mgather.py, mscatter.py) and the launch geometry formulas (MGATHER.md / MSCATTER.md, "Performance
 Considerations - A5"): a request is one memory instruction of one warp over its active lanes; GM sectors are
 32 bytes, segments 128 bytes; tables start at GM address 0 unless ``base_offset_bytes`` says otherwise.
 The last tests replay small calls on the CUDA simulator with every array access recorded and check that the
-analyzer predicts exactly those (block, warp, lane, element) accesses.
+analyzer predicts exactly those (block, warp, lane, element) accesses; the analyzer replays a launch's
+hardware form where the emulator launches another (``LaunchSpec.hardware``).
 """
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import json
 import threading
 
@@ -276,6 +277,34 @@ def test_scalar_fallback():
     assert gm(r.gm_loads) == (1, 1, 1, 4, 32)
 
 
+def test_the_analyzer_replays_the_hardware_launch_where_the_emulator_launches_another(monkeypatch):
+    """A launch the emulator widens (the whole-array Row gather moves each row in units of up to 8 bytes) records
+    the hardware's element moves in ``LaunchSpec.hardware``: the analyzer counts those, and its report says so."""
+    from simt_pto import geometry
+    from simt_pto.host import a5
+    from simt_pto.launch_spec import CallPlan
+    idx = np.array([3, 0, 7, 7, 1], I32)
+    want = analyze("mgather", "row", idx, (8, 64), None, "float32")
+    assert want.launch == "as launched"
+    real = a5.mgather_plan
+
+    def widened(plan):  # what the emulator would launch: each pair of float32 moved as one uint64
+        (spec,) = real(plan).launches
+        a = spec.arguments
+        units = a["valid_cols"] // 2
+        geo = geometry.row_geometry(a["valid_rows"], units)
+        wide = spec.with_args(dst=a["dst"].view(np.uint64), dst_rs=a["dst_rs"] // 2, table=a["table"].view(np.uint64),
+                              valid_cols=units, row_warps=geo.row_warps, warps_per_row=geo.warps_per_row)
+        return CallPlan((dataclasses.replace(wide, geometry=geo, hardware=spec),))
+
+    monkeypatch.setattr(a5, "mgather_plan", widened)
+    got = analyze("mgather", "row", idx, (8, 64), None, "float32")
+    assert got.launch == "hardware (element moves)" and got.as_dict()["launch"] == got.launch
+    assert "(hardware (element moves))" in got.format().splitlines()[0]
+    assert got.geometry == want.geometry
+    assert [s.as_dict() for s in got.streams] == [s.as_dict() for s in want.streams]
+
+
 # -- agreement with the kernels as they run (CUDA simulator, every access recorded) -----------------------------
 
 class _Recorder(np.ndarray):
@@ -298,8 +327,9 @@ class _Recorder(np.ndarray):
         return super().__setitem__(key, value)
 
 
-def _recorded_run(launch):
-    names = list(inspect.signature(launch.kernel).parameters)[1:]  # after the launch tuple
+def _recorded_run(spec):
+    """Run one launch on the simulator with each array argument (by its parameter name) recording its accesses."""
+    from simt_pto.kernels.a5 import simt
 
     def wrap(name, a):
         if isinstance(a, np.ndarray):
@@ -308,10 +338,10 @@ def _recorded_run(launch):
             return tuple(wrap(name, x) for x in a)
         return a
 
-    launch.args = [wrap(n, a) for n, a in zip(names, launch.args)]
+    spec = spec.with_args(**{name: wrap(name, value) for name, value in spec.args})
     _Recorder.log = []
     try:
-        launch.run()
+        simt.launch(spec, "simulator")
         return _Recorder.log
     finally:
         _Recorder.log = None
@@ -354,7 +384,7 @@ def _tiles(op, coalesce, dtype, table_shape, tile, idx_vals, kw, rng):
 @pytest.mark.parametrize("op, coalesce, dtype, table_shape, tile, kw", SIM_CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}-{'-'.join(f'{v}' for v in c[5].values())}" for c in SIM_CASES])
 def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape, tile, kw, rng, simulator_backend):
-    from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
+    from simt_pto.host.a5 import mgather_plan, mscatter_plan
     R, C = tile
     capacity = table_shape[0] if coalesce == "row" else table_shape[0] * table_shape[1]
     shape = (R,) if coalesce == "row" else (R, C)
@@ -366,17 +396,18 @@ def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape,
     if op == "mgather":
         plan = constraints.plan_mgather("a5", data, table, idx, co, from_any(pto.GatherOOB, kw.get("oob", "undefined")),
                                         pto.GatherExec.SCALAR, None, True, None)
-        launch = resolve_mgather(plan)
+        (launch,) = mgather_plan(plan).launches
     else:
         plan = constraints.plan_mscatter("a5", table, data, idx, co,
                                          from_any(pto.ScatterAtomicOp, kw.get("atomic", "none")),
                                          from_any(pto.ScatterOOB, kw.get("oob", "undefined")),
                                          from_any(pto.ScatterConflict, kw.get("conflict", "last")), True, None)
-        launch = resolve_mscatter(plan)
+        (launch,) = mscatter_plan(plan).launches
     log = _recorded_run(launch)
     arg = idx_vals[:, None] if coalesce == "row" and kw.get("idx_layout") == "col" else idx_vals
     report = analyze(op, coalesce, arg, table_shape, tile, dtype, keep_lanes=True, **kw)
-    assert report.kernel == launch.name and report.geometry == launch.geometry
+    assert report.kernel == launch.kernel and report.geometry == launch.geometry
+    assert report.launch == "as launched" and launch.hardware is None
     recorded = {}
     for arg, kind, b, ty, tx, k in log:
         recorded.setdefault((arg, kind), []).append((b, ty, tx, k))
@@ -397,7 +428,7 @@ def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape,
 # -- the command line ------------------------------------------------------------------------------------------
 
 def _cli(argv, capsys):
-    from simt_pto.host import coalesce
+    from simt_pto.host.tools import coalesce_cli as coalesce
     parser = argparse.ArgumentParser(prog="simt-pto")
     coalesce.register(parser.add_subparsers(dest="command", required=True))
     try:

@@ -1,15 +1,16 @@
 """Every A5 kernel specialization compiles to sm_80 and sm_90 machine code, without a GPU.
 
 One subprocess (``tests/compile_a5_matrix.py``, ``numba.cuda`` in real mode; this process keeps the
-simulator) enumerates the specializations from the dispatch itself (``constraints.plan_*`` +
-``resolve_mgather`` / ``resolve_mscatter`` over every dtype, atomic op, conflict, OOB policy, coalesce and
-index dtype; the GM -> L1 gathers; the whole-array ops' launches; the device index check), dedupes them by (kernel, policy,
-argument types), compiles each with ``numba.cuda.compile_ptx`` and assembles it with ``ptxas -v``.
+simulator) enumerates the specializations from the call plans the dispatch builds (``constraints.plan_*`` +
+``host.a5.mgather_plan`` / ``mscatter_plan`` over every dtype, atomic op, conflict, OOB policy, coalesce and
+index dtype; the GM -> L1 gathers; the whole-array ops' plans, ``host.large.gather_plan`` / ``scatter_plan``; the
+device index check), dedupes them by (kernel, policy, argument types), compiles each once with
+``numba.cuda.compile_ptx`` and assembles that PTX with ``ptxas -v`` for sm_80 and sm_90.
 The tests read its JSON report: nothing fails, nothing spills, every atomic specialization holds the
 hardware atomic of its (op, dtype) and no other, and plain-store kernels hold no atomic at all.
 
-Cost: all ~370 specializations x 2 cc in about 240 s on 2 cores (the float16 / bfloat16 atomic adds
-dominate, ~5 s each). Needs the toolchain extra (``pip install ".[toolchain]"``, which ``.[test]``
+Cost: all ~370 specializations, each compiled to PTX once and assembled for 2 cc (the float16 / bfloat16
+atomic adds dominate, ~3 s each). Needs the toolchain extra (``pip install ".[toolchain]"``, which ``.[test]``
 includes); skipped, with the reason, without ``ptxas``.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from simt_pto.host import inspect as insp
+from simt_pto.host.tools import kernel_report as insp
 
 HERE = Path(__file__).resolve().parent
 CCS = ("80", "90")
@@ -63,14 +64,14 @@ def _specs(report, *kinds):
 
 
 def _label(spec):
-    return f"{spec['name']}{tuple(spec['policy'])} {spec['signature'][1:3]} ({', '.join(spec['dtypes'])})"
+    return f"{spec['name']}[{spec['cache_key']}] {spec['signature'][1:3]} ({', '.join(spec['dtypes'])})"
 
 
 # -- coverage ---------------------------------------------------------------------------------------------
 
 def test_matrix_reaches_every_kernel(report):
-    from simt_pto.kernels.a5 import mgather, mscatter
-    factories = {n for m in (mgather, mscatter) for n in vars(m) if n.startswith("simt_") and n.endswith("_kernel")}
+    from simt_pto.kernels.a5 import KERNELS
+    factories = set(KERNELS)
     seen = {s["name"] for s in report["specs"] + report["not_compiled"]}
     assert factories <= seen, f"kernels no enumerated call launches: {sorted(factories - seen)}"
     assert "count_out_of_range" in seen
@@ -174,7 +175,7 @@ def test_plain_and_last_kernels_hold_no_atomics_and_store_the_element_width(repo
 # -- simt-pto inspect -----------------------------------------------------------------------------------------
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "simt_pto.host.cli", "inspect", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "simt_pto.host.tools.cli", "inspect", *args], capture_output=True,
                           text=True, env=_real_mode_env(), timeout=600)
 
 

@@ -17,10 +17,12 @@ import pytest
 from numba.core import typed_passes
 
 import simt_pto  # noqa: F401
-from simt_pto.kernels import cache, index_policy, l1_scalar, softfloat, store
-from simt_pto.kernels.a2a3 import mgather, mscatter
-from simt_pto.kernels.a5 import mgather as a5_mgather, simt
-from simt_pto.kernels.index_policy import IDENTITY
+from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
+from simt_pto.kernels import cache, cube_l1_walk, index_policy, softfloat, store
+from simt_pto.kernels.a2a3 import mgather, mscatter, walk
+from simt_pto.kernels.a5 import simt
+from simt_pto.launch_spec import KernelPolicy
+
 
 
 @pytest.fixture
@@ -43,7 +45,7 @@ def test_ctrl_c_during_a_first_compile_lets_the_compile_finish(ctrl_c_in_type_in
     """Numba's compiler, cut by KeyboardInterrupt, can leave its typing registries half-loaded (every later call then
     fails with a TypingError or "generator raised StopIteration"). The compile of an A2/A3 loop completes, then the
     interrupt reaches the caller, and the next call runs the compiled loop."""
-    loop = mgather.row_nd_loop.__wrapped__(IDENTITY)  # a dispatcher of its own: its first compile is this test's
+    loop = mgather.gather_loop.__wrapped__(walk.row_nd, IndexRule.IDENTITY)  # a dispatcher of its own: its first compile is this test's
     loop._cache.disable()                             # compiled, not loaded from the disk cache
     handler = signal.getsignal(signal.SIGINT)
     table = np.arange(16, dtype=np.uint32)
@@ -86,15 +88,18 @@ def _guarded(dispatcher) -> bool:
 def test_every_jitted_entry_point_is_guarded():
     """The package's dispatchers are all made by simt_pto.kernels.cache (a plain ``numba.njit`` would compile
     without the guard)."""
+    identity, store_op, native = IndexRule.IDENTITY, ScatterAtomicOp.NONE, ElementFormat.NATIVE
     dispatchers = [
-        mgather.row_nd_loop(IDENTITY), mgather.elem_nd_loop(IDENTITY), mgather.row_nz_loop(IDENTITY, False),
-        mgather.elem_nz_loop(IDENTITY), mgather.nz_gm_offset,
-        mscatter.row_nd_loop(IDENTITY, store.STORE, store.NATIVE), mscatter.elem_nd_loop(IDENTITY, store.ADD, store.F16),
-        mscatter.row_nz_loop(IDENTITY, store.STORE, store.NATIVE), mscatter.elem_nz_loop(IDENTITY, store.MAX, store.NATIVE),
-        l1_scalar.l1_row_loop(IDENTITY, False), l1_scalar.l1_elem_loop(IDENTITY),
+        mgather.gather_loop(walk.row_nd, identity), mgather.gather_loop(walk.elem_nd, identity),
+        mgather.gather_loop(walk.row_nz, identity, True), mgather.gather_loop(walk.elem_nz, identity), walk.nz_gm_offset,
+        mscatter.scatter_loop(walk.row_nd, identity, store_op, native),
+        mscatter.scatter_loop(walk.elem_nd, identity, ScatterAtomicOp.ADD, ElementFormat.F16),
+        mscatter.scatter_loop(walk.row_nz, identity, store_op, native),
+        mscatter.scatter_loop(walk.elem_nz, identity, ScatterAtomicOp.MAX, native),
+        cube_l1_walk.l1_row_loop(IndexRule.IDENTITY, False), cube_l1_walk.l1_elem_loop(IndexRule.IDENTITY),
         index_policy.remap_index, index_policy.remap_array, softfloat.add_bits_called, softfloat.add_f16_bits,
-        store.sequential_store(store.ADD, store.NATIVE),
-        simt.compile_kernel(a5_mgather.simt_mgather_elem_kernel(IDENTITY), "cpu"),
+        store.sequential_store(ScatterAtomicOp.ADD, ElementFormat.NATIVE),
+        simt.compile_kernel("simt_mgather_elem_kernel", KernelPolicy(rule=IndexRule.IDENTITY), "cpu"),
         simt.namespace("cpu")["store_max_f32"],
     ]
     assert [d for d in dispatchers if not _guarded(d)] == []

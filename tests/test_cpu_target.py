@@ -15,7 +15,8 @@ import pytest
 import simt_pto as pto
 from simt_pto import constraints
 from simt_pto.enums import from_any
-from simt_pto.kernels.index_policy import index_rule, remap_index
+from simt_pto.kernels.index_policy import remap_index
+from simt_pto.policy import index_rule
 from conftest import SPEC_ELEMENT_DTYPES, as_bits, min_cols, random_values, sentinel_bits, uint32_of
 
 CPU_DTYPES = SPEC_ELEMENT_DTYPES["cpu"]

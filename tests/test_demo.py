@@ -1,5 +1,5 @@
 """``simt-pto demo``: every target agrees with the expected results; rejected calls name their rule."""
-from simt_pto.host.cli import main
+from simt_pto.host.tools.cli import main
 
 
 def test_demo_cross_checks_every_target(capsys):

@@ -13,7 +13,7 @@ import pytest
 import simt_pto as pto
 
 pytestmark = pytest.mark.skipif(pto.a5_backend() != "gpu",
-                                reason="needs a CUDA GPU: the cpu backend and the simulator have no device arrays")
+                                reason="needs a CUDA GPU: the multicore backend and the simulator have no device arrays")
 
 KINDS = ("numba", "cupy", "torch")
 

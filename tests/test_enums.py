@@ -1,10 +1,17 @@
-"""The policy enums carry the ISA's values; strings become members case-insensitively (simt_pto.enums)."""
+"""The policy enums carry the ISA's values; strings become members case-insensitively (simt_pto.enums), and
+name a target or an A5 backend (simt_pto.backend)."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
 
 import simt_pto as pto
+from simt_pto.backend import canonical_backend
 from simt_pto.enums import from_any, target_from_any
 
 # MGATHER.md / MSCATTER.md, "Enums" and "Out-of-Bounds Behaviour"; MGATHER.md "A5 only — SIMT executor".
@@ -82,6 +89,48 @@ def test_target_errors():
     with pytest.raises(TypeError, match="target: expected a string, got int"):
         target_from_any(5)
     assert pto.TARGETS == ("cpu", "a2a3", "a5")
+
+
+# -- the A5 backend names ("multicore", once "cpu": the cpu *target* is another thing) ---------------------------
+
+@pytest.mark.parametrize("text, backend", [("multicore", "multicore"), ("MultiCore", "multicore"), (" gpu ", "gpu"),
+                                           ("SIM", "simulator"), ("simulator", "simulator"), ("auto", "auto")])
+def test_backend_names(text, backend):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the current names never warn
+        assert canonical_backend(text) == backend
+
+
+@pytest.mark.parametrize("text", ["cpu", "CPU"])
+def test_the_old_cpu_backend_name_is_a_deprecated_alias_of_multicore(text):
+    with pytest.warns(DeprecationWarning, match=f"A5 backend '{text}' is deprecated: it is now called 'multicore'"):
+        assert canonical_backend(text) == "multicore"
+
+
+def test_unknown_backend_names_list_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown choice 'tpu'; expected one of auto, gpu, multicore, simulator"):
+        canonical_backend("tpu")
+
+
+def test_set_a5_backend_cpu_still_selects_multicore_and_warns_at_the_caller():
+    previous = pto.a5_backend()
+    try:
+        with pytest.warns(DeprecationWarning, match="now called 'multicore'") as record:
+            assert pto.set_a5_backend("cpu") == "multicore"
+        assert record[0].filename == __file__   # the warning points at the call, not into the library
+        assert pto.a5_backend() == "multicore"
+        assert "multicore" in pto.a5_backends() and "cpu" not in pto.a5_backends()
+    finally:
+        pto.set_a5_backend(previous)
+
+
+def test_the_environment_variable_still_takes_cpu_and_warns():
+    code = "import warnings; warnings.simplefilter('always'); import simt_pto as pto; print(pto.a5_backend())"
+    env = dict(os.environ, SIMT_PTO_A5_BACKEND="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "multicore"
+    assert "DeprecationWarning: A5 backend 'cpu' is deprecated: it is now called 'multicore'" in out.stderr
 
 
 # -- the public functions take strings ------------------------------------------------------------------------

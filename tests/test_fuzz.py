@@ -40,9 +40,9 @@ GUARD = 16
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _cpu_backend():
+def _multicore_backend():
     previous = pto.a5_backend()
-    pto.set_a5_backend("cpu")
+    pto.set_a5_backend("multicore")
     yield
     pto.set_a5_backend(previous)
 
@@ -398,7 +398,7 @@ def test_whole_array_calls_on_the_simulator(call):
     try:
         test_whole_array_calls_match_the_oracle_or_refuse_cleanly.hypothesis.inner_test(call)
     finally:
-        pto.set_a5_backend("cpu")
+        pto.set_a5_backend("multicore")
 
 
 # -- NZ layouts (A2/A3 only): block-stride tables, fractal tiles, the NZ walk order ---------------------------

@@ -64,7 +64,8 @@ def test_unwatched_code_keeps_numbas_own_stamp(tmp_path):
 
 def test_package_kernels_are_watched():
     kernels = Path(cache.__file__).parent
-    for module in ("a2a3/mgather.py", "a2a3/mscatter.py", "a5/mgather.py", "a5/mscatter.py", "a5/l1.py"):
+    for module in ("a2a3/mgather.py", "a2a3/mscatter.py", "a2a3/walk.py", "a5/mgather.py", "a5/mscatter.py",
+                   "a5/device.py", "cube_l1_walk.py"):
         assert cache.watched(kernels / module)
     assert cache.watched(Path(simt_pto.__file__).parent / "enums.py")  # policy constants frozen at compile
     assert not cache.watched(Path(subprocess.__file__))
@@ -87,11 +88,11 @@ def test_locators_are_installed_for_cpu_and_cuda_caches(simulator_backend):
 REAL_MODE = textwrap.dedent("""
     import sys
     from numba.cuda.dispatcher import CUDACache
+    from simt_pto.enums import IndexRule
     from simt_pto.kernels import cache
-    from simt_pto.kernels.a5.mgather import simt_mgather_row_kernel
-    from simt_pto.kernels.a5.simt import cuda_source
-    from simt_pto.kernels.index_policy import IDENTITY
-    py_func = cuda_source(simt_mgather_row_kernel(IDENTITY))
+    from simt_pto.kernels.a5.simt import bound_source
+    from simt_pto.launch_spec import KernelPolicy
+    py_func = bound_source("simt_mgather_row_kernel", KernelPolicy(rule=IndexRule.IDENTITY), "cuda")
     first = CUDACache(py_func)
     locator = first._impl.locator
     assert isinstance(locator, cache._SourceDigestLocator), type(locator)
@@ -116,17 +117,18 @@ def test_real_cuda_cache_uses_the_locator(tmp_path):
 CPU_BACKEND_RUN = textwrap.dedent("""
     import numpy as np
     import simt_pto as pto
-    from simt_pto.kernels.a5 import mgather, simt
-    from simt_pto.kernels.index_policy import IDENTITY
-    pto.set_a5_backend("cpu")
+    from simt_pto.enums import IndexRule
+    from simt_pto.kernels.a5 import simt
+    from simt_pto.launch_spec import KernelPolicy
+    pto.set_a5_backend("multicore")
     table = np.arange(4096, dtype=np.float32)
     assert (pto.gather(table, np.array([7, 4095, 0], np.int32), coalesce="elem") == [7, 4095, 0]).all()
-    kernel = simt.compile_kernel(mgather.simt_mgather_elem_kernel(IDENTITY), "cpu")
+    kernel = simt.compile_kernel("simt_mgather_elem_kernel", KernelPolicy(rule=IndexRule.IDENTITY), "cpu")
     print(sum(kernel.stats.cache_hits.values()), sum(kernel.stats.cache_misses.values()))
 """)
 
 
-def test_cpu_backend_kernels_load_from_the_disk_cache(tmp_path):
+def test_multicore_backend_kernels_load_from_the_disk_cache(tmp_path):
     """The A5 kernels compiled for the CPU (a per-backend copy of one source) are saved by the first process
     and loaded, not recompiled, by the next."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
@@ -138,15 +140,99 @@ def test_cpu_backend_kernels_load_from_the_disk_cache(tmp_path):
     assert runs[1].stdout.split() == ["1", "0"]   # loaded
 
 
-def test_a2a3_scatter_loops_close_over_their_whole_store_policy():
-    """Each A2/A3 scatter loop is a copy of one source with its ``store_element`` bound per (atomic, format)
-    (``simt_pto.kernels.store.bind_store``): Numba's cache key sees the closure, not the binding, so the closure
-    must hold the whole policy, as integers, or two policies would share one cache index entry."""
-    from simt_pto.kernels.a2a3 import mscatter
-    for factory in (mscatter.row_nd_loop, mscatter.elem_nd_loop, mscatter.row_nz_loop, mscatter.elem_nz_loop):
-        loop = factory(11, 12, 13).py_func
-        cells = dict(zip(loop.__code__.co_freevars, (c.cell_contents for c in loop.__closure__)))
-        assert cells == {"rule": 11, "atomic": 12, "fmt": 13}, (factory.__name__, cells)
+def _index_file(dispatcher) -> str:
+    """The name of the on-disk cache index a dispatcher of the package reads and writes."""
+    return os.path.basename(dispatcher._cache._cache_file._index_path)
+
+
+def _specializations() -> dict:
+    """One dispatcher per compile-time specialization, by a label naming it, of every cached source the package
+    specialises on a policy: the A2/A3 walks (gather and scatter, every rule, the gather's pre-fill, the scatter's
+    atomic op and element format), the sequential store rule, the cube core's L1 walks, and (a few of) the A5
+    kernels compiled for the CPU."""
+    from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
+    from simt_pto.kernels import cube_l1_walk, store
+    from simt_pto.kernels.a2a3 import mgather, mscatter, walk
+    from simt_pto.kernels.a5 import simt
+    from simt_pto.launch_spec import KernelPolicy
+    stores = ((ScatterAtomicOp.NONE, ElementFormat.NATIVE), (ScatterAtomicOp.ADD, ElementFormat.NATIVE),
+              (ScatterAtomicOp.ADD, ElementFormat.F16), (ScatterAtomicOp.ADD, ElementFormat.BF16))
+    out = {}
+    for source in (walk.row_nd, walk.elem_nd, walk.row_nz, walk.elem_nz):
+        for rule in IndexRule:
+            out["mgather", source.__name__, rule] = mgather.gather_loop(source, rule)
+            for atomic, fmt in stores:
+                out["mscatter", source.__name__, rule, atomic, fmt] = mscatter.scatter_loop(source, rule, atomic, fmt)
+    out["mgather", "row_nz", IndexRule.MASK, "prefill"] = mgather.gather_loop(walk.row_nz, IndexRule.MASK, True)
+    for atomic in ScatterAtomicOp:
+        for fmt in ElementFormat:
+            out["store", atomic, fmt] = store.sequential_store(atomic, fmt)
+    for rule in IndexRule:
+        out["l1 row", rule] = cube_l1_walk.l1_row_loop(rule, False)
+        out["l1 elem", rule] = cube_l1_walk.l1_elem_loop(rule)
+        out["a5 gather elem", rule] = simt.compile_kernel("simt_mgather_elem_kernel", KernelPolicy(rule=rule), "cpu")
+    out["l1 row", IndexRule.MASK, "prefill"] = cube_l1_walk.l1_row_loop(IndexRule.MASK, True)
+    for atomic, fmt in stores[:3] + ((ScatterAtomicOp.ADD, ElementFormat.F16_EDGE),
+                                     (ScatterAtomicOp.MAX, ElementFormat.F32_ORDER)):
+        policy = KernelPolicy(rule=IndexRule.CLAMP, atomic=atomic, fmt=fmt)
+        out["a5 scatter elem", atomic, fmt] = simt.compile_kernel("simt_mscatter_elem_kernel", policy, "cpu")
+    return out
+
+
+def test_two_specializations_never_share_a_cache_entry():
+    """A specialization binds its policy as compile-time constants (the A2/A3 walks and the store rule as globals,
+    the A5 kernels through their factory), which Numba's own cache key does not see: the policy names the cache
+    index explicitly (``simt_pto.kernels.cache.njit(key=...)``), so no two specializations share an index file,
+    and code compiled for one is never loaded for another."""
+    specs = _specializations()
+    files: dict[str, list] = {}
+    for label, dispatcher in specs.items():
+        files.setdefault(_index_file(dispatcher), []).append(label)
+    assert {name: labels for name, labels in files.items() if len(labels) > 1} == {}
+
+
+POLICY_RUN = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
+    from simt_pto.kernels.a2a3 import mgather, mscatter, walk
+    op, policy = sys.argv[1], sys.argv[2]
+    idx = np.array([4, 1], np.uint32)
+    if op == "gather":           # row 4 of a 4 x 2 table is one past the end: clamped to row 3, or wrapped to row 0
+        loop = mgather.gather_loop(walk.row_nd, IndexRule[policy.upper()])
+        out = np.zeros(4, np.uint32)
+        loop(out, 2, np.arange(8, dtype=np.uint32), idx, 1, 2, 2, 4, 2)
+    else:                        # float16 bits, stored or added: one loop signature for both
+        atomic = ScatterAtomicOp[policy.upper()]
+        fmt = ElementFormat.F16 if atomic == ScatterAtomicOp.ADD else ElementFormat.NATIVE
+        loop = mscatter.scatter_loop(walk.elem_nd, IndexRule.IDENTITY, atomic, fmt)
+        table = np.full(8, 1.5, np.float16)
+        loop(np.full(2, 2.0, np.float16).view(np.uint16), 2, table.view(np.uint16), idx, 2, 1, 2, 8)
+        out = table[[4, 1]]
+    print(out.tolist(), sum(loop.stats.cache_hits.values()), sum(loop.stats.cache_misses.values()))
+""")
+
+
+@pytest.mark.parametrize("op, first, second, expected", [
+    ("gather", "clamp", "wrap", "[0, 1, 2, 3] 0 1"),   # the wrap loop, compiled: rows 0 and 1
+    ("scatter", "none", "add", "[3.5, 3.5] 0 1"),     # the add loop, compiled: 1.5 + 2.0
+])
+def test_a_specialization_never_loads_another_ones_code_from_disk(tmp_path, op, first, second, expected):
+    """What the explicit key prevents: a process saves a loop compiled for one policy, and the next process asks for
+    the same source and argument types under another. That one compiles its own code (a miss), rather than loading
+    the first one's (a hit, with the first policy's result); and the first policy still loads its own."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def run(policy):
+        p = subprocess.run([sys.executable, "-c", POLICY_RUN, op, policy], capture_output=True, text=True, env=env,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip()
+
+    saved = run(first)
+    assert saved.endswith("] 0 1")                               # compiled and saved
+    assert run(second) == expected
+    assert run(first) == saved[: -len("0 1")] + "1 0"           # loaded from its own entry
 
 
 # -- faults of the disk cache (issue 21, section 4) ----------------------------------------------------------
@@ -155,8 +241,9 @@ REMAP_RUN = textwrap.dedent("""
     import warnings
     warnings.simplefilter("always")
     import numpy as np
-    from simt_pto.kernels.index_policy import WRAP, remap_array
-    slots, ok = remap_array(np.array([7, -1], np.int32), 5, WRAP)
+    from simt_pto.enums import IndexRule
+    from simt_pto.kernels.index_policy import remap_array
+    slots, ok = remap_array(np.array([7, -1], np.int32), 5, IndexRule.WRAP)
     stats = remap_array.stats
     print(slots.tolist(), ok.tolist(), sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 """)

@@ -20,7 +20,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import constraints
-from simt_pto import l1 as l1mod
+from simt_pto import l1_gather as l1mod
 from oracles import (GATHER_POLICIES, NUMPY_TYPES, GuardedTable, bits_type, case_rng, gather_elem, random_bits,
                      sentinel, slot)
 
@@ -330,7 +330,8 @@ def test_row_column_index_tensor(target):
 
 def test_simt_launch_geometry_and_dispatch():
     from simt_pto.geometry import l1_elem_geometry
-    from simt_pto.host.a5 import resolve_mgather, resolve_mgather_l1
+    from simt_pto.host.a5 import mgather_l1_plan, mgather_plan
+    from simt_pto.launch_spec import HostStep
     assert l1_elem_geometry(16, 8).block == (32, 4)          # 128 elements: 4 warps
     assert l1_elem_geometry(16, 16).launch_warps == 8
     assert l1_elem_geometry(64, 64).launch_warps == 32       # capped at 32
@@ -339,13 +340,17 @@ def test_simt_launch_geometry_and_dispatch():
     tile, _, scratch = case.fresh()
     simt = constraints.plan_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
                                             pto.GatherOOB.CLAMP, pto.GatherExec.SIMT, scratch, True, None)
-    launch = resolve_mgather_l1(simt)
-    assert launch.name == "simt_mgather_l1_elem_kernel"
+    call = mgather_l1_plan(simt)
+    (launch,) = call.launches
+    assert launch.kernel == "simt_mgather_l1_elem_kernel"
     assert launch.geometry.block == (32, min(-(-case.n // 32), 32)) and launch.geometry.scheme == "l1_elem"
-    assert resolve_mgather(simt).name == launch.name                 # the one A5 dispatch routes L1 plans
+    assert isinstance(call.steps[-1], HostStep) and "copy_gm_to_cbuf" in call.steps[-1].name  # the AIC's copy
+    (routed,) = mgather_plan(simt).launches                   # the one A5 dispatch routes L1 plans
+    assert (routed.kernel, routed.policy, routed.geometry) == (launch.kernel, launch.policy, launch.geometry)
     scalar = constraints.plan_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
                                               pto.GatherOOB.CLAMP, pto.GatherExec.SCALAR, scratch, True, None)
-    assert resolve_mgather_l1(scalar) is None                        # the cube core's scalar walk
+    scalar_call = mgather_l1_plan(scalar)                    # the cube core's scalar walk: no launch
+    assert scalar_call.launches == () and len(scalar_call.steps) == 1
 
 
 # -- every MGatherCheckGm2L1 rejection -----------------------------------------------------------------------------

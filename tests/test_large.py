@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
-from simt_pto.host.cli import main as cli_main
+from simt_pto.host.tools.cli import main as cli_main
 
 TARGETS = ("cpu", "a2a3", "a5")
 GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
@@ -219,3 +219,146 @@ def test_row_gather_moves_rows_in_the_widest_unit_that_divides_them(rng):
         table = buf[1:].reshape(40, cols)  # a view one element past the buffer's start
         idx = rng.integers(0, 40, 50).astype(np.int32)
         assert np.array_equal(pto.gather(np.ascontiguousarray(table), idx), table[idx])
+
+
+# -- the plan of a whole-array call (host/large.py, host/large_a5.py) -------------------------------------------
+
+def _plan_names(call):
+    return [launch.kernel for launch in call.launches]
+
+
+def test_whole_array_plans_launch_as_documented(rng):
+    """What each whole-array call launches, read from its plan (built and validated, not run: nothing is
+    written): one launch over the tiles for gathers, atomics and Conflict::Default; one slot-centric launch per tile,
+    or reset / claim / write on the owner path, for Conflict::Last."""
+    from simt_pto.host import large
+    table = np.zeros((40, 16), np.float32)  # 64-byte rows: the Row copies move 8-byte units
+    src = rng.random((50, 16)).astype(np.float32)
+    idx = rng.integers(0, 40, 50).astype(np.int32)
+    flat, flat_src = table.reshape(-1), src[:, 0].copy()
+
+    (gather,) = large.gather_plan(table, idx, tile_rows=16).launches
+    assert (gather.kernel, gather.grid, gather.arguments["valid_rows"]) == ("simt_mgather_row_kernel", 4, 50)
+    # the emulator moves each row as 8 uint64 units; the plan records the hardware's element moves beside it
+    assert gather.arguments["valid_cols"] == 8 and gather.arguments["dst"].dtype == np.uint64
+    hw = gather.hardware
+    assert (hw.kernel, hw.grid, hw.arguments["valid_cols"], hw.arguments["dst"].dtype) == (
+        "simt_mgather_row_kernel", 4, 16, np.uint32)
+    assert hw.geometry == pto.row_geometry(16, 16) and gather.geometry == pto.row_geometry(16, 8)
+    odd = large.gather_plan(np.zeros((40, 3), np.int8), idx, tile_rows=16).launches[0]
+    assert odd.hardware is None  # 3-byte rows: element moves, as the hardware
+    (elem,) = large.gather_plan(flat, idx, coalesce="elem", tile_rows=16).launches
+    assert (elem.kernel, elem.grid, elem.hardware) == ("simt_mgather_elem_kernel", 4, None)
+
+    for conflict, atomic in (("default", "none"), ("last", "add")):
+        (launch,) = large.scatter_plan(table, src, idx, atomic=atomic, conflict=conflict, tile_rows=16).launches
+        assert (launch.kernel, launch.grid) == ("simt_mscatter_row_kernel", 4)
+        assert launch.policy.atomic == pto.ScatterAtomicOp[atomic.upper()]
+    slot = large.scatter_plan(flat, flat_src, idx, coalesce="elem", last_path="slot", tile_rows=16)
+    assert _plan_names(slot) == ["simt_mscatter_elem_last_kernel"] * 4
+    assert [launch.arguments["valid_rows"] for launch in slot.launches] == [16, 16, 16, 2]
+    dense = large.scatter_plan(table, src, idx, last_path="owner", owner="dense", tile_rows=16)
+    assert _plan_names(dense) == ["simt_mscatter_owner_reset_kernel", "simt_mscatter_row_owner_claim_kernel",
+                                  "simt_mscatter_row_owner_write_kernel"]
+    assert dense.launches[2].hardware.arguments["valid_cols"] == 16
+    compact = large.scatter_plan(flat, flat_src, idx, coalesce="elem", last_path="owner", owner="compact")
+    assert _plan_names(compact) == ["simt_mscatter_owner_reset_kernel", "simt_mscatter_compact_owner_claim_kernel",
+                                    "simt_mscatter_elem_compact_owner_write_kernel"]
+    assert compact.launches[2].arguments["distinct"] == np.unique(idx).size
+    assert not table.any()  # planning wrote nothing
+    with pytest.raises(ValueError, match="owner: expected 'dense', 'compact' or None"):
+        large.scatter_plan(table, src, idx, last_path="owner", owner="sparse")
+
+
+@pytest.mark.parametrize("target", ["a2a3", "cpu"])
+def test_sequential_targets_run_tile_plans_without_the_public_ops(monkeypatch, rng, target):
+    """On a2a3 / cpu a whole-array call runs one host step per tile, each the call's validated plan re-pointed at
+    the tile, on the target's own code: never through ``simt_pto.ops`` (which would validate every tile again)."""
+    from simt_pto import ops
+    from simt_pto.host import large
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a whole-array call went through the public tile op")
+    monkeypatch.setattr(ops, "mgather", refuse)
+    monkeypatch.setattr(ops, "mscatter", refuse)
+    table = rng.integers(0, 100, (30, 8)).astype(np.int32)
+    idx = rng.integers(0, 30, 21).astype(np.int32)
+    assert np.array_equal(pto.gather(table, idx, target=target, tile_rows=8), table[idx])
+    src = rng.integers(0, 100, (21, 8)).astype(np.int32)
+    out = table.copy()
+    pto.scatter(out, src, idx, target=target, tile_rows=8)
+    assert np.array_equal(out, serial_scatter(table, src, idx, "row"))
+    plan = large.gather_plan(table, idx, target=target, tile_rows=8)
+    assert plan.launches == () and len(plan.steps) == 3  # one host step per tile
+
+
+def test_one_refusal_for_tile_ops_and_whole_array_calls():
+    """``simt_pto.plan.check_indices`` is the one refusal: positions in the indices' own shape, the uint32 value,
+    the count; a device scan runs only where the rule leaves the indices undefined."""
+    from simt_pto.enums import IndexRule
+    from simt_pto.plan import check_indices
+    bits = np.array([[1, 9], [10, 4294967295]], np.uint32)
+    with pytest.raises(pto.OutOfBoundsError, match=r"2 index\(es\) out of range \[0, 10\).*\(1, 0\): 10.*"
+                                                   r"\(1, 1\): 4294967295"):
+        check_indices("MGATHER", "a5", 10, IndexRule.IDENTITY, bits)
+    check_indices("MGATHER", "a5", 10, IndexRule.WRAP, bits)  # placed, not refused
+
+    def scan():
+        raise AssertionError("scanned under a rule that places every index")
+    check_indices("MSCATTER", "a5", 10, IndexRule.MASK, scan=scan)
+    with pytest.raises(pto.OutOfBoundsError, match=r"3 index\(es\) out of range \[0, 10\).*7: 12"):
+        check_indices("MSCATTER", "a5", 10, IndexRule.IDENTITY, scan=lambda: (3, 7, 12))
+    # the whole-array call and the tile op word it the same way
+    idx = np.array([0, 3, 12, 1], np.int32)
+    with pytest.raises(pto.OutOfBoundsError) as whole:
+        pto.gather(np.zeros((10, 8), np.float32), idx, coalesce="row")
+    with pytest.raises(pto.OutOfBoundsError) as tile:
+        pto.mgather(pto.Tile("float32", 4, 8), pto.GlobalTensor(np.zeros((10, 8), np.float32)),
+                    pto.Tile.from_array(idx[None, :], 1, 8, valid=(1, 4)))
+    assert str(whole.value) == str(tile.value)
+
+
+def _on_the_gpu_runner(monkeypatch):
+    """The GPU backend's code path (device arrays, staging, copies back) run by Numba's CUDA simulator."""
+    from simt_pto.host import a5, large_a5
+    monkeypatch.setattr(a5, "a5_backend", lambda: "gpu")
+    monkeypatch.setattr(large_a5, "a5_backend", lambda: "gpu")
+
+
+def test_the_gpu_path_on_the_simulator(simulator_backend, monkeypatch, rng):
+    """Host arrays on the GPU backend: staged on the device, the gathered rows and the written table copied back
+    (the results checked against numpy and the serial loop)."""
+    _on_the_gpu_runner(monkeypatch)
+    table = rng.integers(0, 100, (12, 4)).astype(np.float32)
+    idx = rng.integers(0, 12, 10).astype(np.int32)
+    assert np.array_equal(pto.gather(table, idx, tile_rows=4), table[idx])
+    assert np.array_equal(pto.gather(table.reshape(-1), idx, coalesce="elem", tile_rows=4), table.reshape(-1)[idx])
+    src = rng.integers(0, 100, (10, 4)).astype(np.float32)
+    want = serial_scatter(table, src, idx, "row")
+    for path in ("slot", "owner"):
+        out = table.copy()
+        pto.scatter(out, src, idx, tile_rows=4, last_path=path)
+        assert np.array_equal(out, want), path
+    out = table.copy()
+    pto.scatter(out, src, idx, atomic="add", tile_rows=4)
+    assert np.array_equal(out, serial_scatter(table, src, idx, "row", op=lambda a, b: a + b))
+
+
+def test_the_gpu_runner_stages_a_host_table_once_per_call(simulator_backend, monkeypatch, rng):
+    """The slot-centric Last path is one launch per tile: the host table goes to the device once and comes back
+    once, not once per tile."""
+    from simt_pto.host import a5, large
+    _on_the_gpu_runner(monkeypatch)
+    table = np.zeros(16, np.float32)
+    src = rng.random(24).astype(np.float32)
+    idx = (np.arange(24) % 16).astype(np.int32)
+    call = large.scatter_plan(table, src, idx, coalesce="elem", last_path="slot", tile_rows=8)
+    assert len(call.launches) == 3
+    staged, copied = [], []
+    to_device, copy_to_host = a5.to_device, a5.copy_to_host
+    monkeypatch.setattr(a5, "to_device", lambda a: staged.append(a) or to_device(a))
+    monkeypatch.setattr(a5, "copy_to_host", lambda d, h: copied.append(h) or copy_to_host(d, h))
+    a5.run_plan(call)
+    the_table = call.launches[0].arguments["table"]
+    assert sum(a is the_table for a in staged) == 1 and sum(h is the_table for h in copied) == 1
+    assert np.array_equal(table, serial_scatter(np.zeros(16, np.float32), src, idx, "elem"))

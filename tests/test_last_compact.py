@@ -13,7 +13,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto.host import large_a5
-from simt_pto.policy import CLAMP, MASK, WRAP
+from simt_pto.enums import IndexRule
 
 from conftest import as_bits, random_values, sentinel_bits
 
@@ -41,17 +41,18 @@ def serial_last(table_bits, src_bits, idx, coalesce, oob):
 
 
 class Recorder:
-    """``large_a5.run_kernel`` that runs each launch and records (kernel name, grid)."""
+    """Records ``(kernel, grid)`` of every launch the A5 runner makes (``kernels.a5.simt.launch``), and runs it."""
 
     def __init__(self, monkeypatch):
+        from simt_pto.kernels.a5 import simt
         self.launches = []
-        real = large_a5.run_kernel
+        real = simt.launch
 
-        def run(factory, policy, grid, warps, args):
-            self.launches.append((factory.__name__, grid))
-            real(factory, policy, grid, warps, args)
+        def launch(spec, backend, args=None):
+            self.launches.append((spec.kernel, spec.grid))
+            real(spec, backend, args)
 
-        monkeypatch.setattr(large_a5, "run_kernel", run)
+        monkeypatch.setattr(simt, "launch", launch)
 
     def names(self):
         return [name for name, _ in self.launches]
@@ -166,11 +167,11 @@ def test_compact_row_write_spans_several_blocks(monkeypatch, rng):
 def test_compact_slots_numbers_the_distinct_slots():
     """Hand-computed: capacity 10, indices [5, -1, 3, 5, 100, 12] (-1 is 4294967295)."""
     raw = np.array([5, -1, 3, 5, 100, 12], np.int32)
-    slots, ids = large_a5.compact_slots(raw, 10, MASK, np.int32)
+    slots, ids = large_a5.compact_slots(raw, 10, IndexRule.MASK, np.int32)
     assert slots.tolist() == [3, 5] and ids.tolist() == [1, -1, 0, 1, -1, -1] and ids.dtype == np.int32
-    slots, ids = large_a5.compact_slots(raw, 10, CLAMP)
+    slots, ids = large_a5.compact_slots(raw, 10, IndexRule.CLAMP)
     assert slots.tolist() == [3, 5, 9] and ids.tolist() == [1, 2, 0, 1, 2, 2]
-    slots, ids = large_a5.compact_slots(raw, 10, WRAP)  # 4294967295 % 10 == 5
+    slots, ids = large_a5.compact_slots(raw, 10, IndexRule.WRAP)  # 4294967295 % 10 == 5
     assert slots.tolist() == [0, 2, 3, 5] and ids.tolist() == [3, 3, 2, 3, 0, 1]
 
 

@@ -1,11 +1,18 @@
-"""The package's layers, read from the source's imports (module level and inside functions):
+"""The package's layers, read from the source's imports (module level and inside functions). From the bottom up:
+the model (``simt_pto/``), the kernels (``kernels/``), the runtime (``simt_pto.ops`` and ``simt_pto.host``) and
+the tools (``simt_pto.host.tools``: the coalescing analyzer, ``inspect``, selftest, the demo, the command line):
 
-* the model (``simt_pto/``) imports no kernel and no host module, except the package root re-exporting the host
-  entry points (``gather``, ``scatter``, the analyzer, ...) and the tile ops (``simt_pto.ops``) forwarding to the
-  one host entry point, ``simt_pto.host.dispatch`` (never to a kernel);
-* ``kernels/`` imports no host module, and no target (``cpu``, ``a2a3``, ``a5``) imports another;
+* the model imports no kernel, no tile op and no host module;
+* the package root imports only the model at import time: the runtime and the tools it re-exports (``gather``,
+  ``mgather``, ``coalescing``, ...) are imported inside its module ``__getattr__``, on first access;
+* the tile ops (``simt_pto.ops``) forward to the one host entry point, ``simt_pto.host.dispatch`` (never to a
+  kernel);
+* ``kernels/`` imports no tile op and no host module, and no target (``cpu``, ``a2a3``, ``a5``) imports another;
+* no module of the core (model, kernels, runtime) imports a tool;
 * no module but the root imports the package root ``simt_pto`` itself (each imports the submodule it needs);
 * there is no import cycle;
+* no two modules share a name (but the per-target mirrors ``mgather`` / ``mscatter``), and none shadows a module
+  of the standard library;
 * ``ruff check`` passes; and, against a regular (non-editable) install, the same layers hold as import-linter
   contracts (``[tool.importlinter]`` in pyproject.toml).
 """
@@ -38,11 +45,12 @@ def _modules() -> dict:
 MODULES = _modules()
 
 
-def imports_of(name: str, path: Path) -> set:
-    """The package modules ``name`` imports: ``from pkg import sub`` is an import of ``pkg.sub``, not of ``pkg``."""
+def imports_of(name: str, path: Path, nodes=None) -> set:
+    """The package modules ``name`` imports (in ``nodes``, default: all of its source): ``from pkg import sub`` is
+    an import of ``pkg.sub``, not of ``pkg``."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text())) if nodes is None else nodes:
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -60,15 +68,51 @@ def imports_of(name: str, path: Path) -> set:
 GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
 
 
+TOOLS = "simt_pto.host.tools"
+
+
+def _is_tool(name):
+    return name == TOOLS or name.startswith(TOOLS + ".")
+
+
 def _is_model(name):
     return (name.startswith("simt_pto.") and name != "simt_pto.ops"
             and not name.startswith(("simt_pto.kernels", "simt_pto.host")))
 
 
-def test_the_model_imports_no_kernel_and_no_host_module():
-    wrong = {(m, i) for m in GRAPH if _is_model(m) for i in GRAPH[m]
-             if i.startswith(("simt_pto.kernels", "simt_pto.host"))}
+def _below_the_model(name):
+    return name == "simt_pto.ops" or name.startswith(("simt_pto.kernels", "simt_pto.host"))
+
+
+def test_the_model_imports_no_kernel_no_tile_op_and_no_host_module():
+    wrong = {(m, i) for m in GRAPH if _is_model(m) for i in GRAPH[m] if _below_the_model(i)}
     assert not wrong, sorted(wrong)
+
+
+def _top_level_imports(path: Path) -> list:
+    """The import statements of a module that run when it is imported (outside any function or class body)."""
+    out = []
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                out.append(child)
+            elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                visit(child)
+    visit(ast.parse(path.read_text()))
+    return out
+
+
+def test_the_root_imports_the_runtime_and_the_tools_only_in_its_lazy_re_exports():
+    path = MODULES["simt_pto"]
+    eager = imports_of("simt_pto", path, _top_level_imports(path))
+    assert not {m for m in eager if _below_the_model(m)}, sorted(eager)
+    getattr_ = next(node for node in ast.parse(path.read_text()).body
+                    if isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+    lazy = imports_of("simt_pto", path, ast.walk(getattr_))
+    below = {m for m in GRAPH["simt_pto"] if _below_the_model(m)}
+    assert below == lazy, (sorted(below), sorted(lazy))
+    assert {"simt_pto.ops", "simt_pto.host.large", "simt_pto.host.tools.coalescing"} <= lazy
 
 
 def test_the_tile_ops_forward_to_host_dispatch_and_import_no_kernel():
@@ -76,7 +120,7 @@ def test_the_tile_ops_forward_to_host_dispatch_and_import_no_kernel():
     assert below == {"simt_pto.host.dispatch"}, sorted(below)
 
 
-def test_kernels_import_no_host_module_and_no_other_target():
+def test_kernels_import_no_tile_op_no_host_module_and_no_other_target():
     wrong = set()
     for m in GRAPH:
         if not m.startswith("simt_pto.kernels"):
@@ -84,9 +128,32 @@ def test_kernels_import_no_host_module_and_no_other_target():
         own = next((t for t in TARGETS if m == t or m.startswith(t + ".")), None)
         for i in GRAPH[m]:
             other = next((t for t in TARGETS if i == t or i.startswith(t + ".")), None)
-            if i.startswith("simt_pto.host") or (other is not None and other != own):
+            if i.startswith("simt_pto.host") or i == "simt_pto.ops" or (other is not None and other != own):
                 wrong.add((m, i))
     assert not wrong, sorted(wrong)
+
+
+def test_the_core_imports_no_tool():
+    assert any(_is_tool(m) for m in MODULES), "no tools package found"
+    wrong = {(m, i) for m in GRAPH if m != "simt_pto" and not _is_tool(m) for i in GRAPH[m] if _is_tool(i)}
+    assert not wrong, sorted(wrong)
+
+
+STDLIB = set(sys.stdlib_module_names)
+
+
+def test_module_names_say_one_thing():
+    """One module per name, except the per-target mirrors ``mgather`` / ``mscatter`` (the point of the layout),
+    and no name of the standard library (``host/inspect.py`` once shadowed ``inspect``)."""
+    by_name = {}
+    for name in MODULES:
+        path = MODULES[name]
+        if path.name != "__init__.py":
+            by_name.setdefault(path.stem, []).append(name)
+    shared = {stem: sorted(names) for stem, names in by_name.items()
+              if len(names) > 1 and stem not in ("mgather", "mscatter")}
+    assert not shared, shared
+    assert not sorted(stem for stem in by_name if stem in STDLIB)
 
 
 def test_only_the_root_imports_the_package_root():
@@ -145,14 +212,22 @@ def test_ruff_check_passes():
 @pytest.mark.skipif(shutil.which("lint-imports", path=str(Path(sys.executable).parent)) is None,
                     reason="import-linter not installed")
 def test_import_linter_contracts_hold_on_a_regular_install(tmp_path):
-    """import-linter cannot see the packages an editable install maps; a regular install into a folder can."""
-    site = tmp_path / "site"
+    """import-linter cannot see the packages an editable install maps; a regular install into a folder can. It is
+    built from a copy of the package's sources: a build from the tree itself would pick up the modules left in its
+    ``build/`` folder by an earlier build (moved or deleted ones too), and concurrent runs would share that folder."""
+    source, site = tmp_path / "source", tmp_path / "site"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc")
+    for folder in PACKAGES.values():
+        shutil.copytree(folder, source / folder.relative_to(ROOT), ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--target", str(site), str(ROOT)], check=True, capture_output=True, timeout=300,
+                    "--target", str(site), str(source)], check=True, capture_output=True, timeout=300,
                    cwd=tmp_path)
+    assert (site / "simt_pto" / "host" / "tools" / "cli.py").is_file()
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     env = {"PYTHONPATH": str(site), "PATH": str(Path(sys.executable).parent)}
     out = subprocess.run([lint, "--config", str(ROOT / "pyproject.toml")], capture_output=True, text=True, cwd=site,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Contracts: 4 kept, 0 broken." in out.stdout
+    assert "Contracts: 6 kept, 0 broken." in out.stdout

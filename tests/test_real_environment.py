@@ -165,7 +165,7 @@ def fault_hook():
     simt.fault_hook = None
 
 
-def test_an_interrupted_cpu_launch_leaves_no_thread_writing(fault_hook, monkeypatch):
+def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, monkeypatch):
     simt = fault_hook
     monkeypatch.setattr(simt, "cpu_workers", lambda: 2)
     table = np.zeros(1 << 16, np.int32)
@@ -199,23 +199,23 @@ def test_an_interrupted_cpu_launch_leaves_no_thread_writing(fault_hook, monkeypa
 def test_an_interrupted_whole_array_call_on_a_sequential_target_stops_writing(target, monkeypatch):
     # The sequential targets run tile after tile on the caller's thread: an interrupt between two tiles leaves
     # the tiles before it written and nothing after.
-    from simt_pto.host import large
+    from simt_pto.host import tiling
     table = np.zeros(4096, np.int32)
     idx = np.arange(table.size, dtype=np.int32)
     src = np.ones(table.size, np.int32)
     calls = {"n": 0}
-    real = large._tile_pair
+    real = tiling.tile_plan
 
     def interrupting(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
-    monkeypatch.setattr(large, "_tile_pair", interrupting)
+    monkeypatch.setattr(tiling, "tile_plan", interrupting)
     with pytest.raises(KeyboardInterrupt):
         pto.scatter(table, src, idx, coalesce="elem", target=target, tile_rows=512)
     assert table[:1024].tolist() == [1] * 1024 and not table[1024:].any()
-    monkeypatch.setattr(large, "_tile_pair", real)
+    monkeypatch.setattr(tiling, "tile_plan", real)
     pto.scatter(table, src * 2, idx, coalesce="elem", target=target, tile_rows=512)
     assert (table == 2).all()
 

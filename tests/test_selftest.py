@@ -3,7 +3,8 @@
 The fault test injects a one-line fault into one specialization of one kernel (the Elem gather under
 GatherOOB::Wrap drops the last element of each block) and checks that selftest fails with exit status 1,
 names only that specialization's cases, and writes ``.npz`` cases that ``--replay`` fails on while the
-fault is in and passes on once it is gone.
+fault is in and passes on once it is gone. Backends are named as ``simt_pto.backend`` names them; the old
+``--backend cpu`` still runs the ``multicore`` backend, and says so.
 """
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simt_pto import dtypes, policy
-from simt_pto.host import a5 as a5_dispatch
-from simt_pto.host import cli, selftest
+from simt_pto import dtypes
+from simt_pto.enums import IndexRule
+from simt_pto.host.tools import cli, selftest
+from simt_pto.kernels import a5 as a5_kernels
+from simt_pto.kernels.a5 import simt
 
-KERNEL_SOURCE = Path(a5_dispatch.__file__).parents[1] / "kernels" / "a5" / "mgather.py"
-FAULT = ("            total = tile_valid_rows * valid_cols\n",
-         "            total = tile_valid_rows * valid_cols - 1\n")
+KERNEL_SOURCE = Path(a5_kernels.__file__).parent / "mgather.py"
+FAULT = ("        walk_elems(launch, tile_rows, valid_rows, valid_cols, gather_elems,\n",
+         "        walk_elems(launch, tile_rows, valid_rows, valid_cols - 1, gather_elems,\n")  # a column short
 
 
 def run_cli(capsys, *argv):
@@ -33,15 +36,28 @@ QUICK_FAMILIES = ("row_gather", "elem_last_scatter", "scalar_scatter")
 """A few families keep the suite's compile time down; every family runs in ``simt-pto selftest`` itself."""
 
 
-def test_quick_selftest_passes_on_cpu(capsys):
+def test_quick_selftest_passes_on_multicore(capsys):
     families = [arg for name in QUICK_FAMILIES for arg in ("--family", name)]
-    status, out, report = run_cli(capsys, "--backend", "cpu", "--quick", *families, "--json")
+    status, out, report = run_cli(capsys, "--backend", "multicore", "--quick", *families, "--json")
     assert status == 0, out
-    assert report["ok"] and set(report["backends"]) == {"cpu"}
+    assert report["ok"] and set(report["backends"]) == {"multicore"}
     element_dtypes = len(dtypes.ELEMENT_DTYPES["a5"])
-    assert report["backends"]["cpu"]["families"] == {
+    assert report["backends"]["multicore"]["families"] == {
         name: {"passed": element_dtypes, "failed": 0, "failures": []} for name in QUICK_FAMILIES}
-    assert "numba" in report["versions"] and "cpu (" in out
+    assert "numba" in report["versions"] and "multicore (" in out
+
+
+def test_the_old_backend_name_cpu_still_runs_multicore_and_warns(capsys):
+    status = cli.main(["selftest", "--backend", "cpu", "--quick", "--family", "scalar_gather", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert status == 0 and set(report["backends"]) == {"multicore"}, captured.out
+    assert captured.err.startswith("simt-pto selftest: warning: A5 backend 'cpu' is deprecated"), captured.err
+    assert "'multicore'" in captured.err
+    with pytest.warns(DeprecationWarning, match="'cpu' is deprecated") as caught:
+        result = selftest.selftest(["cpu"], quick=True, families=("scalar_gather",))
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    assert result.ok and set(result.backends) == {"multicore"}
 
 
 def test_the_matrix_covers_every_policy_atomic_and_dtype():
@@ -67,28 +83,35 @@ def test_the_matrix_covers_every_policy_atomic_and_dtype():
 @pytest.fixture
 def faulty_elem_gather(tmp_path, monkeypatch):
     """``simt_mgather_elem_kernel`` with one line changed, for the Wrap specialization only (the copy is a
-    module of its own in ``tmp_path``, so Numba's disk cache of the real kernel is not touched)."""
+    module of its own in ``tmp_path``, so Numba's disk cache of the real kernel is not touched). The A5 runner
+    finds a kernel's factory by its spec name (``KERNELS``), and keeps what it compiled per (kernel, policy,
+    backend): that memo is emptied whenever the factory changes."""
     text = KERNEL_SOURCE.read_text()
     assert text.count(FAULT[0]) >= 1
     text = text.replace(FAULT[0], FAULT[1]).replace("from .", "from simt_pto.kernels.a5.")
     (tmp_path / "faulty_mgather.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     faulty = importlib.import_module("faulty_mgather")
-    real = a5_dispatch.simt_mgather_elem_kernel
+    real = a5_kernels.KERNELS["simt_mgather_elem_kernel"]
 
     def factory(rule):
-        return faulty.simt_mgather_elem_kernel(rule) if rule == policy.WRAP else real(rule)
+        return faulty.simt_mgather_elem_kernel(rule) if rule == IndexRule.WRAP else real(rule)
 
-    monkeypatch.setattr(a5_dispatch, "simt_mgather_elem_kernel", factory)
-    return monkeypatch, real
+    def use(kernel_factory):
+        monkeypatch.setitem(a5_kernels.KERNELS, "simt_mgather_elem_kernel", kernel_factory)
+        simt.forget_compiled()
+
+    use(factory)
+    yield use, real
+    simt.forget_compiled()  # the faulty kernel is not left compiled for the tests that follow
 
 
 def test_an_injected_fault_fails_selftest_with_a_replayable_case(capsys, tmp_path, faulty_elem_gather):
     out_dir = tmp_path / "cases"
-    status, out, report = run_cli(capsys, "--backend", "cpu", "--quick", "--family", "elem_gather",
+    status, out, report = run_cli(capsys, "--backend", "multicore", "--quick", "--family", "elem_gather",
                                   "--out", str(out_dir), "--json")
     assert status == 1, out
-    family = report["backends"]["cpu"]["families"]["elem_gather"]
+    family = report["backends"]["multicore"]["families"]["elem_gather"]
     assert family["failed"] >= 1 and family["passed"] >= 1
     assert {f["params"]["oob"] for f in family["failures"]} == {"wrap"}
     files = sorted(out_dir.glob("*.npz"))
@@ -98,8 +121,8 @@ def test_an_injected_fault_fails_selftest_with_a_replayable_case(capsys, tmp_pat
     assert shrunk["rows"] == 1  # the smallest failing call: one row still shows the dropped element
     status, out, _ = run_cli(capsys, "--replay", str(files[0]))
     assert status == 1 and "expected" in out
-    monkeypatch, real = faulty_elem_gather
-    monkeypatch.setattr(a5_dispatch, "simt_mgather_elem_kernel", real)  # the fault fixed
+    use, real = faulty_elem_gather
+    use(real)  # the fault fixed
     status, out, _ = run_cli(capsys, "--replay", str(files[0]))
     assert status == 0, out
 

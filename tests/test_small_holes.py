@@ -24,7 +24,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import reference as ref
-from simt_pto.host import cli, selftest, validate
+from simt_pto.host.tools import cli, selftest, validate_last
 from test_cli_errors import assert_argparse_error, simt_pto
 
 # -- NUMBA_DISABLE_JIT ------------------------------------------------------------------------------------------
@@ -68,11 +68,11 @@ def test_without_the_jit_a5_and_a2a3_raise_one_clear_error_and_write_nothing():
 
 
 @pytest.mark.parametrize("argv", [
-    ["selftest", "--quick", "--backend", "cpu", "--family", "scalar_gather"],
+    ["selftest", "--quick", "--backend", "multicore", "--family", "scalar_gather"],
     ["validate-last", "--rows", "64", "--cols", "8", "--n", "512", "--repeat", "1"],
 ])
 def test_without_the_jit_the_command_line_prints_one_line(argv):
-    out = subprocess.run([sys.executable, "-m", "simt_pto.host.cli", *argv], env=NO_JIT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "simt_pto.host.tools.cli", *argv], env=NO_JIT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
@@ -152,7 +152,7 @@ def test_validate_last_refuses_a_fifo_instead_of_waiting_on_it(workload):
     fifo = tmp_path / "idx.npy.fifo"
     os.mkfifo(fifo)
     # a process of its own: opening a FIFO with no writer blocks, and a timeout can end a process, not a thread
-    proc = subprocess.run([sys.executable, "-m", "simt_pto.host.cli", "validate-last", "--coalesce", "elem",
+    proc = subprocess.run([sys.executable, "-m", "simt_pto.host.tools.cli", "validate-last", "--coalesce", "elem",
                            "--idx", str(fifo), "--src", paths["src"], "--table-shape", "20x16"],
                           capture_output=True, text=True, timeout=60)
     assert_argparse_error(proc, "validate-last", f"argument --idx: {fifo}: not a regular file")
@@ -173,7 +173,7 @@ def test_validate_last_reads_a_big_endian_file_as_its_values(workload):
         def error(self, message):
             raise AssertionError(message)
 
-    loaded = validate._load(Parser(), "--table-file", paths["table_be"])
+    loaded = validate_last._load(Parser(), "--table-file", paths["table_be"])
     assert loaded.dtype == np.dtype("<f4") and loaded.flags.c_contiguous
     np.testing.assert_array_equal(loaded, (np.arange(40 * 8) * 0.5).reshape(40, 8))
     proc = simt_pto("validate-last", "--coalesce", "row", "--idx", paths["idx_be"], "--src", paths["rsrc_be"],
@@ -190,7 +190,7 @@ def test_selftest_refuses_an_out_folder_it_cannot_write_before_the_run(capsys, t
     blocker.write_text("")
     out = blocker if where == "file" else blocker / "cases"
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["selftest", "--backend", "cpu", "--quick", "--family", "scalar_gather", "--out", str(out)])
+        cli.main(["selftest", "--backend", "multicore", "--quick", "--family", "scalar_gather", "--out", str(out)])
     captured = capsys.readouterr()
     assert exit_.value.code == 2
     assert "usage: simt-pto selftest" in captured.err and "Traceback" not in captured.err
@@ -198,7 +198,7 @@ def test_selftest_refuses_an_out_folder_it_cannot_write_before_the_run(capsys, t
         f"simt-pto selftest: error: argument --out: {out}: {blocker} exists and is not a folder")
     assert captured.out == ""  # refused before any case ran
     with pytest.raises(ValueError, match="exists and is not a folder"):
-        selftest.selftest(["cpu"], quick=True, families=("scalar_gather",), out_dir=out)
+        selftest.selftest(["multicore"], quick=True, families=("scalar_gather",), out_dir=out)
 
 
 def test_selftest_keeps_a_failure_whose_case_file_cannot_be_written(monkeypatch, tmp_path):
@@ -209,8 +209,8 @@ def test_selftest_keeps_a_failure_whose_case_file_cannot_be_written(monkeypatch,
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(selftest, "save", save)
-    result = selftest.selftest(["cpu"], quick=True, families=("scalar_gather",), out_dir=tmp_path / "cases")
-    family = result.backends["cpu"]["scalar_gather"]
+    result = selftest.selftest(["multicore"], quick=True, families=("scalar_gather",), out_dir=tmp_path / "cases")
+    family = result.backends["multicore"]["scalar_gather"]
     assert not result.ok and family.passed == 0 and family.failed == len(family.failures) > 0
     for _, problems, path in family.failures:
         assert path is None
@@ -292,16 +292,16 @@ def test_reference_orders_float32_max_min_by_total_order(atomic):
     np.testing.assert_array_equal(got, np.array([c[WANT_COLUMN[atomic]] for c in ORDER_CASES], np.uint32))
 
 
-@pytest.fixture(params=["cpu tile op", "cpu whole array", "cpu scalar (1, 1)", "simulator tile op"])
+@pytest.fixture(params=["multicore tile op", "multicore whole array", "multicore scalar (1, 1)", "simulator tile op"])
 def a5_path(request):
-    """One A5 path that runs float32 Max / Min: the SIMT Elem kernel on the cpu backend and on the simulator,
+    """One A5 path that runs float32 Max / Min: the SIMT Elem kernel on the multicore backend and on the simulator,
     a whole-array scatter, and the ``(1, 1)`` MScatterScalarImpl."""
     backend, how = request.param.split(" ", 1)
     if backend == "simulator":
         request.getfixturevalue("simulator_backend")
     else:
         previous = pto.a5_backend()
-        pto.set_a5_backend("cpu")
+        pto.set_a5_backend("multicore")
         request.addfinalizer(lambda: pto.set_a5_backend(previous))
     return how
 

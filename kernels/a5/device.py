@@ -1,9 +1,11 @@
-"""Device helpers shared by the A5 kernels, written once for every backend.
+"""Device helpers of the A5 kernels, written once for every backend: the element and row moves, the three walks
+every kernel uses (the Row walk, the Elem walk of a tile, the flat grid-stride walk) and the kernels' visitors,
+what each does at one step of its walk.
 
 Like the kernels, these are plain Python over the intrinsics of :mod:`.intrinsics`; :mod:`.simt` binds a
 copy of each per backend (``cuda.jit(device=True, inline="always")`` or ``njit(inline="always")``), so
-they are inlined into the kernel's IR and the policy constants fold. Kernel factories close over integers
-only (never over functions), so Numba's on-disk cache key is the same in every process.
+they are inlined into the kernel's IR and the policy constants fold. Kernel factories close over policy
+constants only (never over functions); a kernel's policy names its on-disk cache entry (``KernelPolicy.cache_key``).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numba
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
-from .intrinsics import atomic_cas, copy_run, prefetch
+from .intrinsics import atomic_cas, atomic_max, block_range, copy_run, lane_span, prefetch, warp_range
 
 
 def block_tile(b, tile_rows, valid_rows):
@@ -20,18 +22,6 @@ def block_tile(b, tile_rows, valid_rows):
     kernels' multi-block form: block ``b`` runs tile ``b``)."""
     row0 = b * tile_rows
     return row0, min(tile_rows, valid_rows - row0)
-
-
-def warp_row(base, ty, row_warps):
-    """The Row kernels' warp mapping, rows: in the row group from ``base``, warp ``ty`` takes tile row
-    ``base + ty % kRowWarps`` (and column segment ``ty // kRowWarps``: :func:`warp_column`)."""
-    return base + ty % row_warps
-
-
-def warp_column(ty, row_warps, lane0):
-    """The Row kernels' warp mapping, columns: the first column of lane ``lane0`` of warp ``ty``, in its column
-    segment ``ty // kRowWarps``: ``(ty // kRowWarps) * 32 + lane0`` (computed once the row is known to be valid)."""
-    return (ty // row_warps) * WARP + lane0
 
 
 def grid_stride(launch, b, ty, lane0):
@@ -129,6 +119,240 @@ def fill_row_segment(dst, dst_base, dst_cs, c, stop, step, lanes):
         c += step
 
 
+# -- the walks --------------------------------------------------------------------------------------------------
+# The A5 kernels walk their work in three ways: the Row walk (walk_rows: warps own rows, lanes walk columns), the
+# Elem walk of a tile (walk_elems: threads take flat positions of the valid region) and the flat grid-stride walk
+# (walk_grid: one item per thread at a time, over the whole grid). Each walk is written once; what a kernel does at
+# each step is its visitor, a device helper passed as an argument with the kernel's arguments as a tuple. Numba
+# inlines a helper passed so as it inlines one called by name (walks and visitors are ``inline="always"``), so each
+# kernel compiles to the loop nest it would have spelled out.
+
+def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, args, store):
+    """The Row walk: block ``b`` takes rows ``[b * tile_rows, ...)`` of ``row_count``; in a block, warp ``ty`` owns
+    rows ``ty % kRowWarps, + kRowWarps, ...`` and column segment ``ty // kRowWarps``, whose lanes walk columns
+    ``seg * 32 + tx`` in steps of ``kWarpsPerRow * 32`` (so a warp reads or writes 32 consecutive elements of a
+    row: one 128 B burst for 4-byte elements).
+
+    For each row ``gr`` of this thread, in order, calls ``visit(args, gr, last_row, col_begin, col_step, lanes,
+    store)``: ``last_row`` is the block's last row, ``col_begin`` the first column of the thread's first lane
+    (``lanes`` from ``lane_span``), ``col_step = kWarpsPerRow * 32``; ``args`` and ``store`` (a scatter's store
+    rule, else None) are the kernel's, passed through. The walk goes over row groups of ``kRowWarps`` with the
+    warps inside, so a CPU runs a block's warps in lock-step, as an SM interleaves them, and visits the rows in
+    order."""
+    lane0, lanes = lane_span()
+    col_step = warps_per_row * WARP
+    for b in block_range(launch):
+        row0, rows = block_tile(b, tile_rows, row_count)
+        for base in range(0, rows, row_warps):
+            for ty in warp_range(launch):
+                r = base + ty % row_warps
+                if r < rows:
+                    visit(args, row0 + r, row0 + rows - 1, (ty // row_warps) * WARP + lane0, col_step, lanes, store)
+
+
+def gather_row(args, gr, last_row, col_begin, col_step, lanes, store):
+    """``simt_mgather_row_kernel``'s visitor: this warp's columns of destination row ``gr`` from table row
+    ``remap(idx[gr])`` (packed ND, row stride ``validCols``), or ``T(0)`` where the rule masks the row
+    (GatherOOB::Zero). ``args = (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule)``."""
+    dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule = args
+    prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes)
+    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+    if in_range:
+        copy_row_segment(dst, gr * dst_rs, dst_cs, table, slot * valid_cols, 1, col_begin, valid_cols, col_step, lanes)
+    else:
+        fill_row_segment(dst, gr * dst_rs, dst_cs, col_begin, valid_cols, col_step, lanes)
+
+
+def scatter_row(args, gr, last_row, col_begin, col_step, lanes, store):
+    """``simt_mscatter_row_kernel``'s visitor: ``table[remap(idx[gr]) * validCols + j] op= src[gr, j]`` over this
+    warp's columns ``j``, each by the kernel's store rule ``store``; a masked (Skip) row issues no store.
+    ``args = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)``."""
+    table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule = args
+    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+    if in_range:
+        dst_row = slot * valid_cols
+        c = col_begin
+        while c < valid_cols:
+            for j in range(c, span_end(c, lanes, valid_cols)):
+                store(table, dst_row + j, src[tile_offset_2d(gr, j, src_rs, src_cs)])
+            c += col_step
+
+
+def owner_row(args, slot, last_row, col_begin, col_step, lanes, store):
+    """``simt_mscatter_row_owner_write_kernel``'s visitor: this warp's columns of table row ``slot`` from source
+    row ``owner[slot]``, if the row has an owner (``>= 0``). ``args = (table, src, src_rs, src_cs, owner,
+    valid_cols)``."""
+    table, src, src_rs, src_cs, owner, valid_cols = args
+    src_row = owner[slot]
+    if src_row >= 0:
+        copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs, col_begin, valid_cols, col_step,
+                         lanes)
+
+
+def compact_owner_row(args, k, last_row, col_begin, col_step, lanes, store):
+    """``simt_mscatter_row_compact_owner_write_kernel``'s visitor: as :func:`owner_row` for distinct slot ``k``,
+    table row ``slots[k]``. ``args = (table, src, src_rs, src_cs, owner, slots, valid_cols)``."""
+    table, src, src_rs, src_cs, owner, slots, valid_cols = args
+    src_row = owner[k]
+    if src_row >= 0:
+        copy_row_segment(table, slots[k] * valid_cols, 1, src, src_row * src_rs, src_cs, col_begin, valid_cols,
+                         col_step, lanes)
+
+
+def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
+    """The Elem walk of a tile: block ``b`` takes rows ``[b * tile_rows, ...)`` of the ``valid_rows x valid_cols``
+    region; thread ``tid = ty * 32 + tx`` walks its flat positions ``tid, tid + launchThreads, ...`` (warps in
+    lock-step; ``tid >= total`` idles), a warp's lanes taking consecutive positions.
+
+    For each span of this thread (one position on CUDA, a warp's 32 on the CPU), in order, calls ``visit(args, row0,
+    base, p, end, total, lanes, store)``: flat positions ``[p, end)`` of the block's ``total``, whose first row is
+    ``row0`` and first flat position in the whole region ``base``; ``args`` and ``store`` as for :func:`walk_rows`."""
+    lane0, lanes = lane_span()
+    threads = launch[3] * WARP
+    for b in block_range(launch):
+        row0, tile_valid_rows = block_tile(b, tile_rows, valid_rows)
+        total = tile_valid_rows * valid_cols
+        base = row0 * valid_cols
+        for step in range(0, total, threads):
+            for ty in warp_range(launch):
+                p = step + ty * WARP + lane0
+                if p < total:
+                    visit(args, row0, base, p, span_end(p, lanes, total), total, lanes, store)
+
+
+def gather_elems(args, row0, base, p, end, total, lanes, store):
+    """``simt_mgather_elem_kernel``'s visitor: ``dst[i, j] = table[remap(idx[i, j])]`` over one span. A CPU span of
+    dense tiles runs as one affine loop; otherwise it divides ``(r, c)`` out once and walks from there (both tiles
+    through ``tile_offset_2d``: RowMajor or ColMajor). ``args = (dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table,
+    table_size, valid_cols, dense, rule)``, ``dense`` both tiles :func:`dense_tile`."""
+    dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_cols, dense, rule = args
+    if lanes > 1 and dense:
+        for q in range(base + p, base + end):
+            gather_element(dst, q * dst_cs, idx[q * idx_cs], table, table_size, rule)
+    else:
+        r = row0 + p // valid_cols
+        c = p % valid_cols
+        for _ in range(p, end):
+            gather_element(dst, tile_offset_2d(r, c, dst_rs, dst_cs), idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table,
+                           table_size, rule)
+            r, c = next_position(r, c, valid_cols, lanes)
+
+
+def scatter_elems(args, row0, base, p, end, total, lanes, store):
+    """``simt_mscatter_elem_kernel``'s visitor: ``table[remap(idx[i, j])] op= src[i, j]`` over one span, each by
+    the store rule ``store``. With ``prefetches`` (an atomic) and a CPU span, the next span's destination words
+    (``words[slot >> shift]``) are prefetched first: a locked read-modify-write waits for its own cache miss, a
+    prefetch does not. ``args = (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense,
+    rule, prefetches, words, shift)``."""
+    (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words,
+     shift) = args
+    dense = lanes > 1 and dense
+    if prefetches and lanes > 1 and end < total:
+        r = row0 + end // valid_cols
+        c = end % valid_cols
+        for q in range(base + end, base + span_end(end, lanes, total)):
+            slot, in_range = remap_index(idx[region_offset(q, r, c, idx_rs, idx_cs, dense)], table_size, rule)
+            if in_range:
+                prefetch(words, slot >> shift)
+            r, c = next_position(r, c, valid_cols, lanes)
+    r = row0 + p // valid_cols
+    c = p % valid_cols
+    for q in range(base + p, base + end):
+        slot, in_range = remap_index(idx[region_offset(q, r, c, idx_rs, idx_cs, dense)], table_size, rule)
+        if in_range:
+            store(table, slot, src[region_offset(q, r, c, src_rs, src_cs, dense)])
+        r, c = next_position(r, c, valid_cols, lanes)
+
+
+def walk_grid(launch, count, visit, args):
+    """The flat grid-stride walk over ``count`` items: thread ``g = b * threads + ty * 32 + lane0`` takes items
+    ``g, g + grid threads, ...`` (:func:`grid_stride`; a CPU warp its 32 lanes' items as one span). Calls
+    ``visit(args, item)`` for each, in order."""
+    lane0, lanes = lane_span()
+    for b in block_range(launch):
+        for ty in warp_range(launch):
+            first, step = grid_stride(launch, b, ty, lane0)
+            while first < count:
+                for item in range(first, span_end(first, lanes, count)):
+                    visit(args, item)
+                first += step
+
+
+def reset_owner(args, s):
+    """``simt_mscatter_owner_reset_kernel``'s visitor: slot ``s`` has no writer. ``args = (owner,)``."""
+    owner, = args
+    owner[s] = -1
+
+
+def claim_row_owner(args, r):
+    """``simt_mscatter_row_owner_claim_kernel``'s visitor: ``owner[remap(idx[r])] = max(..., r)``. ``args = (owner,
+    idx, idx_step, table_rows, rule)``."""
+    owner, idx, idx_step, table_rows, rule = args
+    slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
+    if in_range:
+        atomic_max(owner, slot, r)
+
+
+def claim_compact_owner(args, p):
+    """``simt_mscatter_compact_owner_claim_kernel``'s visitor: ``owner[ids[p]] = max(..., p)`` unless ``ids[p] < 0``.
+    ``args = (owner, ids)``."""
+    owner, ids = args
+    k = ids[p]
+    if k >= 0:
+        atomic_max(owner, k, p)
+
+
+def write_elem_owner(args, s):
+    """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes ``src[p // validCols, p % validCols]``
+    for its owner ``p = owner[s]``, if any (``>= 0``). ``args = (table, src, src_rs, src_cs, owner, valid_cols)``."""
+    table, src, src_rs, src_cs, owner, valid_cols = args
+    p = owner[s]
+    if p >= 0:
+        table[s] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+
+
+def write_compact_elem_owner(args, k):
+    """``simt_mscatter_elem_compact_owner_write_kernel``'s visitor: as :func:`write_elem_owner` for distinct slot
+    ``k``, element ``slots[k]``. ``args = (table, src, src_rs, src_cs, owner, slots, valid_cols)``."""
+    table, src, src_rs, src_cs, owner, slots, valid_cols = args
+    p = owner[k]
+    if p >= 0:
+        table[slots[k]] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+
+
+def last_row(args, slot):
+    """``simt_mscatter_row_last_kernel``'s visitor: table row ``slot`` takes source row ``r``, the largest with
+    ``remap(idx[r]) == slot`` (a reverse scan that stops at the first hit), if any. ``args = (table, src, src_rs,
+    src_cs, idx, idx_step, table_rows, valid_rows, valid_cols, rule)``."""
+    table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_rows, valid_cols, rule = args
+    owner = valid_rows - 1
+    while owner >= 0:
+        s, in_range = remap_index(idx[owner * idx_step], table_rows, rule)
+        if in_range and s == slot:
+            break
+        owner -= 1
+    if owner >= 0:
+        dst_row = slot * valid_cols
+        for c in range(valid_cols):
+            table[dst_row + c] = src[tile_offset_2d(owner, c, src_rs, src_cs)]
+
+
+def last_elem(args, slot):
+    """``simt_mscatter_elem_last_kernel``'s visitor: ``table[slot]`` takes ``src[r, c]`` of the largest flat ``p = r *
+    validCols + c`` with ``remap(idx[r, c]) == slot`` (a reverse scan that stops at the first hit), if any.
+    ``args = (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, total, rule)``."""
+    table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, total, rule = args
+    p = total - 1
+    while p >= 0:
+        r = p // valid_cols
+        c = p % valid_cols
+        s, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+        if in_range and s == slot:
+            table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
+            break
+        p -= 1
+
+
 def cas_add_half(words, w, shift, v_bits, exp_bits, man_bits):
     """``words[w]``'s 16-bit half at ``shift`` += ``v``, rounded in the element type (round-to-nearest-even), as a
     compare-and-swap loop on the 32-bit word."""
@@ -201,6 +425,11 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
     return r * row_stride + c * col_stride
 
 
-HELPERS = (block_tile, warp_row, warp_column, grid_stride, span_end, next_position, tile_offset_2d, dense_tile, region_offset,
-           copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element, cas_add_half, atomic_add_half, atomic_add_half_edge)
+HELPERS = (block_tile, grid_stride, span_end, next_position, tile_offset_2d, dense_tile, region_offset, copy_row_segment,
+           fill_row_segment, prefetch_row_ahead, gather_element,
+           walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
+           walk_elems, gather_elems, scatter_elems,
+           walk_grid, reset_owner, claim_row_owner, claim_compact_owner, write_elem_owner, write_compact_elem_owner,
+           last_row, last_elem,
+           cas_add_half, atomic_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

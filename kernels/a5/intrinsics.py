@@ -220,7 +220,7 @@ CPU = {
     "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
     "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element, "copy_run": _cpu_copy_run,
 }
-"""The ``cpu`` backend's intrinsics."""
+"""The ``multicore`` backend's intrinsics (Numba's CPU compiler, the ``"cpu"`` family)."""
 
 
 # -- CUDA (a GPU or the simulator) ------------------------------------------------------------------------------

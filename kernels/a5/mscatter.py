@@ -18,155 +18,80 @@ from __future__ import annotations
 
 import functools
 
-from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from simt_pto.kernels.store import BF16, BF16_EDGE, F16, F16_EDGE, F32_ORDER, STORE, store_element
-from .device import (block_tile, copy_row_segment, dense_tile, grid_stride, next_position, region_offset, span_end,
-                     tile_offset_2d, warp_column, warp_row)
+from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
+from simt_pto.kernels.store import store_element
+from .device import (claim_compact_owner, claim_row_owner, compact_owner_row, dense_tile, grid_stride, last_elem,
+                     last_row, next_position, owner_row, reset_owner, scatter_elems, scatter_row, span_end,
+                     tile_offset_2d, walk_elems, walk_grid, walk_rows, write_compact_elem_owner, write_elem_owner)
 from .intrinsics import atomic_max, block_range, lane_span, prefetch, warp_range
 
 
 @functools.cache
-def simt_mscatter_row_kernel(rule: int, atomic: int, fmt: int):
-    """Row coalesce, ``table[remap(idx[r]), :] op= src[r, :]``; the walk of ``simt_mgather_row_kernel``.
-    Masked (Skip) rows issue no store; the predicate is per row, so it is warp-uniform."""
+def simt_mscatter_row_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
+    """Row coalesce, ``table[remap(idx[r]), :] op= src[r, :]``; the Row walk of ``simt_mgather_row_kernel``
+    (:func:`.device.walk_rows`, :func:`.device.scatter_row`). Masked (Skip) rows issue no store; the predicate is
+    per row, so it is warp-uniform."""
 
     def simt_mscatter_row_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                  valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        store_policy = (atomic, fmt)  # noqa: F841  (the closure holds the policy: Numba's cache key, store_element)
-        lane0, lanes = lane_span()
-        col_step = warps_per_row * WARP
-        for b in block_range(launch):
-            row0, rows = block_tile(b, tile_rows, valid_rows)
-            for base in range(0, rows, row_warps):
-                for ty in warp_range(launch):
-                    r = warp_row(base, ty, row_warps)
-                    if r >= rows:
-                        continue
-                    col_begin = warp_column(ty, row_warps, lane0)
-                    gr = row0 + r
-                    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
-                    if in_range:
-                        dst_row = slot * valid_cols
-                        c = col_begin
-                        while c < valid_cols:
-                            for j in range(c, span_end(c, lanes, valid_cols)):
-                                e = dst_row + j
-                                v = src[tile_offset_2d(gr, j, src_rs, src_cs)]
-                                store_element(table, e, v)
-                            c += col_step
+        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row,
+                  (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule), store_element)
 
     return simt_mscatter_row_kernel
 
 
 @functools.cache
-def simt_mscatter_elem_kernel(rule: int, atomic: int, fmt: int):
-    """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the walk of ``simt_mgather_elem_kernel``.
+def simt_mscatter_elem_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
+    """Elem coalesce, ``table[remap(idx[i, j])] op= src[i, j]``; the Elem walk of ``simt_mgather_elem_kernel``
+    (:func:`.device.walk_elems`, :func:`.device.scatter_elems`).
 
     With an atomic and a span of lanes (the CPU), the next span's destination slots are prefetched while this
     span's atomics run: a locked read-modify-write waits for its own cache miss, a prefetch does not."""
 
+    # compile-time facts of the policy (the ISA's ``if constexpr``): Numba prunes the branch they rule out (only
+    # a tuple table has a words array at [0])
+    prefetches = atomic != ScatterAtomicOp.NONE
+    word_pair = fmt == ElementFormat.F32_ORDER                                   # (int32, uint32) views
+    edge_words = fmt == ElementFormat.F16_EDGE or fmt == ElementFormat.BF16_EDGE  # (words, edge, head)
+    shift = 1 if fmt in (ElementFormat.F16, ElementFormat.BF16) or edge_words else 0  # two elements a uint32 word
+
     def simt_mscatter_elem_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                   valid_rows, valid_cols, tile_rows):
-        lane0, lanes = lane_span()
-        threads = launch[3] * WARP
-        dense = lanes > 1 and dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
-        for b in block_range(launch):
-            row0, tile_valid_rows = block_tile(b, tile_rows, valid_rows)
-            total = tile_valid_rows * valid_cols
-            base = row0 * valid_cols
-            for step in range(0, total, threads):
-                for ty in warp_range(launch):
-                    p = step + ty * WARP + lane0
-                    if p >= total:
-                        continue
-                    end = span_end(p, lanes, total)
-                    r0 = row0 + p // valid_cols
-                    c0 = p % valid_cols
-                    if atomic != STORE and lanes > 1 and end < total:
-                        # a locked read-modify-write waits for its own cache miss, a prefetch does not: touch the
-                        # next span's slots while this one's atomics run
-                        ahead = span_end(end, lanes, total)
-                        r = row0 + end // valid_cols
-                        c = end % valid_cols
-                        for q in range(base + end, base + ahead):
-                            slot, in_range = remap_index(idx[region_offset(q, r, c, idx_rs, idx_cs, dense)],
-                                                         table_size, rule)
-                            if in_range:
-                                if fmt == F32_ORDER:
-                                    prefetch(table[0], slot)
-                                elif fmt == F16 or fmt == BF16:
-                                    prefetch(table, slot >> 1)
-                                elif fmt == F16_EDGE or fmt == BF16_EDGE:
-                                    prefetch(table[0], slot >> 1)  # a hint: the element's word, give or take the head
-                                else:
-                                    prefetch(table, slot)
-                            r, c = next_position(r, c, valid_cols, lanes)
-                    r = r0
-                    c = c0
-                    for q in range(base + p, base + end):
-                        slot, in_range = remap_index(idx[region_offset(q, r, c, idx_rs, idx_cs, dense)], table_size,
-                                                     rule)
-                        if in_range:
-                            v = src[region_offset(q, r, c, src_rs, src_cs, dense)]
-                            store_element(table, slot, v)
-                        r, c = next_position(r, c, valid_cols, lanes)
+        dense = dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
+        if word_pair or edge_words:   # prefetch hints go to the words array: (int32, uint32) or (words, edge, head)
+            words = table[0]
+        else:
+            words = table
+        walk_elems(launch, tile_rows, valid_rows, valid_cols, scatter_elems,
+                   (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches,
+                    words, shift), store_element)
 
     return simt_mscatter_elem_kernel
 
 
 @functools.cache
-def simt_mscatter_row_last_kernel(rule: int):
+def simt_mscatter_row_last_kernel(rule: IndexRule):
     """Row, Conflict::Last (``last_owner_find_row``): the thread owning table row ``slot`` finds the
     largest ``r`` with ``remap(idx[r]) == slot`` and copies ``src[r, :]`` into it."""
 
     def simt_mscatter_row_last_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                       valid_rows, valid_cols):
-        lane0, lanes = lane_span()
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < table_rows:
-                    for slot in range(first, span_end(first, lanes, table_rows)):
-                        owner = valid_rows - 1
-                        while owner >= 0:
-                            s, in_range = remap_index(idx[owner * idx_step], table_rows, rule)
-                            if in_range and s == slot:
-                                break
-                            owner -= 1
-                        if owner >= 0:
-                            dst_row = slot * valid_cols
-                            for c in range(valid_cols):
-                                table[dst_row + c] = src[tile_offset_2d(owner, c, src_rs, src_cs)]
-                    first += step
+        walk_grid(launch, table_rows, last_row,
+                  (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_rows, valid_cols, rule))
 
     return simt_mscatter_row_last_kernel
 
 
 @functools.cache
-def simt_mscatter_elem_last_kernel(rule: int):
+def simt_mscatter_elem_last_kernel(rule: IndexRule):
     """Elem, Conflict::Last (``last_owner_find_elem``): the thread owning flat slot ``slot`` finds the
     largest flat ``p = r * validCols + c`` with ``remap(idx[r, c]) == slot`` and stores ``src[r, c]``."""
 
     def simt_mscatter_elem_last_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                        valid_rows, valid_cols):
-        lane0, lanes = lane_span()
-        total = valid_rows * valid_cols
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < table_size:
-                    for slot in range(first, span_end(first, lanes, table_size)):
-                        p = total - 1
-                        while p >= 0:
-                            r = p // valid_cols
-                            c = p % valid_cols
-                            s, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
-                            if in_range and s == slot:
-                                table[slot] = src[tile_offset_2d(r, c, src_rs, src_cs)]
-                                break
-                            p -= 1
-                    first += step
+        walk_grid(launch, table_size, last_elem,
+                  (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, valid_rows * valid_cols, rule))
 
     return simt_mscatter_elem_last_kernel
 
@@ -183,33 +108,17 @@ def simt_mscatter_owner_reset_kernel():
     """``owner[:] = -1`` (no writer), on the device before a claim pass (a flat grid)."""
 
     def simt_mscatter_owner_reset_kernel(launch, owner):
-        lane0, lanes = lane_span()
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < owner.size:
-                    for s in range(first, span_end(first, lanes, owner.size)):
-                        owner[s] = -1
-                    first += step
+        walk_grid(launch, owner.size, reset_owner, (owner,))
 
     return simt_mscatter_owner_reset_kernel
 
 
 @functools.cache
-def simt_mscatter_row_owner_claim_kernel(rule: int):
+def simt_mscatter_row_owner_claim_kernel(rule: IndexRule):
     """Row: ``owner[remap(idx[r])] = max(owner[...], r)`` over all source rows (a flat grid)."""
 
     def simt_mscatter_row_owner_claim_kernel(launch, owner, idx, idx_step, table_rows, valid_rows):
-        lane0, lanes = lane_span()
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < valid_rows:
-                    for r in range(first, span_end(first, lanes, valid_rows)):
-                        slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
-                        if in_range:
-                            atomic_max(owner, slot, r)
-                    first += step
+        walk_grid(launch, valid_rows, claim_row_owner, (owner, idx, idx_step, table_rows, rule))
 
     return simt_mscatter_row_owner_claim_kernel
 
@@ -217,33 +126,19 @@ def simt_mscatter_row_owner_claim_kernel(rule: int):
 @functools.cache
 def simt_mscatter_row_owner_write_kernel():
     """Row: every owned table row takes source row ``owner[slot]``. Block ``b`` covers table rows
-    ``[b * tile_rows, ...)`` with the Row geometry: warps own rows, lanes walk columns, as in
-    ``simt_mscatter_row_kernel`` (one destination row is one plain row copy, so the caller may move
-    it in units wider than the element)."""
+    ``[b * tile_rows, ...)`` with the Row walk of ``simt_mscatter_row_kernel``: warps own rows, lanes walk columns
+    (one destination row is one plain row copy, so the caller may move it in units wider than the element)."""
 
     def simt_mscatter_row_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, table_rows, valid_cols,
                                              tile_rows, row_warps, warps_per_row):
-        lane0, lanes = lane_span()
-        col_step = warps_per_row * WARP
-        for b in block_range(launch):
-            row0, rows = block_tile(b, tile_rows, table_rows)
-            for base in range(0, rows, row_warps):
-                for ty in warp_range(launch):
-                    r = warp_row(base, ty, row_warps)
-                    if r >= rows:
-                        continue
-                    col_begin = warp_column(ty, row_warps, lane0)
-                    slot = row0 + r
-                    src_row = owner[slot]
-                    if src_row >= 0:
-                        copy_row_segment(table, slot * valid_cols, 1, src, src_row * src_rs, src_cs, col_begin,
-                                         valid_cols, col_step, lanes)
+        walk_rows(launch, tile_rows, table_rows, row_warps, warps_per_row, owner_row,
+                  (table, src, src_rs, src_cs, owner, valid_cols), None)
 
     return simt_mscatter_row_owner_write_kernel
 
 
 @functools.cache
-def simt_mscatter_elem_owner_claim_kernel(rule: int):
+def simt_mscatter_elem_owner_claim_kernel(rule: IndexRule):
     """Elem: ``owner[remap(idx[p])] = max(owner[...], p)`` over all flat source positions."""
 
     def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows,
@@ -285,16 +180,7 @@ def simt_mscatter_elem_owner_write_kernel():
     slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
 
     def simt_mscatter_elem_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, table_size, valid_cols):
-        lane0, lanes = lane_span()
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < table_size:
-                    for s in range(first, span_end(first, lanes, table_size)):
-                        p = owner[s]
-                        if p >= 0:
-                            table[s] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
-                    first += step
+        walk_grid(launch, table_size, write_elem_owner, (table, src, src_rs, src_cs, owner, valid_cols))
 
     return simt_mscatter_elem_owner_write_kernel
 
@@ -313,41 +199,20 @@ def simt_mscatter_compact_owner_claim_kernel():
     source row), skipping ``ids[p] < 0`` (a flat grid). The remap happened on the host, so there is no rule."""
 
     def simt_mscatter_compact_owner_claim_kernel(launch, owner, ids, updates):
-        lane0, lanes = lane_span()
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < updates:
-                    for p in range(first, span_end(first, lanes, updates)):
-                        k = ids[p]
-                        if k >= 0:
-                            atomic_max(owner, k, p)
-                    first += step
+        walk_grid(launch, updates, claim_compact_owner, (owner, ids))
 
     return simt_mscatter_compact_owner_claim_kernel
 
 
 @functools.cache
 def simt_mscatter_row_compact_owner_write_kernel():
-    """Row: distinct slot ``k`` (table row ``slots[k]``) takes source row ``owner[k]``, with the geometry of
+    """Row: distinct slot ``k`` (table row ``slots[k]``) takes source row ``owner[k]``, with the Row walk of
     ``simt_mscatter_row_owner_write_kernel`` over the ``distinct`` slots instead of the table rows."""
 
     def simt_mscatter_row_compact_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, slots, distinct,
                                                      valid_cols, tile_rows, row_warps, warps_per_row):
-        lane0, lanes = lane_span()
-        col_step = warps_per_row * WARP
-        for b in block_range(launch):
-            k0, count = block_tile(b, tile_rows, distinct)
-            for base in range(0, count, row_warps):
-                for ty in warp_range(launch):
-                    r = warp_row(base, ty, row_warps)
-                    if r >= count:
-                        continue
-                    col_begin = warp_column(ty, row_warps, lane0)
-                    src_row = owner[k0 + r]
-                    if src_row >= 0:
-                        copy_row_segment(table, slots[k0 + r] * valid_cols, 1, src, src_row * src_rs, src_cs,
-                                         col_begin, valid_cols, col_step, lanes)
+        walk_rows(launch, tile_rows, distinct, row_warps, warps_per_row, compact_owner_row,
+                  (table, src, src_rs, src_cs, owner, slots, valid_cols), None)
 
     return simt_mscatter_row_compact_owner_write_kernel
 
@@ -358,15 +223,6 @@ def simt_mscatter_elem_compact_owner_write_kernel():
 
     def simt_mscatter_elem_compact_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, slots, distinct,
                                                       valid_cols):
-        lane0, lanes = lane_span()
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < distinct:
-                    for k in range(first, span_end(first, lanes, distinct)):
-                        p = owner[k]
-                        if p >= 0:
-                            table[slots[k]] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
-                    first += step
+        walk_grid(launch, distinct, write_compact_elem_owner, (table, src, src_rs, src_cs, owner, slots, valid_cols))
 
     return simt_mscatter_elem_compact_owner_write_kernel

@@ -28,6 +28,8 @@ import numba
 import numpy as np
 
 from simt_pto import geometry
+from simt_pto.enums import ElementFormat
+from simt_pto.launch_spec import KernelPolicy, LaunchSpec
 from simt_pto.kernels import cache, softfloat, store
 from simt_pto.kernels.store import bind
 from . import device, intrinsics
@@ -61,8 +63,9 @@ def namespace(family: str) -> dict:
 
 
 def family(backend: str) -> str:
-    """The compiler family of an A5 backend: ``"cpu"``, or ``"cuda"`` for ``"gpu"`` and ``"simulator"``."""
-    return "cpu" if backend == "cpu" else "cuda"
+    """The compiler family of an A5 backend: ``"cpu"`` (Numba's CPU compiler) for ``"multicore"``, or ``"cuda"``
+    for ``"gpu"`` and ``"simulator"``."""
+    return "cpu" if backend == "multicore" else "cuda"
 
 
 def _device_jit(family_name: str):
@@ -76,28 +79,56 @@ def _device_jit(family_name: str):
 @functools.cache
 def _store_element(family_name: str, atomic: int, fmt: int):
     scope = namespace(family_name)
-    if fmt in (store.F16_EDGE, store.BF16_EDGE):  # the table starts or ends mid-word: (words, edge, head)
+    if fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE):  # the table starts or ends mid-word: (words, edge, head)
         scope = {**scope, "rmw_add_half": scope["atomic_add_half_edge"]}
     return _device_jit(family_name)(bind(store.store_rule(atomic, fmt), scope))
 
 
-def _policy_scope(source, family_name: str) -> dict:
-    """What a kernel binds by its own policy: a scatter kernel's ``store_element`` (its closure holds ``atomic``
-    and ``fmt``), so the Store / Add / Max / Min rule is written once and each specialization inlines one branch."""
-    cells = dict(zip(source.__code__.co_freevars, (c.cell_contents for c in source.__closure__ or ())))
-    if "atomic" in cells and "fmt" in cells:
-        return {"store_element": _store_element(family_name, cells["atomic"], cells["fmt"])}
+def kernel_source(kernel: str, policy: KernelPolicy):
+    """The source of ``kernel`` (its spec name) specialised on ``policy``: its factory
+    (:data:`simt_pto.kernels.a5.KERNELS`) called with the policy's compile-time constants."""
+    from . import KERNELS
+    try:
+        factory = KERNELS[kernel]
+    except KeyError:
+        raise ValueError(f"unknown A5 kernel {kernel!r}; expected one of {', '.join(sorted(KERNELS))}") from None
+    return factory(**policy.factory_args())
+
+
+def _policy_scope(policy: KernelPolicy, family_name: str) -> dict:
+    """What a kernel binds by its policy: a scatter kernel's ``store_element`` (the Store / Add / Max / Min rule of
+    its atomic op and element format, written once; each specialization inlines one branch)."""
+    if policy.atomic is not None and policy.fmt is not None:
+        return {"store_element": _store_element(family_name, policy.atomic, policy.fmt)}
     return {}
 
 
+def bound_source(kernel: str, policy: KernelPolicy, family_name: str):
+    """The kernel source with the intrinsics, device helpers and store rule of a backend family bound (what
+    :func:`compile_kernel` compiles, and ``numba.cuda.compile_ptx`` for the compile proof)."""
+    return bind(kernel_source(kernel, policy), {**namespace(family_name), **_policy_scope(policy, family_name)})
+
+
+def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
+    """The dispatcher of one kernel specialization for a backend family (compiled per argument types on first
+    call). Its policy is part of its on-disk cache key, explicitly (``KernelPolicy.cache_key``); Numba's disk
+    cache and compiles are made safe by :mod:`simt_pto.kernels.cache`. Policies that differ only in ``conflict``
+    (which selects the kernel) share one dispatcher."""
+    return _dispatcher(kernel, policy.compiled(), family_name)
+
+
+def forget_compiled() -> None:
+    """Forget the dispatchers this process made (a test that swaps a kernel factory in ``KERNELS``); the disk
+    cache is untouched."""
+    _dispatcher.cache_clear()
+
+
 @functools.cache
-def compile_kernel(source, family_name: str):
-    """The dispatcher of one kernel source (a factory's result) for a backend family (compiled per
-    argument types on first call; Numba's disk cache and compiles made safe by :mod:`simt_pto.kernels.cache`)."""
-    bound = bind(source, {**namespace(family_name), **_policy_scope(source, family_name)})
+def _dispatcher(kernel: str, policy: KernelPolicy, family_name: str):
+    bound = bound_source(kernel, policy, family_name)
     if family_name == "cpu":
-        return cache.njit(nogil=True, cache=True)(bound)
-    return cache.cuda_jit(cache=True)(bound)
+        return cache.njit(nogil=True, cache=True, key=policy.cache_key)(bound)
+    return cache.cuda_jit(cache=True, key=policy.cache_key)(bound)
 
 
 def argument_types(args) -> tuple:
@@ -106,11 +137,6 @@ def argument_types(args) -> tuple:
     int64 = numba.types.int64
     return (numba.types.UniTuple(int64, 4),) + tuple(
         int64 if isinstance(a, int) and not isinstance(a, bool) else numba.typeof(a) for a in args)
-
-
-def cuda_source(source):
-    """The CUDA-bound Python function of a kernel source (for ``numba.cuda.compile_ptx``)."""
-    return bind(source, {**namespace("cuda"), **_policy_scope(source, "cuda")})
 
 
 # -- launching ---------------------------------------------------------------------------------------------
@@ -122,7 +148,7 @@ _trace: list | None = None
 
 
 def cpu_workers() -> int:
-    """Threads a ``cpu`` launch uses: Numba's thread count (``NUMBA_NUM_THREADS``, the cores by default)."""
+    """Threads a ``multicore`` launch uses: Numba's thread count (``NUMBA_NUM_THREADS``, the cores by default)."""
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
@@ -145,7 +171,7 @@ if hasattr(os, "register_at_fork"):
 
 @contextlib.contextmanager
 def trace_cpu_launches():
-    """Record ``(thread ident, start, end, blocks)`` for every block range a ``cpu`` launch runs (tests)."""
+    """Record ``(thread ident, start, end, blocks)`` for every block range a ``multicore`` launch runs (tests)."""
     global _trace
     records: list = []
     _trace = records
@@ -157,7 +183,7 @@ def trace_cpu_launches():
 
 fault_hook = None
 """Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a worker, before a block range runs) and
-``"launch-wait"`` (the caller, once a ``cpu`` launch's ranges are submitted), so that a test can raise there
+``"launch-wait"`` (the caller, once a ``multicore`` launch's ranges are submitted), so that a test can raise there
 (an interrupt landing at that exact moment) or hold a worker."""
 
 
@@ -216,15 +242,17 @@ def _writeable(arg):
     return arg
 
 
-def launch(source, grid: int, warps: int, args, backend: str) -> None:
-    """Run one kernel source over ``grid`` blocks of ``dim3(32, warps)`` threads on ``backend``
-    (``"cpu"``, ``"simulator"`` or ``"gpu"``). ``args`` are the kernel's arguments after ``launch``:
-    host arrays on ``cpu`` and the simulator, device arrays (or host arrays Numba copies) on the GPU."""
-    grid, warps = int(grid), int(warps)
+def launch(spec: LaunchSpec, backend: str, args=None) -> None:
+    """Run one launch (:class:`simt_pto.launch_spec.LaunchSpec`) on ``backend`` (``"multicore"``, ``"simulator"``
+    or ``"gpu"``): ``spec.grid`` blocks of ``dim3(32, kLaunchWarps)`` threads. ``args`` are the kernel's arguments
+    after ``launch`` (default ``spec.values()``): host arrays on ``multicore`` and the simulator, device arrays (or host
+    arrays Numba copies) on the GPU."""
+    grid, warps = int(spec.grid), int(spec.geometry.launch_warps)
     if not 1 <= warps <= geometry.MAX_WARPS or grid < 1:
-        raise ValueError(f"SIMT launch: grid {grid} x dim3(32, {warps}) is not a launch")
-    kernel = compile_kernel(source, family(backend))
-    if backend == "cpu":
+        raise ValueError(f"SIMT launch of {spec.kernel}: grid {grid} x dim3(32, {warps}) is not a launch")
+    args = spec.values() if args is None else tuple(args)
+    kernel = compile_kernel(spec.kernel, spec.policy, family(backend))
+    if backend == "multicore":
         _launch_cpu(kernel, grid, warps, args)
         return
     config = kernel[grid, (geometry.WARP, warps)]
@@ -265,5 +293,5 @@ def host_store(atomic: int, fmt: int):
     return _store_element("cpu", atomic, fmt)
 
 
-__all__ = ["argument_types", "bind", "compile_kernel", "cpu_workers", "cuda_source", "family", "host_store", "launch", "namespace",
-           "trace_cpu_launches"]
+__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "cpu_workers", "family", "forget_compiled",
+           "host_store", "kernel_source", "launch", "namespace", "trace_cpu_launches"]

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from simt_pto.enums import IndexRule
 from simt_pto.kernels.gm import write_back  # noqa: F401  (the golden's GM write-back)
-from simt_pto.kernels.index_policy import CLAMP, MASK, WRAP
+
 
 
 def remap(raw: np.ndarray, capacity: int, rule: int) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised remap of uint32-cast indices (int64 ``raw``): ``(slots, in_range)``."""
-    if rule == CLAMP:
+    if rule == IndexRule.CLAMP:
         return np.minimum(raw, capacity - 1), np.ones(raw.shape, bool)
-    if rule == WRAP:
+    if rule == IndexRule.WRAP:
         return raw % capacity, np.ones(raw.shape, bool)
     ok = raw < capacity
-    if rule == MASK:
+    if rule == IndexRule.MASK:
         return np.where(ok, raw, 0), ok
     return raw, np.ones(raw.shape, bool)
 

@@ -96,13 +96,19 @@ def _gather_zero():
         return dst.numpy()
 
     def expected(d):
-        out = np.zeros((4, 32), np.int8)
-        for r, i in enumerate(d["idx"].astype(np.int64) & 0xFFFFFFFF):
-            if i < 16:
-                out[r] = d["table"][i]
-        return out
+        return _rows_or_zero(d["table"], d["idx"], (4, 32))
     return Case("OOB rows read zero", "MGATHER Row, Zero, int8 4x32", build, run, expected)
 
+
+
+def _rows_or_zero(table, idx, shape):
+    """A Row gather under GatherOOB::Zero, written out: row ``r`` is ``table[uint32(idx[r])]``, or zeros when that
+    is out of range."""
+    out = np.zeros(shape, table.dtype)
+    for r, i in enumerate(idx.astype(np.int64) & 0xFFFFFFFF):
+        if i < table.shape[0]:
+            out[r] = table[i]
+    return out
 
 def _scalar_gather():
     def build(rng):
@@ -227,11 +233,7 @@ def _l1_row():
         return dst.numpy()
 
     def expected(d):
-        out = np.zeros((16, 64), np.float16)
-        for r, i in enumerate(d["idx"].astype(np.int64) & 0xFFFFFFFF):
-            if i < 64:
-                out[r] = d["table"][i]
-        return out
+        return _rows_or_zero(d["table"], d["idx"], (16, 64))
     return Case("L1 row gather (NZ)", "MGATHER GM -> L1 Row, Zero, half 16x64", build, run, expected)
 
 

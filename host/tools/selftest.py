@@ -1,6 +1,6 @@
 """``simt-pto selftest``: every A5 backend this process can use, checked against the reference.
 
-For each backend (``gpu`` where a device is found, ``cpu``, and the CUDA simulator with a tenth of the
+For each backend (``gpu`` where a device is found, ``multicore``, and the CUDA simulator with a tenth of the
 cases) a seeded differential matrix runs every kernel family the A5 dispatch launches (:data:`FAMILIES`)
 x every element dtype x GatherOOB / ScatterOOB rule x atomic x conflict, on small and on tile-edge shapes
 (valid < padded, ColMajor tiles, ``[R, 1]`` indices, out-of-range indices), and compares each call with
@@ -13,7 +13,8 @@ A case is a small dict of parameters plus the arrays it was built from; a failin
 rows) while it still fails and written as an ``.npz`` that ``simt-pto selftest --replay FILE.npz`` runs
 again. ``--out DIR`` is checked before the run (a folder this process can write into, or can create); a case
 that cannot be written all the same stays in the report, with the reason. Exit status: 0 when nothing failed,
-1 when something did, 2 for bad arguments (and when Numba's JIT is disabled: the A5 kernels need it).
+1 when something did, 2 for bad arguments (and when Numba's JIT is disabled: the A5 kernels need it). Backends
+are named as :mod:`simt_pto.backend` names them; the old ``cpu`` still selects ``multicore``, with a warning.
 """
 from __future__ import annotations
 
@@ -25,17 +26,21 @@ import stat
 import sys
 import tempfile
 import time
+import warnings
 import zipfile
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from simt_pto import reference as ref
-from simt_pto.backend import a5_backend, a5_backends, set_a5_backend
+from simt_pto.backend import DEPRECATED, a5_backend, a5_backends, canonical_backend, gpu_present, set_a5_backend
 from simt_pto.dtypes import ELEMENT_DTYPES, atomic_dtypes
-from simt_pto.enums import ScatterAtomicOp
+from simt_pto.enums import BLayout, ScatterAtomicOp
 from simt_pto.errors import ConstraintError, OutOfBoundsError
+from simt_pto.host import tiling
+from simt_pto.host.large import gather, scatter
 from simt_pto.ops import mgather, mscatter
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
@@ -62,7 +67,7 @@ GUARD = 16
 SENTINEL = 0xA5
 SIMULATOR_SHARE = 10
 """The simulator runs every tenth case of the matrix (it interprets every thread in Python)."""
-WHOLE_ARRAY_ELEMENTS = {"gpu": 1 << 24, "cpu": 1 << 24, "simulator": 1 << 12}
+WHOLE_ARRAY_ELEMENTS = {"gpu": 1 << 24, "multicore": 1 << 24, "simulator": 1 << 12}
 INT32_MAX = 2 ** 31 - 1
 ORDER_SPECIALS = np.array([0x00000000, 0x80000000, 0x7FC00000, 0xFFC00000, 0x7FC00123, 0xFFC00123, 0x7F800000,
                            0xFF800000, 0x7F800001, 0x3F800000], np.uint32)
@@ -159,12 +164,12 @@ def build(case: dict) -> tuple[dict, dict]:
         rows, cols = (9, 37) if edge else (3, 5)
     row_mode = family.startswith("row")
     blayout = "col_major" if edge and family != "l1_elem_gather" and rng.integers(2) else "row_major"
-    if family == "l1_elem_gather":
-        tile_shape = (-(-rows // 16) * 16, -(-cols // unit) * unit)
-    elif blayout == "row_major":
-        tile_shape = (rows + (3 if edge else 0), -(-(cols + (2 if edge else 0)) // unit) * unit)
-    else:
-        tile_shape = (-(-(rows + 3) // unit) * unit, cols + 2)
+    if family == "l1_elem_gather":  # NZ: 16-row fractals of 32-byte rows
+        tile_shape = (tiling.round_up(rows, 16), tiling.round_up(cols, unit))
+    else:  # the edge variant pads past the least padding the 32-byte rule needs: valid < padded both ways
+        grow_rows, grow_cols = (3, 2) if edge else (0, 0)
+        tile_shape = tiling.padded_shape(rows + grow_rows, cols + grow_cols, ref.itemsize(dtype),
+                                         BLayout[blayout.upper()])
     capacity = max(2, rows // 2 + 1) if row_mode else max(2, rows * cols // 2 + 1)
     if family.startswith("scalar"):
         capacity = 7
@@ -222,8 +227,8 @@ def index_tile(idx, layout, index_dtype, rows=None, cols=None):
         bits = bits.reshape((1, -1) if layout == "row" else (-1, 1))
     r, c = bits.shape
     blayout = "col_major" if layout in ("col", "elem_col") else "row_major"
-    up8 = lambda n: -(-n // 8) * 8  # noqa: E731
-    shape = (rows or r, cols or up8(c)) if blayout == "row_major" else (rows or up8(r), cols or c)
+    least = tiling.padded_shape(r, c, tiling.INDEX_ITEMSIZE, BLayout[blayout.upper()])
+    shape = (rows or least[0], cols or least[1])
     return sentinel_tile(index_dtype, shape, (r, c), blayout, bits)
 
 
@@ -392,7 +397,6 @@ def whole_array_checks(backend: str, seed: int = 7):
     """(name, problems) of each whole-array check at the backend's size: an Elem gather with clamp, a Row
     and an Elem Conflict::Last scatter through the owner kernels (claim each slot for its largest source
     position, then write it; bitwise against the sequential result), an int32 atomic Add (wrapping)."""
-    from simt_pto.host.large import gather, scatter
     n = WHOLE_ARRAY_ELEMENTS[backend]
     rng = np.random.default_rng(seed)
     cols = 64
@@ -474,11 +478,9 @@ def versions() -> dict:
     import numba
     out = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__}
     try:
-        from importlib.metadata import version
         out["numba-cuda"] = version("numba-cuda")
     except Exception:  # noqa: BLE001  (not installed: the key is left out)
         pass
-    from simt_pto.backend import gpu_present
     if "gpu" in a5_backends() and gpu_present():
         from numba import cuda
         out["cuda driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
@@ -506,11 +508,14 @@ def selftest(backends=None, quick: bool = False, families=None, out_dir=None, pr
              whole_array: bool | None = None) -> SelftestResult:
     """Run the differential matrix (and, unless ``quick``, the whole-array stage) on each backend.
 
-    ``backends``: names from :func:`simt_pto.a5_backends` (default: all this process can use); ``families``:
+    ``backends``: names from :func:`simt_pto.a5_backends` (default: all this process can use; the deprecated
+    ``"cpu"`` is ``"multicore"``, with a DeprecationWarning); ``families``:
     a subset of :data:`FAMILIES`; ``out_dir``: where failing cases are written (default: a new
     ``selftest-<time>`` folder in the current directory, made at the first failure)."""
     available = a5_backends()
-    backends = list(backends or available)
+    names, backends = list(backends or available), []
+    for name in names:  # a loop, not a comprehension: the warning's stacklevel counts frames
+        backends.append(_backend_name(name))
     for b in backends:
         if b not in available:
             raise ValueError(f"backend {b!r} is not available in this process (available: {', '.join(available)})")
@@ -544,6 +549,15 @@ def selftest(backends=None, quick: bool = False, families=None, out_dir=None, pr
     finally:
         set_a5_backend(previous)
     return result
+
+
+def _backend_name(name) -> str:
+    """A backend as :mod:`simt_pto.backend` names it (``"cpu"``: ``"multicore"``, warning the caller of
+    :func:`selftest`); a name it does not know is left as it is, for the caller's "not available" error."""
+    try:
+        return canonical_backend(name, stacklevel=3)
+    except ValueError:
+        return name
 
 
 def _record(family: FamilyResult, params, problems, path) -> None:
@@ -587,7 +601,8 @@ def register(sub) -> None:
     parser = sub.add_parser("selftest", help="check every A5 backend of this machine against the reference",
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="all",
-                        help="gpu, cpu, simulator or all (default: all this process can use)")
+                        help="gpu, multicore, simulator or all (default: all this process can use; the old name "
+                             "cpu still means multicore)")
     parser.add_argument("--quick", action="store_true",
                         help="one case per kernel family x dtype, no whole-array stage (under a minute)")
     parser.add_argument("--family", action="append", choices=tuple(FAMILIES), help="only this kernel family (repeatable)")
@@ -597,14 +612,29 @@ def register(sub) -> None:
     parser.set_defaults(func=run, parser=parser)
 
 
+def _cli_backend(parser, name: str) -> str:
+    """``--backend`` as a backend name: ``all``, or what :func:`simt_pto.backend.canonical_backend` makes of it. The
+    old ``cpu`` still means ``multicore`` and says so on stderr (a DeprecationWarning is not shown by default)."""
+    if name == "all":
+        return name
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        backend = _backend_name(name)
+    for warning in caught:
+        print(f"simt-pto selftest: warning: {warning.message}", file=sys.stderr)
+    return backend
+
+
 def run(args) -> int:
     parser = args.parser
+    args.backend = _cli_backend(parser, args.backend)
     if args.replay:
         try:
             p, arrays = load(args.replay)
         except ValueError as e:
             parser.error(f"argument --replay: {e}")
-        backend = p.get("backend", "cpu") if args.backend == "all" else args.backend
+        recorded = str(p.get("backend", "multicore"))  # a case written before a rename: the backend's new name
+        backend = DEPRECATED.get(recorded, recorded) if args.backend == "all" else args.backend
         if backend not in a5_backends():
             parser.error(f"--backend: {backend!r} is not available here (available: {', '.join(a5_backends())})")
         previous = a5_backend()

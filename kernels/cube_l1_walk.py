@@ -15,7 +15,8 @@ the NZ tile offset ``nz(r, c) = (c // kC0) * (Rows * kC0) + r * kC0 + c % kC0``:
   then one bulk copy ``L1[0 : Rows * Cols] = scratch[0 : Rows * Cols]``.
 
 Each loop is built by a factory (``functools.cache``) as an ``@njit(cache=True)`` closure over its
-policy constants, like :mod:`simt_pto.kernels.a2a3.mgather`. Elements move as raw bits.
+policy constants, which also name its on-disk cache entry (``key=``), like :mod:`simt_pto.kernels.a2a3.walk`.
+Elements move as raw bits.
 """
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ import functools
 import numba
 import numpy as np
 
+from simt_pto.enums import IndexRule
 from simt_pto.enums import Coalesce, GatherOOB
 from simt_pto.kernels.cache import njit
-from simt_pto.kernels.index_policy import MASK, remap_index
+from simt_pto.kernels.index_policy import remap_index
+from simt_pto.launch_spec import KernelPolicy
 
 U = numba.uint64
 
@@ -35,7 +38,7 @@ U = numba.uint64
 def l1_row_loop(rule, prefill):
     """Row: the nd2nz copy of table row ``slot`` (``validCols`` elements) into NZ row ``r``."""
 
-    @njit(cache=True)
+    @njit(cache=True, key=KernelPolicy(rule=IndexRule(rule)).cache_key + (".prefill" if prefill else ""))
     def mgather_l1_row(dst, tile_rows, table, idx, rows, cols, capacity, row_stride, kc0):
         blk = tile_rows * kc0            # L1 distance between NZ block columns
         if prefill:                      # GatherOOB::Zero: pto_create_cbuf_matrix, once, before the copies
@@ -57,7 +60,7 @@ def l1_row_loop(rule, prefill):
 def l1_elem_loop(rule):
     """Elem: pre-zero the NZ scratch, then one scalar copy per in-range element, in ``(r, c)`` order."""
 
-    @njit(cache=True)
+    @njit(cache=True, key=KernelPolicy(rule=IndexRule(rule)).cache_key)
     def mgather_l1_elem(scratch, tile_rows, tile_elems, table, idx, idx_rs, rows, cols, capacity, kc0):
         blk = tile_rows * kc0
         for i in range(U(tile_elems)):
@@ -110,7 +113,7 @@ def run_mgather_l1_scalar(plan) -> None:
     dst = plan.tile
     rule = int(plan.rule)
     if plan.coalesce == Coalesce.ROW:
-        prefill = rule == MASK and plan.oob is GatherOOB.ZERO
+        prefill = rule == IndexRule.MASK and plan.oob is GatherOOB.ZERO
         l1_row_loop(rule, prefill)(dst.data.view(plan.dtype.bits), dst.rows, table_bits(plan), index_bits(plan),
                                    plan.rows, plan.cols, plan.capacity, plan.row_stride, plan.kc0)
         return

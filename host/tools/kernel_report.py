@@ -2,13 +2,16 @@
 
 The call is built and validated exactly as the API does it (:func:`simt_pto.constraints.plan_mgather` /
 :func:`~simt_pto.constraints.plan_mscatter` with target ``"a5"``, so a call the spec forbids raises the
-same :class:`~simt_pto.ConstraintError`), the launch is chosen by the A5 dispatch itself
-(:func:`resolve_mgather` / :func:`resolve_mscatter`), then the kernel is compiled to PTX with
-``numba.cuda.compile_ptx`` for the requested compute capability and assembled with the CUDA wheels'
-``ptxas -v``. The report names the kernel, its launch geometry, registers, spill and shared-memory
-bytes, and the global-memory instructions of the PTX (and, with ``sass``, of the machine code).
+same :class:`~simt_pto.ConstraintError`), the launch is the A5 dispatch's own
+(:func:`simt_pto.host.a5.mgather_plan` / :func:`~simt_pto.host.a5.mscatter_plan`: its
+:class:`~simt_pto.launch_spec.LaunchSpec`), then that spec's kernel, bound to its policy
+(:func:`simt_pto.kernels.a5.simt.bound_source`), is compiled to PTX with ``numba.cuda.compile_ptx`` for the
+argument types of the spec's arguments and the requested compute capability, and assembled with the CUDA wheels'
+``ptxas -v``. The report names the kernel, its policy, launch geometry, registers, spill and shared-memory
+bytes, the global-memory instructions of the PTX (and, with ``sass``, of the machine code), and the call's
+whole plan (:func:`plan_lines`: its launches and host steps).
 
-Tiles and table for ``rows x cols`` (R x C):
+Tiles and table for ``rows x cols`` (R x C), built by :mod:`simt_pto.host.tiling`:
 
 * Row: data tile ``[R, C]``, index tile ``[1, R]`` RowMajor, table ``(64, C)`` packed ND (Shape[4] == C);
 * Elem: data tile ``[R, C]``, index tile ``[R, C]``, a flat table of ``64 * C`` elements.
@@ -16,9 +19,9 @@ Tiles and table for ``rows x cols`` (R x C):
 Padded tile extents are rounded up to the 32-byte rule; the indices are zeros (valid under every policy).
 
 Compiling needs ``numba.cuda`` in real (non-simulator) mode. A process that has not imported it and
-was started as ``simt-pto`` / ``python -m simt_pto.host.inspect`` switches itself to that mode; any
+was started as ``simt-pto`` / ``python -m simt_pto.host.tools.kernel_report`` switches itself to that mode; any
 other process (a test run on the simulator, an interactive session) keeps its mode and the compile
-runs in a subprocess, ``python -m simt_pto.host.inspect ... --json``.
+runs in a subprocess, ``python -m simt_pto.host.tools.kernel_report ... --json``.
 
 Toolchain: ``pip install "simt_pto[toolchain]"`` (``numba-cuda[cu13]``, ``nvidia-cuda-nvcc``,
 ``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``); ``ptxas``, ``cuobjdump`` and ``nvdisasm`` are
@@ -37,24 +40,29 @@ import sys
 import tempfile
 from collections import Counter
 
+import numpy as np
+
 from simt_pto import constraints
 from simt_pto import dtypes as _dt
-from simt_pto.enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
+from simt_pto.enums import (Coalesce, ElementFormat, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
                             from_any)
+from simt_pto.backend import set_a5_backend
 from simt_pto.errors import ConstraintError
+from simt_pto.host import tiling
+from simt_pto.launch_spec import LaunchSpec
 from simt_pto.tensor import GlobalTensor
-from simt_pto.tile import Tile
 
 TABLE_ROWS = 64
 """Rows of the Row-mode table (and ``TABLE_ROWS * cols`` elements of the flat Elem table)."""
 
 DEFAULT_CC = 90
-FORMAT_NAMES = {0: "native", 1: "float16-cas", 2: "bfloat16-cas", 3: "float32-order", 4: "float16-cas-edge",
-                5: "bfloat16-cas-edge"}
-"""``simt_pto.kernels.store`` element formats (NATIVE, F16, BF16, F32_ORDER, F16_EDGE, BF16_EDGE) by value."""
+FORMAT_NAMES = {ElementFormat.NATIVE: "native", ElementFormat.F16: "float16-cas", ElementFormat.BF16: "bfloat16-cas",
+                ElementFormat.F32_ORDER: "float32-order", ElementFormat.F16_EDGE: "float16-cas-edge",
+                ElementFormat.BF16_EDGE: "bfloat16-cas-edge"}
+"""How ``simt-pto inspect`` names each element format (the store rule's, :class:`~simt_pto.enums.ElementFormat`)."""
 SCALAR_FALLBACK = {"MGATHER": "MGatherScalarImpl", "MSCATTER": "MScatterScalarImpl"}
 
-_MODULE = "simt_pto.host.inspect"
+_MODULE = "simt_pto.host.tools.kernel_report"
 
 
 class ToolchainError(RuntimeError):
@@ -62,16 +70,6 @@ class ToolchainError(RuntimeError):
 
 
 # -- the call: tiles, table, plan, launch --------------------------------------------------------------
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def _tile(dtype, rows, cols) -> Tile:
-    """A RowMajor tile whose valid region is ``rows x cols``, padded Cols rounded up to 32 bytes."""
-    d = _dt.resolve(dtype)
-    return Tile(d, rows, _round_up(cols, max(1, 32 // d.itemsize)), valid=(rows, cols))
-
 
 def normalise_cc(cc) -> int:
     """``90``, ``"90"``, ``"9.0"``, ``"sm_90"``, ``(9, 0)`` -> ``90``."""
@@ -102,8 +100,8 @@ def build_plan(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="flo
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     rows, cols = int(rows), int(cols)
     d = _dt.resolve(dtype)
-    data = _tile(d, rows, cols)
-    idx = _tile(index_dtype, 1, rows) if coalesce == Coalesce.ROW else _tile(index_dtype, rows, cols)
+    data = tiling.data_tile(d, rows, cols)
+    idx = tiling.index_tile(coalesce, rows, cols, idx_dtype=_dt.resolve(index_dtype))
     shape = (TABLE_ROWS, cols) if coalesce == Coalesce.ROW else (TABLE_ROWS * cols,)
     memory = _zeros(d, (TABLE_ROWS * cols + 1,))[1:].reshape(shape) if mid_word else _zeros(d, shape)
     table = GlobalTensor(memory, dtype=d)
@@ -129,34 +127,52 @@ def _is_none_atomic(value) -> bool:
 
 
 def _zeros(d, shape):
-    import numpy as np
     return np.zeros(shape, dtype=d.numpy)
 
 
-def resolve_launch(plan):
-    """The A5 dispatch's :class:`KernelLaunch` for ``plan``; None for the ``(1, 1)`` Elem scalar fallback.
+def call_plan(plan):
+    """The A5 dispatch's :class:`~simt_pto.launch_spec.CallPlan` for a validated plan (what the call launches).
 
     Imports ``simt_pto.host.a5`` (and the kernels): call it in a process whose ``numba.cuda`` is in real mode
     (see :func:`compile_here`)."""
-    from simt_pto.host.a5 import resolve_mgather, resolve_mscatter
-    return (resolve_mgather if plan.op == "MGATHER" else resolve_mscatter)(plan)
+    from simt_pto.host import a5
+    return (a5.mgather_plan if plan.op == "MGATHER" else a5.mscatter_plan)(plan)
 
 
-def signature(launch) -> tuple:
-    """The Numba argument types the dispatcher specialises ``launch.kernel`` on: the ``launch`` tuple
-    ``(block_lo, block_hi, grid, kLaunchWarps)``, then the launch's arguments."""
+def launch_of(plan):
+    """The :class:`~simt_pto.launch_spec.LaunchSpec` a tile op's plan launches (a tile op launches one kernel at
+    most); None for the scalar pipe (the ``(1, 1)`` Elem fallbacks, the cube core's GM -> L1 walk)."""
+    launches = call_plan(plan).launches
+    return launches[0] if launches else None
+
+
+def signature(spec) -> tuple:
+    """The Numba argument types the dispatcher specialises ``spec.kernel`` on: the ``launch`` tuple
+    ``(block_lo, block_hi, grid, kLaunchWarps)``, then the spec's arguments, in the kernel's order."""
     from simt_pto.kernels.a5.simt import argument_types
-    return argument_types(launch.args)
+    return argument_types(spec.values())
 
 
-def policy_dict(launch) -> dict:
-    """The compile-time policy of a launch, by name."""
-    from simt_pto.policy import RULE_NAMES
-    out = {"rule": RULE_NAMES.get(launch.policy[0], launch.policy[0])}
-    if len(launch.policy) == 3:
-        out["atomic"] = ScatterAtomicOp(launch.policy[1]).name.lower()
-        out["format"] = FORMAT_NAMES.get(launch.policy[2], launch.policy[2])
+def policy_dict(spec) -> dict:
+    """The compile-time policy of a launch, by name (:meth:`KernelPolicy.describe`), element formats named as
+    :data:`FORMAT_NAMES` does."""
+    out = spec.policy.describe()
+    if spec.policy.fmt is not None:
+        out["format"] = FORMAT_NAMES[spec.policy.fmt]
     return out
+
+
+def plan_lines(call) -> list[str]:
+    """What the call runs, one line per step (:meth:`CallPlan.describe`, the policies as :func:`policy_dict`
+    names them)."""
+    lines = [] if call.guard_name is None else [f"around all: {call.guard_name}"]
+    for step in call.steps:
+        if isinstance(step, LaunchSpec):
+            policy = ", ".join(f"{k}={v}" for k, v in policy_dict(step).items())
+            lines.append(f"launch {step.kernel} [{policy}] grid={step.grid} block=(32, {step.geometry.launch_warps})")
+        else:
+            lines.append(f"host   {step.name}")
+    return lines
 
 
 # -- the toolchain --------------------------------------------------------------------------------------
@@ -190,10 +206,10 @@ def compile_here() -> bool:
 
 
 def _owns_process() -> bool:
-    """True when this process was started as ``simt-pto`` or ``python -m simt_pto.host.inspect``/``.cli``."""
+    """True when this process was started as ``simt-pto`` or ``python -m simt_pto.host.tools.kernel_report``/``.cli``."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name in (_MODULE, "simt_pto.host.cli"):
+    if spec is not None and spec.name in (_MODULE, "simt_pto.host.tools.cli"):
         return True
     return os.path.basename(sys.argv[0] if sys.argv else "") in ("simt-pto", "simt-pto.exe")
 
@@ -204,7 +220,6 @@ def _claim_real_mode(own_process: bool) -> bool:
         return True
     if "numba.cuda" in sys.modules or not own_process:
         return False
-    from simt_pto.backend import set_a5_backend
     os.environ["SIMT_PTO_A5_BACKEND"] = "gpu"
     return set_a5_backend("gpu") == "gpu"
 
@@ -259,12 +274,13 @@ def _run_tool(argv, what, env=None):
     return proc.stdout + proc.stderr
 
 
-def compile_ptx(launch, cc) -> str:
-    """PTX of ``launch.kernel`` for its argument types at compute capability ``cc`` (needs real mode)."""
+def compile_ptx(spec, cc) -> str:
+    """PTX of ``spec.kernel`` bound to ``spec.policy``, for the types of the spec's arguments, at compute
+    capability ``cc`` (needs real mode)."""
     from numba import cuda
+    from simt_pto.kernels.a5.simt import bound_source
     cc = normalise_cc(cc)
-    from simt_pto.kernels.a5.simt import cuda_source
-    ptx, _ = cuda.compile_ptx(cuda_source(launch.kernel), signature(launch), cc=(cc // 10, cc % 10))
+    ptx, _ = cuda.compile_ptx(bound_source(spec.kernel, spec.policy, "cuda"), signature(spec), cc=(cc // 10, cc % 10))
     return ptx
 
 
@@ -306,18 +322,20 @@ def inspect_plan(plan, cc=DEFAULT_CC, sass=False) -> dict:
     """The report for a validated plan, compiled in this process (needs real mode: :func:`compile_here`)."""
     cc = normalise_cc(cc)
     report = {"call": _call_dict(plan), "cc": cc, "arch": f"sm_{cc}"}
-    launch = resolve_launch(plan)
-    if launch is None:
+    call = call_plan(plan)
+    report["plan"] = plan_lines(call)
+    if not call.launches:
         impl = SCALAR_FALLBACK[plan.op]
         report.update(kernel=None, scalar_fallback=impl, geometry=None, policy=None, signature=None,
                       registers=None, spill_bytes=None, spill_stores=None, spill_loads=None, stack_bytes=None,
                       shared_bytes=None, global_loads=[], global_stores=[], global_atomics=[], ptx_counts={},
                       note=f"(1, 1) Elem: {impl} on the AIV scalar pipe; no SIMT kernel is launched")
         return report
-    ptx = compile_ptx(launch, cc)
+    spec = call.launches[0]
+    ptx = compile_ptx(spec, cc)
     counts = ptx_memory_instructions(ptx)
-    report.update(kernel=launch.name, scalar_fallback=None, geometry=launch.geometry.as_dict(),
-                  policy=policy_dict(launch), signature=[str(t) for t in signature(launch)])
+    report.update(kernel=spec.kernel, scalar_fallback=None, geometry=spec.geometry.as_dict(),
+                  policy=policy_dict(spec), signature=[str(t) for t in signature(spec)])
     report.update(assemble(ptx, cc, sass=sass))
     report.update(classify(counts))
     report["ptx_counts"] = dict(sorted(counts.items()))
@@ -368,7 +386,7 @@ def inspect_kernel(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype=
     "global_loads": ["ld.global.u32"], "global_stores": ["st.global.u32"], "global_atomics": [],
     "geometry": {...}, ...}``. A call the spec forbids raises :class:`ConstraintError` (validated in this
     process). When this process runs ``numba.cuda`` on the simulator (or has not chosen), the compile
-    runs in a ``python -m simt_pto.host.inspect`` subprocess, so this process's backend is untouched.
+    runs in a ``python -m simt_pto.host.tools.kernel_report`` subprocess, so this process's backend is untouched.
     """
     plan = build_plan(op, coalesce, atomic=atomic, oob=oob, conflict=conflict, dtype=dtype,
                       index_dtype=index_dtype, rows=rows, cols=cols, strict=strict)
@@ -387,8 +405,9 @@ def format_report(r: dict) -> str:
     if c["op"] == "mscatter":
         what += f", atomic {c['atomic']}, conflict {c['conflict']}"
     lines = [f"call       {what} (target a5, capacity {c['capacity']})"]
+    plan = ["plan       " + r["plan"][0]] + [f"           {line}" for line in r["plan"][1:]] if r.get("plan") else []
     if r["kernel"] is None:
-        lines += [f"kernel     none: {r['note']}"]
+        lines += [f"kernel     none: {r['note']}"] + plan
         return "\n".join(lines)
     g = r["geometry"]
     policy = ", ".join(f"{k}={v}" for k, v in r["policy"].items())
@@ -400,6 +419,7 @@ def format_report(r: dict) -> str:
         f"spill      {r['spill_bytes']} bytes (stores {r['spill_stores']}, loads {r['spill_loads']}); "
         f"stack frame {r['stack_bytes']} bytes",
         f"shared     {r['shared_bytes']} bytes",
+        *plan,
         "PTX global memory instructions:",
     ]
     lines += [f"  {m:<28} x{n}" for m, n in r["ptx_counts"].items()] or ["  (none)"]
@@ -419,7 +439,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conflict", help="mscatter: last | default (default last)")
     p.add_argument("--dtype", default="float32", help="element dtype (default float32)")
     p.add_argument("--index-dtype", default="int32", help="int32 | uint32 (default int32)")
-    from .cli import positive_int
+    from .cli import positive_int  # not at module level: the command line imports this module
     p.add_argument("--rows", type=positive_int, default=8, help="valid rows R (default 8)")
     p.add_argument("--cols", type=positive_int, default=64, help="valid cols C (default 64)")
     p.add_argument("--cc", default=str(DEFAULT_CC), help="compute capability (default 90: sm_90)")
@@ -469,7 +489,7 @@ def run(args, own_process: bool | None = None) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m simt_pto.host.inspect ...``: the ``simt-pto inspect`` command in a process of its own."""
+    """``python -m simt_pto.host.tools.kernel_report ...``: the ``simt-pto inspect`` command in a process of its own."""
     parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     parser.set_defaults(parser=parser)

@@ -1,4 +1,4 @@
-"""``simt-pto coalesce``: the coalescing analyzer (:mod:`simt_pto.host.coalescing`) on the command line.
+"""``simt-pto coalesce``: the coalescing analyzer (:mod:`simt_pto.host.tools.coalescing`) on the command line.
 
     simt-pto coalesce --op mgather --coalesce elem --idx idx.npy --table 65536x64 --dtype float16 [--tile RxC]
                       [--atomic add] [--json]
@@ -86,7 +86,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run ``simt-pto coalesce`` alone (``python -m simt_pto.host.coalesce ...``)."""
+    """Run ``simt-pto coalesce`` alone (``python -m simt_pto.host.tools.coalesce_cli ...``)."""
     parser = argparse.ArgumentParser(prog="simt-pto")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)

@@ -6,12 +6,14 @@ import argparse
 import importlib
 import sys
 
+from simt_pto.backend import JitRequiredError
+
 SUBCOMMANDS = (
-    "simt_pto.host.demo",        # simt-pto demo
-    "simt_pto.host.inspect",     # simt-pto inspect
-    "simt_pto.host.coalesce",    # simt-pto coalesce
-    "simt_pto.host.validate",    # simt-pto validate-last
-    "simt_pto.host.selftest",    # simt-pto selftest
+    "simt_pto.host.tools.demo",            # simt-pto demo
+    "simt_pto.host.tools.kernel_report",   # simt-pto inspect
+    "simt_pto.host.tools.coalesce_cli",    # simt-pto coalesce
+    "simt_pto.host.tools.validate_last",   # simt-pto validate-last
+    "simt_pto.host.tools.selftest",        # simt-pto selftest
 )
 
 
@@ -36,7 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from simt_pto.backend import JitRequiredError
     try:
         return int(args.func(args) or 0)
     except JitRequiredError as exc:  # the environment, not an argument: one line, no usage, no traceback

@@ -1,9 +1,16 @@
 """Coalescing analyzer: the memory requests an A5 MGATHER / MSCATTER launch issues, without a GPU.
 
 :func:`analyze` validates the call with :func:`simt_pto.constraints.plan_mgather` /
-:func:`~simt_pto.constraints.plan_mscatter`, takes the kernel and its :class:`~simt_pto.geometry.LaunchGeometry`
-from the one A5 dispatch (``simt_pto.host.a5.resolve_mgather`` / ``resolve_mscatter``; nothing is launched),
-and replays that kernel's lane -> address mapping (kernels/a5/mgather.py, mscatter.py) with numpy:
+:func:`~simt_pto.constraints.plan_mscatter`, takes its launch from the one A5 dispatch
+(:func:`simt_pto.host.a5.mgather_plan` / :func:`~simt_pto.host.a5.mscatter_plan`: a
+:class:`~simt_pto.launch_spec.LaunchSpec`; nothing is launched), and replays that kernel's lane -> address
+mapping (kernels/a5/mgather.py, mscatter.py) with numpy, reading the launch's arguments by name (strides,
+``idx_step``, the capacity, ``row_warps`` / ``warps_per_row``) and its policy (the element format).
+
+It models the hardware's launch: where the emulator launches something else (the whole-array Row gather and the
+owner write move each row in units of up to 8 bytes), a launch records the hardware's one in
+``LaunchSpec.hardware`` and the analyzer replays that; the report says which one it replayed
+(:attr:`CoalescingReport.launch`).
 
 * Row: warp ``ty`` owns rows ``ty % kRowWarps, + kRowWarps, ...`` and column segment ``ty // kRowWarps``;
   lane ``tx`` walks columns ``seg * 32 + tx`` in steps of ``kWarpsPerRow * 32``. Every lane of the warp
@@ -23,7 +30,7 @@ once), ``bytes_moved = sectors * 32`` and ``efficiency = bytes_requested / bytes
 An index longer than one tile is split into tiles of ``tile_shape`` rows: tile ``b`` runs as block ``b``
 of one launch with the tile's geometry, the kernels' multi-block form (rows ``[b * tile_rows, ...)``), so a
 partial last tile keeps the full tile's geometry. Conflict::Last is sized by the table, not the tile:
-there each tile is one call (one launch, one block as ``resolve_mscatter`` gives it; ``simt_pto.host.large``
+there each tile is one call (one launch, one block as ``mscatter_plan`` gives it; ``simt_pto.host.large``
 may spread a call's slots over several blocks: the same requests, issued by other warps). The ``(1, 1)`` Elem case is the scalar fallback
 (``MGatherScalarImpl`` / ``MScatterScalarImpl``): one one-lane access per tile, no SIMT launch.
 
@@ -43,13 +50,13 @@ import numpy as np
 
 from simt_pto import constraints, ub
 from simt_pto import dtypes as _dt
-from simt_pto.enums import (BLayout, Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
-                    from_any)
+from simt_pto.enums import (BLayout, Coalesce, ElementFormat, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict,
+                            ScatterOOB, from_any)
 from simt_pto.geometry import WARP
+from simt_pto.host import tiling
+from simt_pto.plan import check_indices
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
-
-from .large import default_tile_rows
 
 SECTOR = 32
 """Bytes in a GM sector (the unit a request moves)."""
@@ -68,10 +75,6 @@ _CHUNK_LANES = 1 << 22  # lane slots per vectorised step (bounds memory: a few i
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _ceil_to(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 # -- per-stream accounting ---------------------------------------------------------------------------------
@@ -291,6 +294,10 @@ class CoalescingReport:
     cols: int
     streams: list[Stream]
     notes: list[str] = field(default_factory=list)
+    launch: str = "as launched"
+    """Which launch the report replays: ``"as launched"`` (the emulator launches what the hardware would), or
+    ``"hardware (element moves)"`` (the emulator's own launch differs, :attr:`LaunchSpec.hardware`); for the
+    scalar fallback, ``"scalar pipe (no SIMT launch)"``."""
 
     def stream(self, name: str) -> Stream:
         for s in self.streams:
@@ -335,7 +342,7 @@ class CoalescingReport:
 
     def as_dict(self) -> dict:
         return {
-            "op": self.op, "coalesce": self.coalesce.name.lower(), "kernel": self.kernel,
+            "op": self.op, "coalesce": self.coalesce.name.lower(), "kernel": self.kernel, "launch": self.launch,
             "geometry": self.geometry.as_dict() if self.geometry is not None else None,
             "blocks": self.blocks, "launches": self.launches, "dtype": self.dtype.name,
             "table_shape": list(self.table_shape), "tile_shape": list(self.tile_shape),
@@ -358,7 +365,7 @@ class CoalescingReport:
         idx_desc = (("[R, 1] ColMajor" if self.idx_layout == BLayout.COL_MAJOR else "[1, R] RowMajor")
                     if self.coalesce == Coalesce.ROW else self.idx_layout.name)
         lines = [
-            f"{self.op} Coalesce::{self.coalesce.name.capitalize()}: {self.kernel}, {launch}",
+            f"{self.op} Coalesce::{self.coalesce.name.capitalize()}: {self.kernel}, {launch} ({self.launch})",
             f"  table {'x'.join(map(str, self.table_shape))} {self.dtype} (GM base offset {self.base_offset_bytes} B); "
             f"tile {self.tile_shape[0]}x{self.tile_shape[1]} {self.tile_layout.name}; idx {idx_desc}; "
             f"{self.rows}x{self.cols} index positions",
@@ -447,28 +454,6 @@ def _shape2(value, what) -> tuple[int, int]:
     return value
 
 
-def _padded(rows, cols, itemsize, layout):
-    """Smallest padded (Rows, Cols) holding (rows, cols) under the 32-byte contiguous-dimension rule."""
-    unit = 32 // itemsize
-    return (rows, _ceil_to(cols, unit)) if layout == BLayout.ROW_MAJOR else (_ceil_to(rows, unit), cols)
-
-
-def _idx_tile(coalesce, rows, cols, layout, idx_dtype) -> Tile:
-    if coalesce == Coalesce.ROW:
-        if layout == BLayout.COL_MAJOR:
-            return Tile(idx_dtype, _ceil_to(rows, 8), 1, blayout=BLayout.COL_MAJOR, valid=(rows, 1))
-        return Tile(idx_dtype, 1, _ceil_to(rows, 8), valid=(1, rows))
-    return Tile(idx_dtype, *_padded(rows, cols, 4, layout), blayout=layout, valid=(rows, cols))
-
-
-def _tile_bytes(coalesce, cols, dtype, tile_layout, idx_layout):
-    """UB bytes of the data and index tiles of ``rows`` rows (for :func:`simt_pto.host.large.default_tile_rows`)."""
-    def tile_bytes(rows):
-        d = _padded(rows, cols, dtype.itemsize, tile_layout)
-        return d[0] * d[1] * dtype.itemsize + _idx_tile(coalesce, rows, cols, idx_layout, _dt.int32).nbytes
-    return tile_bytes
-
-
 def _index_matrix(coalesce, raw, tile_shape, table_cols):
     """The indices as an int64 ``(rows, cols)`` matrix (Row: ``(N, 1)``) and the tile's valid cols. A 1-D Elem
     index is ``(N, 1)`` (``[R, 1]`` tiles, as ``simt_pto.host.large`` cuts it) unless the tile's cols split it."""
@@ -494,22 +479,8 @@ def _index_matrix(coalesce, raw, tile_shape, table_cols):
 
 def _remap(raw, capacity, rule):
     """The kernels' ``remap_index`` over an array: (slot, in range)."""
-    from simt_pto.kernels.index_policy import remap_array
+    from simt_pto.kernels.index_policy import remap_array  # Numba: at the first analysis, not at import
     return remap_array(np.ascontiguousarray(raw, dtype=np.int64), capacity, rule)
-
-
-def _check_oob(op, raw, capacity, rule, coalesce):
-    """What ``constraints.check_oob`` does for one tile, over the whole index (the API raises it per call)."""
-    from simt_pto.policy import IDENTITY
-    if rule != IDENTITY:
-        return
-    bad = raw >= capacity
-    if not bad.any():
-        return
-    pos = np.argwhere(bad)[:5]
-    positions = [int(p[0]) if coalesce == Coalesce.ROW else (int(p[0]), int(p[1])) for p in pos]
-    values = [int(raw[tuple(p)]) for p in pos]
-    raise constraints.out_of_range(op, "a5", capacity, positions, values, int(bad.sum()))
 
 
 def analyze(op, coalesce, idx, table_shape, tile_shape=None, dtype="float32", *, atomic="none", conflict="last",
@@ -566,46 +537,57 @@ def analyze(op, coalesce, idx, table_shape, tile_shape=None, dtype="float32", *,
     idx_layout = _layout(idx_layout, "idx_layout")
     n_rows = raw.shape[0]
     budget = ub.budget(op, "a5", dyn_ubuf_size)
-    R = (default_tile_rows(coalesce, n_rows, C, _tile_bytes(coalesce, C, dtype, tile_layout, idx_layout), budget)
+    R = (tiling.default_tile_rows(coalesce, n_rows, C, tiling.tile_bytes(coalesce, C, dtype, tile_layout, idx_layout),
+                                  budget)
          if tile_shape is None else min(tile_shape[0], n_rows))
 
     # The call, validated and dispatched as the API does it (one tile; every tile shares its geometry).
-    padded = _padded(R, C, dtype.itemsize, tile_layout) if tile_padded is None else _shape2(tile_padded, "tile_padded")
-    data = Tile(dtype, *padded, blayout=tile_layout, valid=(R, C))
-    idx_tile = _idx_tile(coalesce, R, C, idx_layout, _dt.int32)
+    if tile_padded is None:
+        data = tiling.data_tile(dtype, R, C, tile_layout)
+    else:
+        data = Tile(dtype, *_shape2(tile_padded, "tile_padded"), blayout=tile_layout, valid=(R, C))
+    idx_tile = tiling.index_tile(coalesce, R, C, idx_layout, _dt.int32)
     table = GlobalTensor(np.zeros(table_shape, dtype=dtype.numpy), dtype=dtype)
-    from . import a5  # the A5 dispatch loads the kernels package: at the first analysis, not at import
+    from simt_pto.host import a5  # the A5 dispatch loads the kernels package: at the first analysis, not at import
     if op == "MGATHER":
         plan = constraints.plan_mgather("a5", data, table, idx_tile, coalesce, oob, GatherExec.SCALAR, None,
                                         bool(strict), dyn_ubuf_size)
-        launch = a5.resolve_mgather(plan)
+        launches = a5.mgather_plan(plan).launches
     else:
         plan = constraints.plan_mscatter("a5", table, data, idx_tile, coalesce, atomic, oob, conflict,
                                          bool(strict), dyn_ubuf_size)
-        launch = a5.resolve_mscatter(plan)
-    _check_oob(op, raw, plan.capacity, plan.rule, coalesce)
+        launches = a5.mscatter_plan(plan).launches
+    # the whole index, as the whole-array call refuses it (the API checks one tile at a time)
+    check_indices(op, "a5", plan.capacity, plan.rule,
+                  raw[:, 0].astype(np.uint32) if coalesce == Coalesce.ROW else raw.astype(np.uint32))
     slot, in_range = _remap(raw, plan.capacity, plan.rule)
 
     blocks = _ceil_div(n_rows, R)
-    geo = launch.geometry if launch is not None else None
+    if not launches:  # the (1, 1) Elem case: the scalar pipe
+        spec, replayed = None, "scalar pipe (no SIMT launch)"
+    elif launches[0].hardware is not None:
+        spec, replayed = launches[0].hardware, "hardware (element moves)"
+    else:
+        spec, replayed = launches[0], "as launched"
+    geo = spec.geometry if spec is not None else None
     warps = geo.launch_warps if geo is not None else 1
-    ctx = _Ctx(op=op, plan=plan, launch=launch, R=R, C=C, n_rows=n_rows, blocks=blocks, warps=warps,
+    ctx = _Ctx(op=op, plan=plan, spec=spec, R=R, C=C, n_rows=n_rows, blocks=blocks, warps=warps,
                isz=dtype.itemsize, base=base_offset_bytes, slot=slot, in_range=in_range, keep=keep_lanes)
-    if launch is None:
-        kernel, launches = ("MGatherScalarImpl" if op == "MGATHER" else "MScatterScalarImpl"), blocks
+    if spec is None:
+        kernel, launch_count = ("MGatherScalarImpl" if op == "MGATHER" else "MScatterScalarImpl"), blocks
         _walk_elem(ctx)
     elif geo.scheme == "row":
-        kernel, launches = launch.name, 1
+        kernel, launch_count = spec.kernel, 1
         _walk_row(ctx)
     elif geo.scheme == "elem":
-        kernel, launches = launch.name, 1
+        kernel, launch_count = spec.kernel, 1
         _walk_elem(ctx)
     else:
-        kernel, launches = launch.name, blocks
+        kernel, launch_count = spec.kernel, blocks
         _walk_last(ctx)
-    return CoalescingReport(op, coalesce, kernel, geo, blocks, launches, dtype, table_shape, (R, C), tile_layout,
+    return CoalescingReport(op, coalesce, kernel, geo, blocks, launch_count, dtype, table_shape, (R, C), tile_layout,
                             idx_layout, base_offset_bytes, atomic, conflict, oob, n_rows, C, ctx.ordered(),
-                            ctx.notes())
+                            ctx.notes(), replayed)
 
 
 # -- the walks ------------------------------------------------------------------------------------------
@@ -613,19 +595,26 @@ def analyze(op, coalesce, idx, table_shape, tile_shape=None, dtype="float32", *,
 class _Ctx:
     """What the walks share: the plan, the tile, the remapped indices, and the streams being filled."""
 
-    def __init__(self, *, op, plan, launch, R, C, n_rows, blocks, warps, isz, base, slot, in_range, keep):
-        from simt_pto.kernels.store import BF16, BF16_EDGE, F16, F16_EDGE, F32_ORDER, NATIVE
+    def __init__(self, *, op, plan, spec, R, C, n_rows, blocks, warps, isz, base, slot, in_range, keep):
         self.op, self.plan, self.R, self.C, self.n_rows, self.blocks, self.warps = op, plan, R, C, n_rows, blocks, warps
         self.isz, self.base, self.slot, self.in_range, self.keep = isz, base, slot, in_range, keep
-        self.geo = launch.geometry if launch is not None else None
-        self.rs, self.cs = plan.tile.strides
+        self.geo = spec.geometry if spec is not None else None
         self.data_base = plan.tile.addr or 0
         self.idx_base = plan.idx.addr or 0
-        self.idx_step = plan.idx_step
-        self.irs, self.ics = plan.idx.strides
-        fmt = launch.policy[2] if launch is not None and len(launch.policy) == 3 else NATIVE
-        self.cas = fmt in (F16, BF16, F16_EDGE, BF16_EDGE)
-        self.signed_split = fmt == F32_ORDER
+        if spec is None:  # the scalar fallback reads the plan's tiles itself
+            self.rs, self.cs = plan.tile.strides
+            self.idx_step, (self.irs, self.ics) = plan.idx_step, plan.idx.strides
+            self.capacity, fmt = plan.capacity, ElementFormat.NATIVE
+        else:  # what the kernel is passed, by its parameter names (kernels/a5/mgather.py, mscatter.py)
+            a = spec.arguments
+            data = "dst" if op == "MGATHER" else "src"
+            self.rs, self.cs = a[f"{data}_rs"], a[f"{data}_cs"]
+            self.idx_step, self.irs, self.ics = a.get("idx_step"), a.get("idx_rs"), a.get("idx_cs")
+            self.capacity = a["table_rows"] if "table_rows" in a else a["table_size"]
+            self.row_warps, self.warps_per_row = a.get("row_warps"), a.get("warps_per_row")
+            fmt = spec.policy.fmt if spec.policy.fmt is not None else ElementFormat.NATIVE
+        self.cas = fmt in (ElementFormat.F16, ElementFormat.BF16, ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE)
+        self.signed_split = fmt == ElementFormat.F32_ORDER
         self.atomic = plan.atomic != ScatterAtomicOp.NONE
         self._streams: dict[str, Stream] = {}
 
@@ -672,12 +661,12 @@ class _Ctx:
         self.stream(name, "ub", kind, self.isz).add(addr, active, block, warp)
 
 
-def _row_steps(geo, C):
+def _row_steps(warps_per_row, C):
     """The column steps of the Row walk: ``(segment, first column)`` of every inner-loop iteration that has
     lane 0 active, and the ``(steps, 32)`` column of each lane."""
-    col_step = geo.warps_per_row * WARP
+    col_step = warps_per_row * WARP
     seg, c0 = [], []
-    for s in range(geo.warps_per_row):
+    for s in range(warps_per_row):
         for start in range(s * WARP, C, col_step):
             seg.append(s)
             c0.append(start)
@@ -688,9 +677,9 @@ def _row_steps(geo, C):
 def _walk_row(ctx: _Ctx) -> None:
     """``simt_mgather_row_kernel`` / ``simt_mscatter_row_kernel``: per (row, warp) one broadcast index read by all
     32 lanes, then per column step one request over lanes ``c < validCols`` (GM: only if the row is in range)."""
-    geo, R, C, N = ctx.geo, ctx.R, ctx.C, ctx.n_rows
-    rw, wpr = geo.row_warps, geo.warps_per_row
-    seg, cols = _row_steps(geo, C)
+    R, C, N = ctx.R, ctx.C, ctx.n_rows
+    rw, wpr = ctx.row_warps, ctx.warps_per_row
+    seg, cols = _row_steps(wpr, C)
     steps = len(seg)
     col_active = cols < C
     slots, ok = ctx.slot[:, 0], ctx.in_range[:, 0]
@@ -748,7 +737,7 @@ def _walk_last(ctx: _Ctx) -> None:
     the slot's last writer (all of it when there is none): one broadcast UB read per step, lanes dropping out as
     they hit. A found slot then stores its row (Row: one request per column) or element (Elem)."""
     plan, R, C, N, W = ctx.plan, ctx.R, ctx.C, ctx.n_rows, ctx.warps
-    cap, row_mode = plan.capacity, plan.coalesce == Coalesce.ROW
+    cap, row_mode = ctx.capacity, plan.coalesce == Coalesce.ROW
     threads = W * WARP
     slots = np.arange(_ceil_div(cap, threads) * threads).reshape(-1, WARP)  # row j * W + w: slots of warp w, step j
     warp_of = np.tile(np.arange(W), len(slots) // W)

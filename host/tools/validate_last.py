@@ -6,6 +6,7 @@ each other, then runs ``conflict=DEFAULT`` the same way to show how much the rac
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import stat
@@ -16,9 +17,13 @@ import numpy as np
 from numpy.lib import format as npy_format
 from tqdm import tqdm
 
+from simt_pto import dtypes
 from simt_pto.backend import a5_backend
-
-from .large import scatter
+from simt_pto.enums import ScatterOOB, from_any
+from simt_pto.errors import OutOfBoundsError
+from simt_pto.host.large import scatter
+from simt_pto.plan import check_indices
+from simt_pto.policy import index_rule
 
 SIM_LIMITS = dict(rows=512, cols=16, n=16384)
 """Workload size on the CUDA simulator (runs every thread as a Python thread): under a minute."""
@@ -60,10 +65,10 @@ def make_workload(coalesce, rows, cols, n, seed=0) -> Workload:
 
 
 def backend_description(backend: str) -> str:
-    """The A5 backend in words, for reports: ``cpu (2 worker threads)``, ``simulator``, ``gpu``."""
-    if backend == "cpu":
+    """The A5 backend in words, for reports: ``multicore (... 2 worker threads)``, ``simulator``, ``gpu``."""
+    if backend == "multicore":
         from simt_pto.kernels.a5.simt import cpu_workers
-        return f"cpu (the A5 kernels compiled for the CPU, {cpu_workers()} worker threads)"
+        return f"multicore (the A5 kernels compiled for the CPU, {cpu_workers()} worker threads)"
     if backend == "simulator":
         return "simulator (Numba's CUDA simulator)"
     return "gpu"
@@ -95,7 +100,6 @@ def _serial_last(w: Workload):
 
 def _golden(w: Workload):
     """(table, seconds, what): the A2/A3 loops, or the Python loop where they do not take the dtype."""
-    from simt_pto import dtypes
     name = w.dtype or w.table.dtype.name
     if any(d.name == name for d in dtypes.ELEMENT_DTYPES["a2a3"]):
         table, t = _run(w, "a2a3", "last")
@@ -198,7 +202,6 @@ def _load(parser, flag, path):
 
 
 def _table_shape(text):
-    import argparse
     try:
         rows, cols = (int(p) for p in text.lower().split("x"))
     except ValueError:
@@ -211,9 +214,6 @@ def _table_shape(text):
 def workload_from_files(parser, a) -> Workload:
     """The user's workload from ``--idx`` / ``--src`` and ``--table-file`` or ``--table-shape``; a bad file ends
     in ``parser.error`` naming the file and the problem."""
-    from simt_pto import dtypes
-    from simt_pto.policy import IDENTITY, index_rule
-    from simt_pto.enums import ScatterOOB, from_any
     if a.table_file is None and a.table_shape is None:
         parser.error("argument --idx: give the table too: --table-file TABLE.npy or --table-shape RxC --dtype D")
     if a.table_file is not None and a.table_shape is not None:
@@ -249,21 +249,19 @@ def workload_from_files(parser, a) -> Workload:
     if src.dtype != table.dtype:
         parser.error(f"argument --src: {a.src}: dtype {src.dtype} differs from the table's {table.dtype}")
     dtype = a.dtype if a.dtype and np.dtype(dtypes.resolve(a.dtype).numpy) != table.dtype else None
-    rule = index_rule(from_any(ScatterOOB, a.oob, "oob"))
-    if rule == IDENTITY and idx.size:
-        raw = idx.view(np.uint32)
-        bad = np.flatnonzero(raw >= capacity)
-        if bad.size:
-            parser.error(f"argument --idx: {a.idx}: {bad.size} index(es) out of range [0, {capacity}) under --oob "
-                         f"undefined (first: position {bad[0]}, uint32 index {raw[bad[0]]}); pick --oob skip, clamp "
-                         "or wrap")
+    try:  # the whole-array call's own refusal, before anything runs, named after the file and the flag
+        check_indices("MSCATTER", "a5", capacity, index_rule(from_any(ScatterOOB, a.oob, "oob")), idx.view(np.uint32))
+    except OutOfBoundsError as e:
+        parser.error(f"argument --idx: {a.idx}: {e.count} index(es) out of range [0, {capacity}) under --oob "
+                     f"undefined (first: position {e.positions[0]}, uint32 index {e.values[0]}); pick --oob skip, "
+                     "clamp or wrap")
     return Workload(a.coalesce, table, src, idx, oob=a.oob, dtype=dtype)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-last", help="check Conflict::Last scatters bitwise against the sequential "
                                                     "golden, K times, at scale")
-    from .cli import positive_int
+    from .cli import positive_int  # not at module level: the command line imports this module
     p.add_argument("--coalesce", choices=("row", "elem"), default="row")
     p.add_argument("--rows", type=positive_int, help="table rows of the synthetic workload (default 65536)")
     p.add_argument("--cols", type=positive_int, help="table columns of the synthetic workload (default 64)")
