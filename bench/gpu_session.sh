@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU work of a session lent the GPU machine (see ../shared/gpu.md), in stages that each fit one
-# device command (10 minutes at most), with every log written to $OUT (or ./gpu-out):
+# The GPU work on a machine with a CUDA GPU and no network (a remote machine reached one command at a time),
+# in stages that each fit one command of 10 minutes at most, with every log written to $OUT (or ./gpu-out):
 #
 #   bash bench/gpu_session.sh tests [F]  # the A5 test modules (or the files F) on the GPU (compiles each kernel once)
 #   bash bench/gpu_session.sh sanitize   # the same under compute-sanitizer memcheck (a float32 / int8 subset)

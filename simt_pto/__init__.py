@@ -21,8 +21,8 @@ from .errors import ConstraintError, OutOfBoundsError
 from .geometry import LaunchGeometry, elem_geometry, last_geometry, row_geometry
 from .tensor import GlobalTensor
 from .tile import Tile
+from ._version import __version__ as __version__  # written once, in _version.py
 
-__version__ = "0.1.0"
 
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 
+from simt_pto._version import __version__
 from simt_pto.backend import JitRequiredError
 
 SUBCOMMANDS = (
@@ -29,8 +30,16 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="simt-pto", description="PTO MGATHER / MSCATTER emulator")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="simt-pto",
+        description="An emulator of the PTO ISA memory instructions MGATHER and MSCATTER (Ascend A2/A3 and A5): "
+                    "run the spec's examples, compile and inspect the A5 kernels, predict coalescing, validate "
+                    "Conflict::Last scatters at scale, and check every A5 backend of this machine.",
+        epilog="Run 'simt-pto COMMAND --help' for the options of one command. 'python -m simt_pto' is the same "
+               "command line.")
+    parser.add_argument("--version", action="version", version=f"simt-pto {__version__}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(name).register(sub)
     return parser

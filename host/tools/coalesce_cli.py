@@ -32,9 +32,16 @@ def _shape(text: str) -> tuple[int, ...]:
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "coalesce", help="predict the memory coalescing of an A5 MGATHER / MSCATTER call (no GPU needed)",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--op", required=True, choices=("mgather", "mscatter"))
-    p.add_argument("--coalesce", default="row", choices=("row", "elem"))
+        description="Predict the memory coalescing of the A5 kernel one MGATHER / MSCATTER call launches, from its "
+                    "indices alone (nothing runs on a GPU). For each warp-level memory instruction the report gives "
+                    "the global-memory segments and sectors touched, the bytes requested and moved, the efficiency, "
+                    "and how regular the UB accesses are.",
+        epilog="Example: simt-pto coalesce --op mgather --coalesce elem --idx idx.npy --table 65536x64 "
+               "--dtype float16. With --json the report is one JSON object, with gm_loads / gm_stores / "
+               "gm_atomics summaries.")
+    p.add_argument("--op", required=True, choices=("mgather", "mscatter"), help="the instruction")
+    p.add_argument("--coalesce", default="row", choices=("row", "elem"),
+                   help="row: whole rows; elem: single elements (default row)")
     p.add_argument("--idx", required=True, metavar="FILE.npy",
                    help="the indices (.npy): Row 1-D row indices; Elem 1-D or 2-D element indices")
     p.add_argument("--table", required=True, type=_shape, metavar="ROWSxCOLS", help="the GM table's shape")

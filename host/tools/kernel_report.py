@@ -69,6 +69,37 @@ class ToolchainError(RuntimeError):
     """The CUDA toolchain (numba-cuda NVVM, ptxas, cuobjdump) is missing or failed."""
 
 
+TOOLCHAIN_EXTRA = 'pip install "simt_pto[toolchain]"'
+"""What installs the CUDA compiler toolchain: every error about a missing part of it names this."""
+
+# The exceptions that mean "a CUDA compiler library is not installed", by class name so that naming them imports
+# nothing: cuda.pathfinder's DynamicLibNotFoundError (numba-cuda finds libnvrtc / libnvvm through cuda.pathfinder)
+# and numba-cuda's NvvmSupportError ("libNVVM is not available").
+_MISSING_LIBRARY = ("DynamicLibNotFoundError", "NvvmSupportError")
+
+
+def _missing_library(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s cause / context chain that says a CUDA compiler library is missing, or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(cls.__name__ in _MISSING_LIBRARY for cls in type(exc).__mro__):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def toolchain_missing_error(exc: BaseException) -> ToolchainError | None:
+    """A :class:`ToolchainError` naming the extra to install when ``exc`` says a CUDA compiler library (NVVM,
+    NVRTC) is missing, else None."""
+    missing = _missing_library(exc)
+    if missing is None:
+        return None
+    detail = " ".join(f"{type(missing).__name__}: {missing}".split())
+    return ToolchainError(f"the CUDA compiler libraries (NVVM / NVRTC) are not installed; {TOOLCHAIN_EXTRA} "
+                          f"installs them ({detail})")
+
+
 # -- the call: tiles, table, plan, launch --------------------------------------------------------------
 
 def normalise_cc(cc) -> int:
@@ -193,8 +224,8 @@ def find_tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    raise ToolchainError(f"{name} not found: pip install 'simt_pto[toolchain]' (the nvidia-cuda-nvcc, "
-                         f"nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels)")
+    raise ToolchainError(f"{name} not found: {TOOLCHAIN_EXTRA} (the nvidia-cuda-nvcc, nvidia-cuda-cuobjdump and "
+                         f"nvidia-cuda-nvdisasm wheels)")
 
 
 def compile_here() -> bool:
@@ -276,11 +307,19 @@ def _run_tool(argv, what, env=None):
 
 def compile_ptx(spec, cc) -> str:
     """PTX of ``spec.kernel`` bound to ``spec.policy``, for the types of the spec's arguments, at compute
-    capability ``cc`` (needs real mode)."""
+    capability ``cc`` (needs real mode). Raises :class:`ToolchainError` naming the ``toolchain`` extra when the
+    CUDA compiler libraries are missing (a plain install: cuda.pathfinder cannot find libnvrtc / libnvvm)."""
     from numba import cuda
     from simt_pto.kernels.a5.simt import bound_source
     cc = normalise_cc(cc)
-    ptx, _ = cuda.compile_ptx(bound_source(spec.kernel, spec.policy, "cuda"), signature(spec), cc=(cc // 10, cc % 10))
+    try:
+        ptx, _ = cuda.compile_ptx(bound_source(spec.kernel, spec.policy, "cuda"), signature(spec),
+                                  cc=(cc // 10, cc % 10))
+    except Exception as exc:
+        missing = toolchain_missing_error(exc)
+        if missing is None:
+            raise
+        raise missing from exc
     return ptx
 
 
@@ -432,8 +471,9 @@ def format_report(r: dict) -> str:
 # -- command line ---------------------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--op", required=True, choices=("mgather", "mscatter"))
-    p.add_argument("--coalesce", required=True, choices=("row", "elem"))
+    p.add_argument("--op", required=True, choices=("mgather", "mscatter"), help="the instruction")
+    p.add_argument("--coalesce", required=True, choices=("row", "elem"),
+                   help="row: whole rows through a [1, R] index tile; elem: single elements through an [R, C] one")
     p.add_argument("--atomic", help="mscatter: none | add | max | min (default none)")
     p.add_argument("--oob", help="mgather: undefined | clamp | wrap | zero; mscatter: undefined | skip | clamp | wrap")
     p.add_argument("--conflict", help="mscatter: last | default (default last)")
@@ -449,9 +489,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="oob undefined masks out-of-range indices (strict=False)")
 
 
+DESCRIPTION = ("Compile the A5 SIMT kernel that one MGATHER / MSCATTER call launches, without a GPU, and report "
+               "what it became: the kernel and its policy, the launch geometry, registers, spill and shared-memory "
+               "bytes, and the global-memory instructions of the PTX (with --sass, of the machine code too). The "
+               "call is checked against the spec's rules first, exactly as the API checks it.")
+EPILOG = ("The tiles are R x C (--rows, --cols): Row mode uses a [1, R] index tile and a (64, C) table, Elem mode an "
+          "[R, C] index tile and a flat table of 64 * C elements; the indices are zeros. Compiling needs the CUDA "
+          f"compiler toolchain: {TOOLCHAIN_EXTRA}. Exit status: 0 on success, 1 when the toolchain is missing or "
+          "fails, 2 for a call the spec forbids or a bad argument.")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("inspect", help="compile one A5 kernel specialization (no GPU) and report it",
-                              description=__doc__.split("\n\n")[0])
+                              description=DESCRIPTION, epilog=EPILOG)
     add_arguments(p)
     p.set_defaults(func=run, parser=p)
 
@@ -490,7 +540,7 @@ def run(args, own_process: bool | None = None) -> int:
 
 def main(argv=None) -> int:
     """``python -m simt_pto.host.tools.kernel_report ...``: the ``simt-pto inspect`` command in a process of its own."""
-    parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {_MODULE}", description=DESCRIPTION, epilog=EPILOG)
     add_arguments(parser)
     parser.set_defaults(parser=parser)
     return run(parser.parse_args(argv), own_process=True)

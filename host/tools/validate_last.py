@@ -259,17 +259,27 @@ def workload_from_files(parser, a) -> Workload:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("validate-last", help="check Conflict::Last scatters bitwise against the sequential "
-                                                    "golden, K times, at scale")
+    p = subparsers.add_parser(
+        "validate-last", help="check Conflict::Last scatters bitwise against the sequential golden, K times, at scale",
+        description="Run one scatter workload with many colliding indices several times on the A5 target with "
+                    "conflict=last, and compare every run bit for bit with the sequential result (the a2a3 target: "
+                    "tiles issued in order on one core) and with each other; then run conflict=default the same way "
+                    "to show how much racing stores vary. The workload is synthetic (--rows, --cols, --n, --seed) "
+                    "or read from your .npy files (--idx with --src, and --table-file or --table-shape).",
+        epilog="Exit status: 0 when every Last run matched, 1 when one did not, 2 for a bad argument.")
     from .cli import positive_int  # not at module level: the command line imports this module
-    p.add_argument("--coalesce", choices=("row", "elem"), default="row")
+    p.add_argument("--coalesce", choices=("row", "elem"), default="row",
+                   help="row: scatter whole rows; elem: scatter single elements (default row)")
     p.add_argument("--rows", type=positive_int, help="table rows of the synthetic workload (default 65536)")
     p.add_argument("--cols", type=positive_int, help="table columns of the synthetic workload (default 64)")
     p.add_argument("--n", type=positive_int, help="source elements of the synthetic workload (default 16000000; "
                                                   "Row: at least --cols)")
-    p.add_argument("--repeat", type=positive_int, default=5, help="runs of each conflict policy")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--last-path", choices=("auto", "slot", "owner"), default="auto")
+    p.add_argument("--repeat", type=positive_int, default=5, help="runs of each conflict policy (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload (default 0)")
+    p.add_argument("--last-path", choices=("auto", "slot", "owner"), default="auto",
+                   help="how Conflict::Last runs: slot (the slot-centric kernels), owner (claim each slot for its "
+                        "last writer, then write it) or auto (owner once the slot-centric kernels would cost more; "
+                        "the default)")
     p.add_argument("--idx", metavar="IDX.npy", help="your indices (int32 / uint32, 1-D): with --src, instead of the "
                                                     "synthetic workload")
     p.add_argument("--src", metavar="SRC.npy", help="your source: Row (len(idx), C); Elem 1-D of len(idx)")
