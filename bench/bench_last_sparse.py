@@ -24,13 +24,13 @@ import json
 import os
 import platform
 import resource
-import statistics
 import sys
 import time
 
 import numpy as np
 
 import simt_pto as pto
+from bench_cpu import paired_times  # the one paired-rounds timer of the benchmarks
 from simt_pto.host import a5, large, large_a5
 
 FILL = 7
@@ -63,20 +63,6 @@ def peak_extra_mb(fn):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     fn()
     return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024, "ru_maxrss delta (a lower bound)"
-
-
-def paired_times(ours, peer, repeat):
-    """``(our median, peer median, median of the pairwise ratios peer / ours)`` over ``repeat`` back-to-back pairs."""
-    for _ in range(2):
-        ours()
-        peer()
-    ours_t, peer_t = [], []
-    for _ in range(repeat):
-        for fn, out in ((ours, ours_t), (peer, peer_t)):
-            t = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t)
-    return statistics.median(ours_t), statistics.median(peer_t), statistics.median(p / o for o, p in zip(ours_t, peer_t))
 
 
 def check(table, src, idx):

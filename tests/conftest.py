@@ -6,6 +6,10 @@ read shows as a wrong value and a stray write shows as a changed sentinel.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -149,3 +153,16 @@ def for_targets(targets=TARGETS, dtypes=ALL_DTYPE_NAMES, atomic="none", **axes):
     for values in axes.values():
         cases = [c + (v,) for c in cases for v in values]
     return pytest.mark.parametrize(",".join(names), [pytest.param(*c, id="-".join(map(str, c))) for c in cases])
+
+
+def run_simt_pto(*argv) -> subprocess.CompletedProcess:
+    """``simt-pto ARGV`` in this process, as its console script runs it (no interpreter per call): the exit code
+    and what it printed."""
+    from simt_pto.host.tools import cli
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as exit_:
+            code = exit_.code
+    return subprocess.CompletedProcess(["simt-pto", *argv], code, out.getvalue(), err.getvalue())

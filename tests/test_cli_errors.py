@@ -2,25 +2,14 @@
 one: the usage line, then one error line naming the argument, on stderr; exit code 2; no traceback."""
 from __future__ import annotations
 
-import contextlib
-import io
-import subprocess
 
 import numpy as np
 import pytest
 
-from simt_pto.host.tools import cli
+from conftest import run_simt_pto
 
 
-def simt_pto(*argv):
-    """Run ``simt-pto ARGV`` in this process (as its console script does): the exit code and what it printed."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(list(argv))
-        except SystemExit as exit_:
-            code = exit_.code
-    return subprocess.CompletedProcess(["simt-pto", *argv], code, out.getvalue(), err.getvalue())
+simt_pto = run_simt_pto
 
 
 def assert_argparse_error(proc, command, needle):

@@ -5,8 +5,6 @@ outside itself."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import re
 import subprocess
@@ -15,6 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from conftest import run_simt_pto
 
 import simt_pto
 from simt_pto.host.tools import cli, kernel_report
@@ -31,14 +31,9 @@ TOOLCHAIN_HINT = 'pip install "simt_pto[toolchain]"'
 
 
 def run_cli(*argv):
-    """``simt-pto ARGV`` in this process, as the console script runs it: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(list(argv))
-        except SystemExit as exit_:
-            code = exit_.code
-    return code, out.getvalue(), err.getvalue()
+    """``simt-pto ARGV`` in this process: (exit code, stdout, stderr)."""
+    done = run_simt_pto(*argv)
+    return done.returncode, done.stdout, done.stderr
 
 
 # -- license and metadata ----------------------------------------------------------------------------------
