@@ -28,24 +28,26 @@ def runner(target: str):
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(RUNNERS)}") from None
 
 
+def _run(plan, op: str) -> None:
+    """Run a validated plan's ``op`` (``run_mgather`` / ``run_mscatter``) on its target (a5: on the current A5
+    backend; a2a3: only with Numba's JIT)."""
+    if plan.target == "a2a3":
+        require_jit("a2a3")
+    run = getattr(runner(plan.target), op)
+    if plan.target == "a5":
+        run(plan, a5_backend())
+    else:
+        run(plan)
+
+
 def run_mgather(plan) -> None:
     """Run a validated MGATHER plan on its target (a5: on the current A5 backend)."""
-    if plan.target == "a5":
-        runner("a5").run_mgather(plan, a5_backend())
-    else:
-        if plan.target == "a2a3":
-            require_jit("a2a3")
-        runner(plan.target).run_mgather(plan)
+    _run(plan, "run_mgather")
 
 
 def run_mscatter(plan) -> None:
     """Run a validated MSCATTER plan on its target (a5: on the current A5 backend)."""
-    if plan.target == "a5":
-        runner("a5").run_mscatter(plan, a5_backend())
-    else:
-        if plan.target == "a2a3":
-            require_jit("a2a3")
-        runner(plan.target).run_mscatter(plan)
+    _run(plan, "run_mscatter")
 
 
 __all__ = ["RUNNERS", "run_mgather", "run_mscatter", "runner"]

@@ -68,6 +68,7 @@ uint32 = _d("uint32", np.uint32, "uint")
 float16 = _d("float16", np.float16, "float")
 bfloat16 = _d("bfloat16", ml_dtypes.bfloat16, "float")
 float32 = _d("float32", np.float32, "float")
+# A5 only: the 8-bit floats (ml_dtypes), and hifloat8, moved bit-exactly as uint8
 float8_e4m3 = _d("float8_e4m3", ml_dtypes.float8_e4m3fn, "float")
 float8_e5m2 = _d("float8_e5m2", ml_dtypes.float8_e5m2, "float")
 hifloat8 = _d("hifloat8", np.uint8, "opaque")

@@ -58,19 +58,23 @@ def _embedding_lookup():
     return Case("embedding lookup", "MGATHER Row, Clamp, half 8x64", build, run, expected)
 
 
-def _elem_2d():
+def _wrapped_elem_gather_case(name, what, shape, gather):
+    """An Elem MGATHER case under Wrap from a 256-element float table: ``gather(d, target)`` runs it and returns
+    the destination; the expected result is the uint32 index modulo 256, written out."""
     def build(rng):
-        return dict(table=rng.random(256).astype(np.float32), idx=rng.integers(-300, 600, (8, 32)).astype(np.int32))
-
-    def run(d, target):
-        dst = Tile(np.float32, 8, 32)
-        mgather(dst, GlobalTensor(d["table"]), Tile.from_array(d["idx"]), coalesce="elem", oob="wrap",
-                    target=target)
-        return dst.numpy()
+        return dict(table=rng.random(256).astype(np.float32), idx=rng.integers(-300, 600, shape).astype(np.int32))
 
     def expected(d):
         return d["table"][(d["idx"].astype(np.int64) & 0xFFFFFFFF) % 256]
-    return Case("2-D random access", "MGATHER Elem, Wrap, float 8x32", build, run, expected)
+    return Case(name, what, build, gather, expected)
+
+
+def _elem_2d():
+    def run(d, target):
+        dst = Tile(np.float32, 8, 32)
+        mgather(dst, GlobalTensor(d["table"]), Tile.from_array(d["idx"]), coalesce="elem", oob="wrap", target=target)
+        return dst.numpy()
+    return _wrapped_elem_gather_case("2-D random access", "MGATHER Elem, Wrap, float 8x32", (8, 32), run)
 
 
 def _row_colmajor_idx():
@@ -233,20 +237,14 @@ def _l1_row():
 
 
 def _l1_elem():
-    def build(rng):
-        return dict(table=rng.random(256).astype(np.float32), idx=rng.integers(-300, 600, (16, 16)).astype(np.int32))
-
     def run(d, target):
         dst = _l1_tile(np.float32, 16, 16)
         scratch = GlobalTensor(np.zeros(16 * 16, np.float32))
         mgather(dst, GlobalTensor(d["table"]), GlobalTensor(d["idx"]), coalesce="elem", oob="wrap",
-                    exec="simt" if target == "a5" else "scalar", scratch=scratch, target=target)
+                exec="simt" if target == "a5" else "scalar", scratch=scratch, target=target)
         return dst.numpy()
-
-    def expected(d):
-        return d["table"][(d["idx"].astype(np.int64) & 0xFFFFFFFF) % 256]
-    return Case("L1 elem gather (scratch)", "MGATHER GM -> L1 Elem, Wrap, float 16x16 (SIMT on a5)", build, run,
-                expected)
+    return _wrapped_elem_gather_case("L1 elem gather (scratch)",
+                                     "MGATHER GM -> L1 Elem, Wrap, float 16x16 (SIMT on a5)", (16, 16), run)
 
 
 CASES = (_embedding_lookup, _elem_2d, _row_colmajor_idx, _gather_zero, _scalar_gather, _embedding_scatter,

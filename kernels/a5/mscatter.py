@@ -35,8 +35,8 @@ def simt_mscatter_row_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: Elem
 
     def simt_mscatter_row_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                  valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row,
-                  (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule), store_element)
+        row = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)  # what scatter_row reads
+        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row, row, store_element)
 
     return simt_mscatter_row_kernel
 
