@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import subprocess
+import sys
+import os
 
 import numpy as np
 import pytest
@@ -166,3 +168,10 @@ def run_simt_pto(*argv) -> subprocess.CompletedProcess:
         except SystemExit as exit_:
             code = exit_.code
     return subprocess.CompletedProcess(["simt-pto", *argv], code, out.getvalue(), err.getvalue())
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh interpreter with ``env`` added to the environment (what a process sees at
+    ``import simt_pto``): the exit code and what it printed."""
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=120)

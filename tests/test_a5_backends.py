@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from conftest import run_python
+
 import simt_pto as pto
 from simt_pto.kernels.a5 import simt
 
@@ -61,9 +63,7 @@ def test_unknown_backend_is_refused():
 
 
 def test_environment_variable_chooses_the_backend():
-    code = "import simt_pto as pto; print(pto.a5_backend())"
-    env = dict(os.environ, SIMT_PTO_A5_BACKEND="multicore")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = run_python("import simt_pto as pto; print(pto.a5_backend())", SIMT_PTO_A5_BACKEND="multicore")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "multicore"
 

@@ -2,13 +2,12 @@
 name a target or an A5 backend (simt_pto.backend)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
+
+from conftest import run_python
 
 import simt_pto as pto
 from simt_pto.backend import canonical_backend
@@ -125,9 +124,8 @@ def test_set_a5_backend_cpu_still_selects_multicore_and_warns_at_the_caller():
 
 
 def test_the_environment_variable_still_takes_cpu_and_warns():
-    code = "import warnings; warnings.simplefilter('always'); import simt_pto as pto; print(pto.a5_backend())"
-    env = dict(os.environ, SIMT_PTO_A5_BACKEND="cpu")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = run_python("import warnings; warnings.simplefilter('always'); import simt_pto as pto; "
+                     "print(pto.a5_backend())", SIMT_PTO_A5_BACKEND="cpu")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "multicore"
     assert "DeprecationWarning: A5 backend 'cpu' is deprecated: it is now called 'multicore'" in out.stderr

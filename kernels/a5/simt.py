@@ -114,7 +114,7 @@ def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
     call). Its policy is part of its on-disk cache key, explicitly (``KernelPolicy.cache_key``); Numba's disk
     cache and compiles are made safe by :mod:`simt_pto.kernels.cache`. Policies that differ only in ``conflict``
     (which selects the kernel) share one dispatcher."""
-    return _dispatcher(kernel, policy.compiled(), family_name)
+    return _dispatcher(kernel, policy if policy.conflict is None else policy.compiled(), family_name)
 
 
 def forget_compiled() -> None:
