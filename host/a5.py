@@ -133,7 +133,9 @@ def gm_memory(tensor, dtype):
 
 
 def tile_bits(tile):
-    """The tile's storage as raw bits (the kernels move bits)."""
+    """The tile's storage as raw bits (the kernels move bits). An index tile's bits are its uint32 indices: the
+    ISA casts every index to uint32 before it is used (MGATHER.md / MSCATTER.md, constraints: "Indices are cast to
+    uint32_t first"), so int32 and uint32 index tiles launch the same specialization."""
     return tile.data.view(tile.dtype.bits)
 
 
@@ -170,7 +172,7 @@ def mgather_plan(plan) -> CallPlan:
         geo = geometry.row_geometry(plan.rows, plan.cols)
         return CallPlan((launch_spec(
             "simt_mgather_row_kernel", policy, geo, writes=("dst",), dst=tile_bits(dst), dst_rs=rs, dst_cs=cs,
-            idx=plan.idx.data, idx_step=plan.idx_step, table=table, table_rows=plan.capacity, valid_rows=plan.rows,
+            idx=tile_bits(plan.idx), idx_step=plan.idx_step, table=table, table_rows=plan.capacity, valid_rows=plan.rows,
             valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps, warps_per_row=geo.warps_per_row),))
     if plan.rows == 1 and plan.cols == 1:
         return CallPlan((HostStep("MGatherScalarImpl: the (1, 1) Elem gather on the AIV scalar pipe",
@@ -178,7 +180,7 @@ def mgather_plan(plan) -> CallPlan:
     irs, ics = plan.idx.strides
     return CallPlan((launch_spec(
         "simt_mgather_elem_kernel", policy, geometry.elem_geometry(plan.rows, plan.cols), writes=("dst",),
-        dst=tile_bits(dst), dst_rs=rs, dst_cs=cs, idx=plan.idx.data, idx_rs=irs, idx_cs=ics, table=table,
+        dst=tile_bits(dst), dst_rs=rs, dst_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table=table,
         table_size=plan.capacity, valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows),))
 
 
@@ -416,19 +418,19 @@ def mscatter_plan(plan) -> CallPlan:
     if plan.coalesce == Coalesce.ROW and _last(plan):
         launch = launch_spec("simt_mscatter_row_last_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                              geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
-                             src_cs=cs, idx=plan.idx.data, idx_step=plan.idx_step, table_rows=plan.capacity,
+                             src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
                              valid_rows=plan.rows, valid_cols=plan.cols)
     elif plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(plan.rows, plan.cols)
         launch = launch_spec("simt_mscatter_row_kernel", policy, geo, writes=("table",), table=table, src=src,
-                             src_rs=rs, src_cs=cs, idx=plan.idx.data, idx_step=plan.idx_step, table_rows=plan.capacity,
+                             src_rs=rs, src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
                              valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps,
                              warps_per_row=geo.warps_per_row)
     else:
         irs, ics = plan.idx.strides
         launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                              geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
-                             src_cs=cs, idx=plan.idx.data, idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
+                             src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
                              valid_rows=plan.rows, valid_cols=plan.cols)
     return guarded((launch,), boundary)
 
@@ -454,7 +456,7 @@ def _elem_scatter_plan(plan) -> CallPlan:
     launch = launch_spec("simt_mscatter_elem_kernel", scatter_policy(plan, fmt),
                          geometry.elem_geometry(plan.rows, plan.cols), writes=("table",), table=table,
                          src=plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), src_rs=rs,
-                         src_cs=cs, idx=plan.idx.data, idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
+                         src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
                          valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows)
     return guarded((launch,), boundary)
 

@@ -1,60 +1,372 @@
-"""The arrays a whole-array call receives (numpy, or CuPy / PyTorch / Numba device arrays), seen as 2-D."""
+"""The arrays a whole-array call receives, seen as C-contiguous 2-D memory, in place wherever that is possible.
+
+Accepted (:func:`wrap`):
+
+* numpy arrays (the fast path: checked first);
+* device arrays (``__cuda_array_interface__``: CuPy, PyTorch CUDA tensors, Numba), used in place as they are;
+* any host object that exports DLPack (``__dlpack__``: PyTorch CPU tensors, JAX CPU arrays, ...) or the array
+  interface (``__array_interface__``), seen as a numpy view of its own memory. numpy cannot import bfloat16 over
+  DLPack, so the capsule is read here (:func:`_from_dlpack`: ``DLManagedTensor`` or ``DLManagedTensorVersioned``);
+  the view keeps the producer's memory alive until it is itself released.
+
+Where the memory cannot be used as it is, a copy is made and said so by :attr:`WholeArray.copied`: a
+non-contiguous operand (a column slice, ``idx[::2]``, a transposed source) is read from a C-contiguous copy; a
+non-contiguous table a scatter writes is updated through such a copy, written back into the caller's elements
+only (:meth:`WholeArray.write_back`) after the last tile. Index arrays of another integer dtype than int32 /
+uint32 become a checked int32 / uint32 copy (:func:`checked_indices`). A JAX array cannot be written: a scatter
+updates a copy and returns it as a new JAX array.
+
+A Dask array is refused before anything could compute it: pulling a lazy, possibly larger-than-memory array
+into memory is not this path's job.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Union
 
 import numpy as np
 
 from simt_pto import dtypes as _dt
+from simt_pto.backend import require_numba_cuda
 from simt_pto.errors import ConstraintError
-from simt_pto.tensor import is_device_array
+
+ArrayLike = Any
+"""What a whole-array op takes as ``table``, ``idx``, ``src`` or ``out``: a numpy array, a device array
+(``__cuda_array_interface__``), or a host object exporting ``__dlpack__`` or ``__array_interface__`` (PyTorch
+CPU tensors, JAX CPU arrays). ``Any``: these libraries share no common static type."""
+
+DTypeArg = Union[_dt.DType, str, np.dtype[Any], type[Any], None]
+"""A ``dtype=`` argument: a :class:`~simt_pto.dtypes.DType`, a name (``"bfloat16"``), a numpy dtype or type."""
+
+INDEX_MIN, INDEX_END = -(2 ** 31), 2 ** 32
+"""Index values of a wider integer dtype must lie in ``[INDEX_MIN, INDEX_END)``: there, the ISA's uint32 cast
+(``v & 0xFFFFFFFF``) of the int64 value is that of the same value stored as int32 or uint32."""
+
+NUMPY, DEVICE, TORCH, JAX, FOREIGN = "numpy", "device", "torch", "jax", "foreign"
+"""The kind of an input: what a gather returns for a table of that kind (``FOREIGN``: any other DLPack or
+array-interface producer, whose results are numpy arrays)."""
 
 
 @dataclass
 class WholeArray:
-    """An input array seen as 2-D (1-D index / element arrays become ``(N, 1)``)."""
+    """An input array seen as 2-D C-contiguous memory (1-D index / element arrays become ``(N, 1)``)."""
 
-    obj: object          # what the caller passed
+    obj: Any             # what the kernels use: a C-contiguous numpy array, or the caller's device array
     dtype: _dt.DType
     shape: tuple         # the caller's shape
     rows: int
     cols: int
     device: bool
+    memory: Any = None   # the caller's memory (a numpy view of any strides, or the device array): overlap checks
+    kind: str = NUMPY
+    user: Any = None     # what the caller passed
+    copied: bool = False  # ``obj`` is a private copy of ``memory``
 
     @property
     def size(self) -> int:
         return self.rows * self.cols
 
+    def as_rows(self, rows: int, cols: int) -> WholeArray:
+        """The same memory seen as ``rows x cols`` (a source checked against its index array)."""
+        return replace(self, rows=rows, cols=cols)
 
-def wrap(obj, what, dtype=None, two_d_only=False) -> WholeArray:
-    """``obj`` (the call's ``what``: "table", "idx", "src") as a :class:`WholeArray`, or the ConstraintError /
-    TypeError that refuses it; ``dtype`` reinterprets a data array's elements."""
-    device = is_device_array(obj)
-    if device:
-        info = obj.__cuda_array_interface__
-        np_dtype, shape = _dt.from_typestr(info["typestr"]), tuple(info["shape"])
-    elif isinstance(obj, np.ndarray):
-        if type(obj) is not np.ndarray:
-            obj = obj.view(np.ndarray)  # an ndarray subclass (np.matrix, ...): its memory as a plain array
-        if not obj.flags.c_contiguous:
-            raise ConstraintError("whole-array op", None, "C-contiguous arrays", f"{what} is not C-contiguous")
-        np_dtype, shape = obj.dtype, obj.shape
+    def write_back(self) -> None:
+        """Copy the private contiguous copy a scatter updated into the caller's own elements (nothing else)."""
+        np.copyto(self.memory, self.obj.reshape(self.memory.shape), casting="no")
+
+
+# -- what an object is -----------------------------------------------------------------------------------------
+
+def _module_root(obj) -> str:
+    return type(obj).__module__.partition(".")[0]
+
+
+def _refuse_dask(obj, what) -> None:
+    """A Dask array (told by its class's module, without importing dask, before anything touches its data)."""
+    if _module_root(obj) == "dask":
+        raise TypeError(f"{what}: a Dask array has no in-memory plan (it would compute the whole array into "
+                        "memory): pto.gather / pto.scatter take it on their Dask route (simt_pto.host.dask_tables), "
+                        "which builds a task graph instead; gather_plan / scatter_plan describe in-memory calls only")
+
+
+def _is_device(obj) -> bool:
+    return hasattr(obj, "__cuda_array_interface__")
+
+
+def _device_info(obj, what, op, target) -> tuple[np.dtype, tuple]:
+    info = obj.__cuda_array_interface__
+    np_dtype, shape = _dt.from_typestr(info["typestr"]), tuple(info["shape"])
+    strides = info.get("strides")
+    if strides is not None and shape and math.prod(shape) > 1:
+        packed = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * np_dtype.itemsize for i in range(len(shape)))
+        if any(s != p for s, p, n in zip(strides, packed, shape) if n > 1):
+            raise ConstraintError(op, target, "C-contiguous device arrays",
+                                  f"{what} is a non-contiguous device array; make it contiguous on the device "
+                                  "first (cupy.ascontiguousarray(x), x.contiguous())")
+    return np_dtype, shape
+
+
+def host_memory(obj, what: str) -> tuple[np.ndarray, str]:
+    """``(numpy view, kind)`` of a host array of any kind, without copying: the view shares the caller's memory
+    and is read-only where the producer says so (a JAX array). Raises TypeError naming ``what`` for anything
+    else (a Dask array, a list, an object exporting neither DLPack nor the array interface)."""
+    if isinstance(obj, np.ndarray):
+        return (obj if type(obj) is np.ndarray else obj.view(np.ndarray)), NUMPY
+    _refuse_dask(obj, what)
+    root = _module_root(obj)
+    if hasattr(obj, "__dlpack__"):
+        if root == "torch" and getattr(obj, "requires_grad", False):
+            obj = obj.detach()  # the same memory; DLPack exports no tensor that autograd tracks
+        view = _from_dlpack(obj, what)
+        return view, TORCH if root == "torch" else JAX if root in ("jax", "jaxlib") else FOREIGN
+    if hasattr(obj, "__array_interface__"):
+        return np.asarray(obj), FOREIGN
+    raise TypeError(f"{what}: expected a numpy array, a device array, or an array that exports DLPack "
+                    f"(__dlpack__) or the array interface (__array_interface__), got {type(obj).__name__}")
+
+
+# -- DLPack, read here (numpy's from_dlpack cannot import bfloat16) --------------------------------------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", _DELETER), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+_HOST_DEVICES = (1, 3)  # kDLCPU, kDLCUDAHost (pinned host memory)
+_DL_CODES = {0: "i", 1: "u", 2: "f"}  # kDLInt, kDLUInt, kDLFloat: numpy's own kinds
+_DL_ML_DTYPES = {(4, 16): _dt.bfloat16.numpy, (10, 8): _dt.float8_e4m3.numpy, (12, 8): _dt.float8_e5m2.numpy}
+"""(code, bits) -> numpy dtype for what numpy has no type of: kDLBfloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2."""
+
+# PyCapsule_SetName keeps the pointer it is given: these names live as long as the module
+_NAMES = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+_capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
+_capsule_set_name.restype, _capsule_set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+
+
+class _DLPackView:
+    """The owner of an imported ``DLManagedTensor``: its ``__array_interface__`` describes the memory; when the
+    last numpy view of it is released, the producer's deleter runs (and the producer may free the memory)."""
+
+    def __init__(self, producer, managed, deleter, interface):
+        self.producer, self._managed, self._deleter = producer, managed, deleter
+        self.__array_interface__ = interface
+
+    def __del__(self):
+        if self._deleter:
+            self._deleter(self._managed)
+
+
+def _export(obj, what):
+    """The object's DLPack capsule and its name (versioned where the producer speaks DLPack 1.x)."""
+    try:
+        try:
+            capsule = obj.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer older than DLPack 1.0 takes no max_version
+            capsule = obj.__dlpack__()
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        raise TypeError(f"{what}: {type(obj).__name__} could not export its memory over DLPack ({exc})") from None
+    for name in _NAMES:
+        if _capsule_is_valid(capsule, name):
+            return capsule, name
+    raise TypeError(f"{what}: {type(obj).__name__}.__dlpack__() returned no DLPack capsule")
+
+
+def _from_dlpack(obj, what) -> np.ndarray:
+    """A numpy view of a host DLPack producer's memory, its dtype included where numpy cannot import it
+    (bfloat16, float8): no copy. Read-only where the producer flags it so (DLPack 1.x)."""
+    if hasattr(obj, "__dlpack_device__") and int(obj.__dlpack_device__()[0]) not in _HOST_DEVICES:
+        raise TypeError(f"{what}: {type(obj).__name__} lives on device {obj.__dlpack_device__()} and exports no "
+                        "__cuda_array_interface__; pass a host array or a CUDA array")
+    capsule, name = _export(obj, what)
+    address = _capsule_pointer(capsule, name)
+    versioned = name == b"dltensor_versioned"
+    managed = (_DLManagedTensorVersioned if versioned else _DLManagedTensor).from_address(address)
+    if versioned and managed.major != 1:
+        raise TypeError(f"{what}: DLPack {managed.major}.{managed.minor} is not supported (1.x is)")
+    # from here on the deleter is ours to call: once the view is released, or now if the tensor is refused
+    _capsule_set_name(capsule, _NAMES[name])
+    deleter = managed.deleter
+    owner = _DLPackView(obj, address, deleter, None)
+    t = managed.dl_tensor
+    if t.device.device_type not in _HOST_DEVICES:
+        raise TypeError(f"{what}: {type(obj).__name__} exported memory of DLPack device type "
+                        f"{t.device.device_type}, not host memory")
+    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+    if lanes != 1:
+        raise TypeError(f"{what}: DLPack vector dtypes ({lanes} lanes) are not supported")
+    np_dtype = _DL_ML_DTYPES.get((code, bits))
+    if np_dtype is None:
+        if code not in _DL_CODES or bits not in (8, 16, 32, 64):
+            raise TypeError(f"{what}: DLPack dtype code {code} of {bits} bits has no element dtype here")
+        np_dtype = np.dtype(f"{_DL_CODES[code]}{bits // 8}")
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = None if not t.strides else tuple(t.strides[i] * np_dtype.itemsize for i in range(t.ndim))
+    read_only = versioned and bool(managed.flags & _READ_ONLY)
+    data = (t.data or 0) + t.byte_offset
+    if math.prod(shape) == 0:  # an empty tensor may carry a NULL pointer: no memory to share
+        return np.empty(shape, np_dtype)
+    # numpy reads its dtype from the typestr: the extension dtypes are laid over unsigned words of their width
+    word = np.dtype(f"u{np_dtype.itemsize}")
+    owner.__array_interface__ = dict(version=3, shape=shape, strides=strides, typestr=word.str,
+                                     data=(data, read_only))
+    view = np.asarray(owner)
+    return view if np_dtype == word else view.view(np_dtype)
+
+
+# -- indices ---------------------------------------------------------------------------------------------------
+
+def checked_indices(host: np.ndarray, op: str, target: str | None, what: str = "idx") -> np.ndarray:
+    """The index array as int32 / uint32: itself when it is one, else a checked copy (signed dtypes become int32,
+    unsigned uint32: the same bits under the ISA's uint32 cast). Every value must lie in ``[-2**31, 2**32)``;
+    the first one outside is refused by value and position (ConstraintError, before anything is written).
+    Non-integer dtypes are refused."""
+    dt = host.dtype
+    if dt.itemsize == 4 and dt.kind in "iu":  # int32 / uint32: attribute checks, the cheapest test
+        return host
+    if dt.kind not in "iu":
+        raise ConstraintError(op, target, "Tile Constraints: index dtype",
+                              f"{what}: index dtype must be an integer dtype (int32 / uint32, or another integer "
+                              f"dtype whose values lie in [-2**31, 2**32)), got {dt}")
+    if dt.itemsize == 8 and host.size:
+        lo, hi = int(host.min()), int(host.max())
+        if lo < INDEX_MIN or hi >= INDEX_END:
+            bad = (host < INDEX_MIN) | (host >= INDEX_END) if dt.kind == "i" else host >= INDEX_END
+            position = np.unravel_index(int(np.flatnonzero(bad)[0]), host.shape)  # C order of the caller's shape
+            where = ", ".join(str(int(p)) for p in position)
+            raise ConstraintError(op, target, "index values lie in [-2**31, 2**32) (the ISA's uint32 cast)",
+                                  f"{what}[{where}] = {int(host[position])} is outside [{INDEX_MIN}, {INDEX_END})")
+    narrow = np.int32 if dt.kind == "i" else np.uint32
+    # astype wraps int64 values in [2**31, 2**32) to the int32 of the same low 32 bits: the uint32 cast's value
+    return host.astype(narrow, order="C", casting="unsafe")
+
+
+# -- the whole-array view --------------------------------------------------------------------------------------
+
+def _two_d(shape, rows_only: bool) -> tuple[int, int]:
+    """The 2-D view of a C-order shape: ``(N, 1)`` for one index per row (``rows_only``), 0-D and 1-D arrays;
+    else the last axis as columns."""
+    size = math.prod(shape)
+    if rows_only or len(shape) <= 1:
+        return size, 1
+    return size // shape[-1] if shape[-1] else math.prod(shape[:-1]), shape[-1]
+
+
+def wrap(obj: ArrayLike, what: str, dtype: DTypeArg = None, two_d_only: bool = False, *, op: str = "whole-array op",
+         target: str | None = None, written: bool = False, rows_only: bool = False) -> WholeArray:
+    """``obj`` (the call's ``what``: "table", "idx", "src", "out") as a :class:`WholeArray`, or the ConstraintError
+    / TypeError that refuses it. ``dtype`` reinterprets a data array's elements; ``two_d_only``: a Row table;
+    ``rows_only``: a Row index array (any shape, one index per row); ``written``: the call writes it (a copy
+    stays writable, and is written back)."""
+    user = obj
+    if type(obj) is np.ndarray and obj.flags.c_contiguous:  # the common case first: nothing to adapt
+        host = checked_indices(obj, op, target) if what == "idx" else obj
+        memory, kind = obj, NUMPY
     else:
-        raise TypeError(f"{what}: expected a numpy or device array, got {type(obj).__name__}")
+        if not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):
+            return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only)
+        memory, kind = host_memory(obj, what)
+        host = checked_indices(memory, op, target) if what == "idx" else memory
+        if written and kind == JAX:
+            host = np.array(memory, order="C")  # JAX arrays are immutable: the call updates a copy, a new JAX array
+        elif not host.flags.c_contiguous:
+            if written:
+                _check_writable_copy(memory, what, op, target)
+            host = np.ascontiguousarray(host)
+    dt = _resolve(dtype, what, host.dtype, op, target)
+    rows, cols = _shape_2d(what, memory.shape, two_d_only, rows_only, op, target)
+    return WholeArray(host, dt, memory.shape, rows, cols, False, memory, kind, user, host is not memory)
+
+
+def _check_writable_copy(memory: np.ndarray, what, op, target) -> None:
+    """A non-contiguous array the call writes is updated through a contiguous copy, then written back: it must be
+    writable, and its elements must not share memory with each other (a broadcast or ``as_strided`` view, where
+    the write-back would be ambiguous)."""
+    if not memory.flags.writeable:
+        raise ConstraintError(op, target, f"the {what} is written in place",
+                              f"{what} is a read-only array (flags.writeable is False)")
+    dims = sorted((abs(s), n) for s, n in zip(memory.strides, memory.shape) if n > 1)
+    reach = memory.itemsize
+    for stride, n in dims:  # each axis steps past everything the smaller axes span: no element is shared
+        if stride < reach:
+            raise ConstraintError(op, target, f"the {what}'s elements are distinct memory",
+                                  f"{what} has strides {memory.strides} for shape {memory.shape}: some of its "
+                                  "elements share memory (a broadcast or as_strided view); pass a copy")
+        reach += stride * (n - 1)
+
+
+_OF_NUMPY: dict[np.dtype, _dt.DType] = {}
+"""numpy dtype -> element dtype, filled as arrays arrive: a dict lookup instead of a walk over the dtypes."""
+
+
+def _resolve(dtype, what, np_dtype, op, target) -> _dt.DType:
+    """The element dtype of a data array: its own, or ``dtype`` reinterpreting elements of the same width."""
+    if dtype is None or what == "idx":
+        dt = _OF_NUMPY.get(np_dtype)
+        if dt is None:
+            dt = _OF_NUMPY[np_dtype] = _dt.resolve(np_dtype)  # raises for a dtype that is no element dtype
+        return dt
+    dt = _dt.resolve(dtype)
+    if dt.itemsize != np_dtype.itemsize:
+        raise ConstraintError(op, target, "dtype matches the memory",
+                              f"{what}: dtype {dt} ({dt.itemsize} B) over {np_dtype} memory")
+    return dt
+
+
+def _shape_2d(what, shape, two_d_only, rows_only, op, target) -> tuple[int, int]:
+    if what == "table":
+        if len(shape) == 2:
+            rows, cols = shape
+        elif len(shape) == 1 and not two_d_only:
+            rows, cols = shape[0], 1
+        else:
+            want = "2-D" if two_d_only else "1-D or 2-D"
+            raise ConstraintError(op, target, f"{what} is {want}", f"{what} has shape {shape}")
+        if rows * cols == 0:  # no indices (and so no source) is a no-op, as in numpy; no table is not
+            raise ConstraintError(op, target, "a non-empty table", f"table has shape {shape}")
+        return rows, cols
+    return _two_d(shape, rows_only)
+
+
+def _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only) -> WholeArray:
+    require_numba_cuda(f"{what}: a device array")  # the device paths run numba-cuda's kernels and copies
+    np_dtype, shape = _device_info(obj, what, op, target)
     if what == "idx" and np_dtype not in (np.dtype(np.int32), np.dtype(np.uint32)):
-        raise ConstraintError("whole-array op", None, "Tile Constraints: index dtype",
-                              f"index dtype must be int32 or uint32, got {np_dtype}")
-    dt = _dt.resolve(dtype if dtype is not None and what != "idx" else np_dtype)
-    if len(shape) == 1 and not two_d_only:
-        rows, cols = shape[0], 1
-    elif len(shape) == 2:
-        rows, cols = shape
-    else:
-        want = "2-D" if two_d_only else "1-D or 2-D"
-        raise ConstraintError("whole-array op", None, f"{what} is {want}", f"{what} has shape {shape}")
-    if rows * cols == 0 and what == "table":  # no indices (and so no source) is a no-op, as in numpy
-        raise ConstraintError("whole-array op", None, "a non-empty table", f"table has shape {shape}")
-    return WholeArray(obj, dt, shape, rows, cols, device)
+        # a wider index array is checked and narrowed on the host: a copy there and back
+        from numba import cuda  # a device array: numba.cuda is in real mode already
+        host = checked_indices(cuda.as_cuda_array(obj).copy_to_host(), op, target)
+        rows, cols = _two_d(shape, rows_only)
+        return WholeArray(host, _dt.resolve(host.dtype), shape, rows, cols, False, obj, DEVICE, obj, True)
+    dt = _resolve(dtype, what, np_dtype, op, target)
+    rows, cols = _shape_2d(what, shape, two_d_only, rows_only, op, target)
+    return WholeArray(obj, dt, shape, rows, cols, True, obj, DEVICE, obj)
 
 
 def to_host(a: WholeArray) -> np.ndarray:
@@ -63,3 +375,21 @@ def to_host(a: WholeArray) -> np.ndarray:
         from numba import cuda
         return cuda.as_cuda_array(a.obj).copy_to_host().view(a.dtype.numpy)
     return a.obj.view(a.dtype.numpy) if a.obj.dtype != a.dtype.numpy else a.obj
+
+
+def like(table: WholeArray, result: np.ndarray) -> Any:
+    """A gather's host result as an array of the table's kind: numpy for numpy and other producers, a PyTorch
+    tensor (of the table's own torch dtype, bfloat16 included) for a PyTorch table, a JAX array for a JAX one.
+    No copy for PyTorch; JAX makes its own array of the values."""
+    if table.kind == TORCH:
+        import torch  # the caller's table is a tensor: torch is imported already
+        words = result.view(np.dtype(f"i{result.dtype.itemsize}"))  # torch.from_numpy knows no ml_dtypes
+        return torch.from_numpy(words).view(table.user.dtype)
+    if table.kind == JAX:
+        import jax.numpy as jnp  # the caller's table is a JAX array: jax is imported already
+        return jnp.asarray(result)
+    return result
+
+
+__all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "WholeArray", "checked_indices", "host_memory",
+           "like", "to_host", "wrap"]

@@ -16,7 +16,11 @@ core). The result is that of issuing the tiles in order:
   O(sources) work instead of O(slots x sources). ``"auto"`` picks by that cost.
 
 ``target="a2a3"`` and ``"cpu"`` run the same tiles in order on the target's own code, so every result has a
-golden. Arrays may be numpy, or (GPU backend) CuPy / PyTorch / Numba device arrays, which stay on the device.
+golden. Arrays may be numpy, (GPU backend) CuPy / PyTorch / Numba device arrays, which stay on the device, or
+any host array exporting DLPack or the array interface (PyTorch CPU tensors, JAX arrays), used in place
+(:mod:`.arrays`: where a copy is made, and what a gather returns for each kind). Index arrays may be of any integer
+dtype whose values lie in ``[-2**31, 2**32)``, and of any shape: Row gathers ``idx.shape + (C,)``, as
+``F.embedding`` and ``jnp.take(table, idx, axis=0)`` do.
 
 A call is validated once, as one full tile (:func:`simt_pto.host.tiling.full_tiles`, ``constraints.plan_*``)
 plus its indices as a whole (:func:`simt_pto.plan.check_indices`), before anything is written. Then it becomes
@@ -27,8 +31,11 @@ sequential targets one host step per tile, each running that validated plan, re-
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
@@ -42,7 +49,12 @@ from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
 from . import dispatch, tiling
-from .arrays import WholeArray, to_host, wrap
+from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+TableT = TypeVar("TableT")
 
 SLOT_PATH_MAX_WORK = 1 << 22
 """``last_path="auto"`` uses the slot-centric kernels while slots x sources stays below this."""
@@ -86,27 +98,50 @@ def _device_scan(idx: WholeArray, capacity):
     return count, first, value
 
 
-def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check=None) -> _Call:
+def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check=None,
+             written=False) -> _Call:
     """Wrap and validate a whole-array call: the arrays, then ``check(table, idx)`` (the call's own operands),
-    then the target's rules (the plan of one full tile) and the indices."""
+    then the target's rules (the plan of one full tile) and the indices. ``written``: the call writes the table."""
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
-    table_a = wrap(table, "table", dtype, two_d_only=coalesce == Coalesce.ROW)
-    idx_a = wrap(idx, "idx")
-    if coalesce == Coalesce.ROW and idx_a.cols != 1:
-        raise ConstraintError(op, target, "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
+    row = coalesce == Coalesce.ROW
+    table_a = wrap(table, "table", dtype, two_d_only=row, op=op, target=target, written=written)
+    idx_a = wrap(idx, "idx", op=op, target=target, rows_only=row)  # Row: one index per row, any shape
     src_a = None if check is None else check(table_a, idx_a)
-    cols = table_a.cols if coalesce == Coalesce.ROW else max(idx_a.cols, 1)
+    cols = table_a.cols if row else max(idx_a.cols, 1)
     # an empty index array is validated as one row (the call's rules), then runs nothing
     data_tile, idx_tile, tile_rows = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype,
                                                        max(idx_a.rows, 1), cols, tile_rows, dyn_ubuf_size)
     # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
-    shape = table_a.shape if coalesce == Coalesce.ROW else (table_a.size,)
+    shape = table_a.shape if row else (table_a.size,)
     gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
     plan = plan_fn(target, gt, data_tile, idx_tile, coalesce)
     if idx_a.size:
         _check_indices(op, target, idx_a, plan.capacity, plan.rule)
     return _Call(target, coalesce, table_a, idx_a, tile_rows, plan, src_a)
+
+
+def _squeezed(shape) -> tuple:
+    return tuple(n for n in shape if n != 1)
+
+
+def _check_src(op, target, coalesce, src, dtype, table_a: WholeArray, idx_a: WholeArray) -> WholeArray:
+    """A scatter's ``src``: ``idx.shape + (C,)`` (Row) or ``idx.shape`` (Elem), up to axes of length 1, of the
+    table's dtype, sharing no memory with the table the call writes; seen as one row per index row."""
+    src_a = wrap(src, "src", dtype, op=op, target=target)
+    row = coalesce == Coalesce.ROW
+    want = idx_a.shape + (table_a.cols,) if row else idx_a.shape
+    if _squeezed(src_a.shape) != _squeezed(want) or src_a.dtype != table_a.dtype:
+        raise ConstraintError(op, target, "src matches idx (and the table row width, Row) and the table dtype",
+                              f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+    aliasing.check_disjoint(op, target, {"table": _written_memory(table_a)}, {"src": src_a.memory,
+                                                                               "idx": idx_a.memory})
+    return src_a.as_rows(idx_a.rows, table_a.cols if row else idx_a.cols)
+
+
+def _written_memory(table_a: WholeArray):
+    """The memory a scatter writes: the caller's own, or for a JAX table the private copy it updates."""
+    return table_a.obj if table_a.kind == JAX else table_a.memory
 
 
 def _host_tensor(plan, host_table):
@@ -123,9 +158,64 @@ def _run(call: CallPlan, target: str) -> None:
             step.run()
 
 
+def _followed_by(call: CallPlan, step: HostStep) -> CallPlan:
+    """``call``, then ``step``: after the call's guard too (a guard publishes the table's boundary words on exit,
+    and the step may read them)."""
+    if call.guard_name is None:
+        return CallPlan(call.steps + (step,))
+
+    @contextlib.contextmanager
+    def guard_then_step():
+        with call.guard():
+            yield
+        step.run()
+    return CallPlan(call.steps, guard=guard_then_step, guard_name=f"{call.guard_name}; after it: {step.name}")
+
+
+def _dask_operand(*arrays) -> bool:
+    """Whether any operand is a Dask array, told by its class's module: Dask is imported only when one is passed
+    (the route of :mod:`.dask_tables`, which never pulls the table into this process)."""
+    return any(type(a).__module__.partition(".")[0] == "dask" for a in arrays if a is not None)
+
+
 # -- gather ------------------------------------------------------------------------------------------------
 
-def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend=None):
+def _wrap_out(out, c: _Call, out_shape, target, dtype) -> WholeArray:
+    """A gather's ``out``: writable, of the gathered shape and the table's element dtype (``dtype`` reinterprets
+    it as it does the table), sharing no memory with the table or the indices."""
+    out_a = wrap(out, "out", dtype, op="MGATHER", target=target, written=True)
+    if out_a.kind == JAX:
+        raise TypeError("out: a JAX array cannot be written; leave out= unset and take the returned JAX array")
+    if not out_a.device and not out_a.memory.flags.writeable:
+        raise ConstraintError("MGATHER", target, "the out is written in place",
+                              "out is a read-only array (flags.writeable is False)")
+    if tuple(out_a.shape) != tuple(out_shape) or out_a.dtype != c.table.dtype:
+        raise ConstraintError("MGATHER", target, "out has the gathered shape and the table's dtype",
+                              f"out {tuple(out_a.shape)} {out_a.dtype}, expected {tuple(out_shape)} {c.table.dtype}")
+    aliasing.check_disjoint("MGATHER", target, {"out": out_a.memory}, {"table": c.table.memory,
+                                                                        "idx": c.idx.memory})
+    return out_a
+
+
+def _copy_into(out_a: WholeArray, result) -> None:
+    """Copy a gathered result (host or device memory) into the caller's ``out`` bit for bit, then into its own
+    elements where ``out`` was not contiguous."""
+    bits = out_a.dtype.bits
+    if isinstance(result, np.ndarray) and not out_a.device:
+        out_a.obj.reshape(-1).view(bits)[...] = result.reshape(-1).view(bits)
+    else:
+        from numba import cuda  # device memory on one side: numba.cuda is in real mode already
+        if out_a.device:
+            source = (np.ascontiguousarray(result).reshape(-1).view(bits) if isinstance(result, np.ndarray) else
+                      cuda.as_cuda_array(result).reshape(out_a.size).view(bits))
+            cuda.as_cuda_array(out_a.obj).reshape(out_a.size).view(bits).copy_to_device(source)
+        else:
+            cuda.as_cuda_array(result).reshape(out_a.size).view(bits).copy_to_host(out_a.obj.reshape(-1).view(bits))
+    if out_a.copied:
+        out_a.write_back()
+
+
+def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend=None, out=None):
     """``(plan, result)`` of a whole-array gather: validated, built, not run; ``result()`` after the run."""
     oob = from_any(GatherOOB, oob, "oob")
 
@@ -135,23 +225,36 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
 
     c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype)
     row = c.coalesce == Coalesce.ROW
-    out_shape = (c.idx.rows, c.table.cols) if row else c.idx.shape
+    out_shape = c.idx.shape + (c.table.cols,) if row else c.idx.shape
     out_cols = c.table.cols if row else c.idx.cols
+    out_a = None if out is None else _wrap_out(out, c, out_shape, c.target, dtype)
     if c.idx.size == 0:
-        return CallPlan(()), lambda: np.zeros(out_shape, dtype=c.table.dtype.numpy)
+        return CallPlan(()), (lambda: out) if out_a else (
+            lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy)))
     if c.target == "a5":
         from . import large_a5  # the A5 side loads the kernels and Numba: only for target a5
         call, gathered = large_a5.gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
-        return call, lambda: gathered().reshape(out_shape)
-    out = np.zeros((c.idx.rows, out_cols), dtype=c.table.dtype.numpy)
+        if out_a is None:
+            return call, lambda: like(c.table, gathered().reshape(out_shape))
+        return _followed_by(call, HostStep("copy the gathered elements into out",
+                                           lambda: _copy_into(out_a, gathered()))), lambda: out
+    if out_a is not None and not out_a.device:  # the tiles write the caller's out (or its contiguous copy)
+        dest = out_a.obj.reshape(-1).view(c.table.dtype.numpy).reshape(c.idx.rows, out_cols)
+    else:
+        dest = np.zeros((c.idx.rows, out_cols), dtype=c.table.dtype.numpy)
     gt = _host_tensor(c.plan, to_host(c.table))
     host_idx = to_host(c.idx).reshape(c.idx.rows, c.idx.cols)
 
     def gather_tile(r0, r1):
         tile = tiling.tile_plan(c.plan, host_idx[r0:r1], table=gt)
         dispatch.run_mgather(tile)
-        out[r0:r1] = tile.tile.valid_numpy()
-    return _tile_steps("MGATHER", c, gather_tile), lambda: out.reshape(out_shape)
+        dest[r0:r1] = tile.tile.valid_numpy()
+    if out_a is None:
+        return _tile_steps("MGATHER", c, gather_tile), lambda: like(c.table, dest.reshape(out_shape))
+    after = ()
+    if out_a.device or out_a.copied:
+        after = (HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, dest)),)
+    return _tile_steps("MGATHER", c, gather_tile, after), lambda: out
 
 
 def _tile_steps(op, c: _Call, run_tile, after=()) -> CallPlan:
@@ -164,33 +267,82 @@ def _tile_steps(op, c: _Call, run_tile, after=()) -> CallPlan:
     return CallPlan(tuple(steps) + tuple(after))
 
 
-def gather_plan(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_rows=None, dyn_ubuf_size=None,
-                strict=True, dtype=None, backend=None) -> CallPlan:
+def gather_plan(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row", oob: GatherOOB | str = "undefined",
+                target: str = "a5", tile_rows: int | None = None, dyn_ubuf_size: int | None = None,
+                strict: bool = True, dtype: DTypeArg = None, backend: str | None = None,
+                out: ArrayLike | None = None) -> CallPlan:
     """What :func:`gather` with these arguments runs, validated and built but not run: on ``a5`` its kernel launch
     (:func:`simt_pto.host.large_a5.gather_plan`, for ``backend``, default the current A5 backend), on ``a2a3`` /
-    ``cpu`` one host step per tile. Raises what :func:`gather` raises for a call it refuses."""
-    return _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend)[0]
+    ``cpu`` one host step per tile (and, with ``out``, the copy into it where one is needed). Raises what
+    :func:`gather` raises for a call it refuses."""
+    return _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend, out)[0]
 
 
-def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_rows=None, dyn_ubuf_size=None,
-           strict=True, dtype=None):
-    """Gather a whole array: ``table[idx]`` rows (Row; ``table`` 2-D, ``idx`` 1-D) or elements (Elem;
-    ``idx`` 1-D or 2-D into the flattened table), with the A5 semantics of MGATHER tile by tile.
+@overload
+def gather(table: NDArray[Any], idx: ArrayLike, *, coalesce: Coalesce | str = ..., oob: GatherOOB | str = ...,
+           target: str = ..., tile_rows: int | None = ..., dyn_ubuf_size: int | None = ..., strict: bool = ...,
+           dtype: DTypeArg = ..., out: None = ...) -> NDArray[Any]: ...
+@overload
+def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = ..., oob: GatherOOB | str = ...,
+           target: str = ..., tile_rows: int | None = ..., dyn_ubuf_size: int | None = ..., strict: bool = ...,
+           dtype: DTypeArg = ..., out: ArrayLike | None = ...) -> Any: ...
 
-    Indices are cast to uint32 and remapped by ``oob`` exactly as the tile op does. Returns a new array
-    (numpy for numpy inputs; on the GPU backend a device array of the table's kind otherwise).
+
+def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row", oob: GatherOOB | str = "undefined",
+           target: str = "a5", tile_rows: int | None = None, dyn_ubuf_size: int | None = None, strict: bool = True,
+           dtype: DTypeArg = None, out: ArrayLike | None = None) -> Any:
+    """Gather a whole array with the A5 semantics of MGATHER, tile by tile (MGATHER.md, "Coalesce::Row",
+    "Coalesce::Elem", "Out-of-Bounds Behaviour").
+
+    * Row: ``out[p] = table[idx[p], :]`` for every position ``p`` of ``idx`` (any shape): ``idx`` of shape
+      ``(B, L)`` gathers ``(B, L, C)`` from a ``(R, C)`` table, as ``F.embedding(idx, table)`` and
+      ``jnp.take(table, idx, axis=0)`` do.
+    * Elem: ``out[p] = table.flat[idx[p]]``: the result has ``idx``'s shape.
+
+    Indices are cast to uint32 and remapped by ``oob`` exactly as the tile op does (-1 is 4294967295, where numpy
+    would read the last row). ``idx`` may be of any integer dtype whose values lie in ``[-2**31, 2**32)`` (int64,
+    as numpy, PyTorch and JAX make them): those behave exactly as the same values in int32 / uint32; a value
+    outside is refused by value and position.
+
+    Returns a new array of the table's kind: numpy for numpy (and any other host producer), a ``torch.Tensor``
+    for a PyTorch tensor (bfloat16 too), a JAX array for a JAX array; on the GPU backend a device array of the
+    table's kind. With ``out`` (any writable array of those kinds, of the gathered shape and the table's dtype,
+    sharing no memory with ``table`` or ``idx``), the result is written there and ``out`` is returned.
     ``dtype`` reinterprets the table's elements (e.g. ``"bfloat16"`` over a uint16 device array).
+
+    A Dask array among the operands takes the Dask route (:func:`simt_pto.host.dask_tables.gather`): the result
+    is a Dask array chunked like ``idx``, with the same semantics, computed where the table's chunks are.
     """
-    call, result = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
+    if _dask_operand(table, idx, out):
+        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
+        return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
+                                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
+    call, result = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, None, out)
     _run(call, target_from_any(target))
     return result()
 
 
 # -- scatter -----------------------------------------------------------------------------------------------
 
+def _scatter_result(table_a: WholeArray) -> Callable[[], Any]:
+    """What a scatter returns: the caller's table, updated in place; for a JAX table the updated copy as a new
+    JAX array (JAX arrays cannot be written)."""
+    if table_a.kind == JAX:
+        return lambda: like(table_a, table_a.obj)
+    return lambda: table_a.user
+
+
+def _written_back(call: CallPlan, table_a: WholeArray) -> CallPlan:
+    """``call``, then the write-back of a non-contiguous table's contiguous copy into the caller's elements."""
+    if not table_a.copied or table_a.kind == JAX:
+        return call
+    return _followed_by(call, HostStep("copy the updated contiguous copy back into the table's own elements",
+                                       table_a.write_back))
+
+
 def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
-             last_path, dtype, backend=None, owner=None) -> CallPlan:
-    """The plan of a whole-array scatter: validated, built, not run."""
+             last_path, dtype, backend=None, owner=None) -> tuple[CallPlan, Callable[[], Any]]:
+    """``(plan, result)`` of a whole-array scatter: validated, built, not run; ``result()`` after the run."""
     atomic = from_any(ScatterAtomicOp, atomic, "atomic")
     oob = from_any(ScatterOOB, oob, "oob")
     conflict = from_any(ScatterConflict, conflict, "conflict")
@@ -207,21 +359,17 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
                                          dyn_ubuf_size)
 
     def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
-        src_a = wrap(src, "src", dtype)
-        want = (idx_a.rows, table_a.cols) if coalesce == Coalesce.ROW else (idx_a.rows, idx_a.cols)
-        if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
-            raise ConstraintError("MSCATTER", target, "src matches idx (and the table row width, Row) and the table dtype",
-                                  f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
-        aliasing.check_disjoint("MSCATTER", target, {"table": table_a.obj}, {"src": src_a.obj, "idx": idx_a.obj})
-        return src_a
+        return _check_src("MSCATTER", target, coalesce, src, dtype, table_a, idx_a)
 
-    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check_src)
+    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check_src,
+                 written=True)
+    result = _scatter_result(c.table)
     if c.idx.size == 0:
-        return CallPlan(())
+        return CallPlan(()), result
     if c.target == "a5":
         from . import large_a5  # the A5 side loads the kernels and Numba: only for target a5
-        return large_a5.scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path, SLOT_PATH_MAX_WORK,
-                                     backend, owner)
+        return _written_back(large_a5.scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
+                                                   SLOT_PATH_MAX_WORK, backend, owner), c.table), result
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
     gt = _host_tensor(c.plan, host_table)
     host_src = to_host(c.src).reshape(c.src.rows, c.src.cols)
@@ -236,54 +384,77 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
             dev = cuda.as_cuda_array(c.table.obj)
             dev.copy_to_device(host_table.view(dev.dtype))
         after = (HostStep("copy the table back to the device", write_back),)
-    return _tile_steps("MSCATTER", c, scatter_tile, after)
+    return _written_back(_tile_steps("MSCATTER", c, scatter_tile, after), c.table), result
 
 
-def scatter_plan(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", conflict="last", target="a5",
-                 tile_rows=None, dyn_ubuf_size=None, strict=True, last_path="auto", dtype=None, backend=None,
-                 owner=None) -> CallPlan:
+def scatter_plan(table: ArrayLike, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
+                 atomic: ScatterAtomicOp | str = "none", oob: ScatterOOB | str = "undefined",
+                 conflict: ScatterConflict | str = "last", target: str = "a5", tile_rows: int | None = None,
+                 dyn_ubuf_size: int | None = None, strict: bool = True, last_path: str = "auto",
+                 dtype: DTypeArg = None, backend: str | None = None, owner: str | None = None) -> CallPlan:
     """What :func:`scatter` with these arguments runs, validated and built but not run (nothing is written): on
     ``a5`` its kernel launches (:func:`simt_pto.host.large_a5.scatter_plan`, for ``backend``, default the current
     A5 backend; ``owner`` forces the owner path's layout, ``"dense"`` or ``"compact"``), on ``a2a3`` / ``cpu`` one
-    host step per tile. Raises what :func:`scatter` raises for a call it refuses."""
+    host step per tile; for a non-contiguous table, then the write-back of its contiguous copy. For a JAX table the
+    plan updates a private copy (use :func:`scatter` for the result). Raises what :func:`scatter` raises for a
+    call it refuses."""
     return _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
-                    last_path, dtype, backend, owner)
+                    last_path, dtype, backend, owner)[0]
 
 
-def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", conflict="last", target="a5",
-            tile_rows=None, dyn_ubuf_size=None, strict=True, last_path="auto", dtype=None):
-    """Scatter a whole array into ``table`` in place (Row: ``table[idx[r], :] op= src[r, :]``; Elem:
-    ``table.flat[idx[i]] op= src[i]``), with the semantics of issuing MSCATTER tile by tile in order.
-    Returns ``table``. ``last_path`` (Conflict::Last, atomic NONE on a5): ``"slot"``, ``"owner"`` or
-    ``"auto"``; see the module docstring.
+def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
+            atomic: ScatterAtomicOp | str = "none", oob: ScatterOOB | str = "undefined",
+            conflict: ScatterConflict | str = "last", target: str = "a5", tile_rows: int | None = None,
+            dyn_ubuf_size: int | None = None, strict: bool = True, last_path: str = "auto",
+            dtype: DTypeArg = None) -> TableT:
+    """Scatter a whole array into ``table`` with the semantics of issuing MSCATTER tile by tile in order
+    (MSCATTER.md, "Coalesce::Row", "Coalesce::Elem", "Tiled-Iteration Pattern").
+
+    * Row: ``table[idx[p], :] op= src[p, :]`` for every position ``p`` of ``idx`` (any shape): ``src`` has shape
+      ``idx.shape + (C,)``, e.g. ``(B, L, C)`` for ``idx`` of shape ``(B, L)``.
+    * Elem: ``table.flat[idx[p]] op= src[p]``: ``src`` has ``idx``'s shape.
+
+    ``idx`` and ``src`` are taken in C order: source position ``p`` is the flat C-order position in ``idx``, so
+    under Conflict::Last the largest flat C-order position wins each slot (whatever the arrays' strides). Indices
+    follow :func:`gather`'s rules (the uint32 cast; integer dtypes within ``[-2**31, 2**32)``).
+
+    The table is updated in place and returned: a numpy array, a device array, a PyTorch tensor (through a view of
+    its memory), any writable DLPack / array-interface producer; a non-contiguous table through a contiguous copy
+    written back into its own elements. A JAX array cannot be written: the call leaves it unchanged and returns
+    the updated table as a new JAX array. A read-only table is refused. ``last_path`` (Conflict::Last, atomic NONE
+    on a5): ``"slot"``, ``"owner"`` or ``"auto"``; see the module docstring.
+
+    A Dask array among the operands takes the Dask route (:func:`simt_pto.host.dask_tables.scatter`): Dask arrays
+    cannot be written, so the updated table is returned as a new Dask array, with the same semantics.
     """
-    call = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
-                    last_path, dtype)
+    if _dask_operand(table, src, idx):
+        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
+        updated_dask: TableT = dask_tables.scatter(
+            table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
+            tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
+        return updated_dask
+    call, result = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size,
+                            strict, last_path, dtype)
     target = target_from_any(target)
     if target == "cpu" and from_any(ScatterAtomicOp, atomic, "atomic") != ScatterAtomicOp.NONE and call.steps:
         warnings.warn(f"MSCATTER on cpu: atomic {from_any(ScatterAtomicOp, atomic, 'atomic').name} is a plain "
                       "replace on the CPU simulator (MSCATTER.md, CPU Reference Form: 'Atomic is always plain "
                       "replace'); target='a2a3' is the sequential golden for atomics", UserWarning, stacklevel=2)
     _run(call, target)
-    return table
+    updated: TableT = result()
+    return updated
 
 
-def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, strict, dtype) -> CallPlan:
-    """The plan of a whole-array Row scatter on the ``cpu`` target: the CPU simulator's MSCATTER walks element-wise,
-    so row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order
+def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, strict, dtype):
+    """``(plan, result)`` of a whole-array Row scatter on the ``cpu`` target: the CPU simulator's MSCATTER walks
+    element-wise, so row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order
     (MSCATTER.md, CPU Reference Form). Row indices are checked as rows first (the CPU simulator ignores ScatterOOB:
     out-of-range rows are refused under ``strict``, else dropped)."""
     op = "MSCATTER"
-    table_a = wrap(table, "table", dtype, two_d_only=True)
-    idx_a = wrap(idx, "idx")
-    if idx_a.cols != 1:
-        raise ConstraintError(op, "cpu", "Row: a 1-D index array (one index per row)", f"idx has shape {idx_a.shape}")
-    src_a = wrap(src, "src", dtype)
-    want = (idx_a.rows, table_a.cols)
-    if (src_a.rows, src_a.cols) != want or src_a.dtype != table_a.dtype:
-        raise ConstraintError(op, "cpu", "src matches idx (and the table row width, Row) and the table dtype",
-                              f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
-    aliasing.check_disjoint(op, "cpu", {"table": table_a.obj}, {"src": src_a.obj, "idx": idx_a.obj})
+    table_a = wrap(table, "table", dtype, two_d_only=True, op=op, target="cpu", written=True)
+    idx_a = wrap(idx, "idx", op=op, target="cpu", rows_only=True)
+    src_a = _check_src(op, "cpu", Coalesce.ROW, src, dtype, table_a, idx_a)
+    result = _scatter_result(table_a)
     if table_a.size >= 2 ** 32:
         raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
                               f"table has {table_a.size} elements")
@@ -294,9 +465,10 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     host_src = to_host(src_a).reshape(src_a.rows, src_a.cols)[keep]
     elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
     if not elem_idx.size:
-        return CallPlan(())
-    return _scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, "elem", atomic,
-                    oob, conflict, "cpu", None, dyn_ubuf_size, strict, "auto", table_a.dtype.name)
+        return CallPlan(()), result
+    call, _ = _scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, "elem",
+                       atomic, oob, conflict, "cpu", None, dyn_ubuf_size, strict, "auto", table_a.dtype.name)
+    return _written_back(call, table_a), result
 
 
 __all__ = ["LAST_PATHS", "SLOT_PATH_MAX_WORK", "gather", "gather_plan", "scatter", "scatter_plan"]

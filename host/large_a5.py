@@ -107,7 +107,7 @@ def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
     array (on the GPU, through device memory: the plan's last step copies it to the host)."""
     gpu = (a5_backend() if backend is None else backend) == "gpu"
     bits, n = plan.dtype.bits, idx.rows * out_cols
-    table_flat, idx_flat = _flat(table, bits), _flat(idx, idx.dtype.numpy)
+    table_flat, idx_flat = _flat(table, bits), _flat(idx, np.uint32)
     result = host_out = None
     if not gpu:
         out = host_out = np.empty(n, dtype=bits)  # the kernels write every element (the gather or T(0))
@@ -160,7 +160,7 @@ def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work
     fmt = a5.element_format(plan)
     table_arg, boundary = a5.scatter_table(plan, fmt)  # a mid-word 16-bit float Add: the plan's guard
     src_flat = _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype))
-    idx_flat = _flat(idx, idx.dtype.numpy)
+    idx_flat = _flat(idx, np.uint32)
     rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
     if not (plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST):
         steps = (_tile_scatter(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt),)

@@ -223,7 +223,10 @@ def njit(py_func=None, *, key: str | None = None, **options):
 
 def cuda_jit(py_func=None, *, key: str | None = None, **options):
     """``numba.cuda.jit`` with the same options, the dispatcher passed through :func:`guard` (the CUDA simulator's
-    kernels compile nothing and come back as they are); ``key`` as for :func:`njit`."""
+    kernels compile nothing and come back as they are); ``key`` as for :func:`njit`. Raises
+    :class:`~simt_pto.backend.MissingExtraError` without numba-cuda (Numba's built-in ``numba.cuda`` is not it)."""
+    from simt_pto.backend import require_numba_cuda
+    require_numba_cuda("a CUDA kernel")
     from numba import cuda
 
     def decorate(fn):

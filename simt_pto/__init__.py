@@ -10,9 +10,12 @@ the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (
 ``scatter``, and ``gather_plan`` / ``scatter_plan``, what they would launch: :mod:`simt_pto.host.large`) and
 the tools (``coalescing``, ``inspect_kernel``, ``selftest``: :mod:`simt_pto.host.tools`) are imported at their
 first use, by :func:`__getattr__`; this is the one place the model names the runtime and the tools (the
-import-linter contracts in pyproject.toml state it).
+import-linter contracts in pyproject.toml state it). A type checker reads the same names from the
+``if TYPE_CHECKING:`` imports below, which never run: it sees their signatures, not ``Any``.
 """
-from .backend import a5_backend, a5_backends, set_a5_backend
+from typing import TYPE_CHECKING
+
+from .backend import MissingExtraError, a5_backend, a5_backends, set_a5_backend
 from . import dtypes, nz, reference
 from .dtypes import DType
 from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,
@@ -23,10 +26,17 @@ from .tensor import GlobalTensor
 from .tile import Tile
 from ._version import __version__ as __version__  # written once, in _version.py
 
+if TYPE_CHECKING:  # the lazy re-exports below, as a type checker sees them; never imported at run time
+    from .host.large import gather, gather_plan, scatter, scatter_plan
+    from .host.tools import coalescing
+    from .host.tools.kernel_report import inspect_kernel
+    from .host.tools.selftest import selftest
+    from .ops import mgather, mscatter, tload, tstore
+
 
 __all__ = [
     "BLayout", "Coalesce", "ConstraintError", "DType", "GatherExec", "GatherOOB", "GlobalTensor", "Layout",
-    "LaunchGeometry", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
+    "LaunchGeometry", "MissingExtraError", "OutOfBoundsError", "SLayout", "ScatterAtomicOp", "ScatterConflict", "ScatterOOB", "TARGETS",
     "Tile", "TileType", "a5_backend", "a5_backends", "coalescing", "dtypes", "elem_geometry", "gather", "gather_plan",
     "inspect_kernel", "last_geometry", "mgather", "mscatter", "nz", "reference", "row_geometry", "scatter",
     "scatter_plan", "selftest", "set_a5_backend", "tload", "tstore",
@@ -36,27 +46,28 @@ _OPS = ("mgather", "mscatter", "tload", "tstore")
 _WHOLE_ARRAY = ("gather", "gather_plan", "scatter", "scatter_plan")
 
 
-def __getattr__(name: str):
-    """The public names of the runtime and the tools, imported on first access (then kept as attributes).
+if not TYPE_CHECKING:  # hidden from type checkers, so that they report a misspelt name instead of typing it Any
+    def __getattr__(name: str) -> object:
+        """The public names of the runtime and the tools, imported on first access (then kept as attributes).
 
-    Importing them eagerly would make ``import simt_pto`` load the host side, and through the tools the kernels
-    and Numba; the model itself never needs them."""
-    if name in _OPS:
-        from . import ops
-        value = getattr(ops, name)
-    elif name in _WHOLE_ARRAY:
-        from .host import large
-        value = getattr(large, name)
-    elif name == "coalescing":
-        from .host.tools import coalescing as value
-    elif name == "inspect_kernel":
-        from .host.tools.kernel_report import inspect_kernel as value
-    elif name == "selftest":
-        from .host.tools.selftest import selftest as value
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+        Importing them eagerly would make ``import simt_pto`` load the host side, and through the tools the kernels
+        and Numba; the model itself never needs them."""
+        if name in _OPS:
+            from . import ops
+            value = getattr(ops, name)
+        elif name in _WHOLE_ARRAY:
+            from .host import large
+            value = getattr(large, name)
+        elif name == "coalescing":
+            from .host.tools import coalescing as value
+        elif name == "inspect_kernel":
+            from .host.tools.kernel_report import inspect_kernel as value
+        elif name == "selftest":
+            from .host.tools.selftest import selftest as value
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -18,6 +18,13 @@ a device, else ``multicore``. Nothing is resolved at import: the first A5 call (
 ``gpu`` and ``simulator`` exclude each other in one process; ``multicore`` never needs ``numba.cuda`` and works
 beside either. :func:`a5_backends` says what this process can use.
 
+``gpu`` and ``simulator`` need numba-cuda, which the core install leaves out: it comes with the ``cuda`` extra
+(``pip install "simt_pto[cuda]"``, with the numpy bound numba-cuda needs). Without it ``auto`` is ``multicore``,
+:func:`a5_backends` lists ``multicore`` only, and asking for ``gpu`` or ``simulator`` raises
+:class:`MissingExtraError` naming the extra. Numba's own built-in ``numba.cuda`` (what ``import numba.cuda``
+loads when numba-cuda is not installed) is no CUDA backend of ours; a process that imported it first still runs
+``multicore``.
+
 Every A5 backend, and the ``a2a3`` target's loops, run Numba-compiled code (the ``multicore`` backend's atomics
 are LLVM intrinsics that have no pure-Python form). With ``NUMBA_DISABLE_JIT`` set, :func:`a5_backend` (so the
 first A5 call) and the first ``a2a3`` call raise :class:`JitRequiredError`; ``import simt_pto`` and the ``cpu``
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import os
 import sys
 import warnings
@@ -41,6 +49,38 @@ DEPRECATED = {"cpu": "multicore"}
 renamed because ``cpu`` is also a target (the CPU simulator's semantics), which it is not."""
 _requested: str | None = None
 _resolved: str | None = None
+
+
+CUDA_EXTRA = "cuda"
+"""The extra that installs numba-cuda (the ``gpu`` and ``simulator`` backends): ``pip install "simt_pto[cuda]"``."""
+
+
+class MissingExtraError(ImportError):
+    """A backend or tool needs an optional part of the package that this install leaves out. The message says what
+    asked for it and the command that installs it: ``A5 backend 'simulator' needs numba-cuda, which this install
+    leaves out: pip install "simt_pto[cuda]"``; ``extra`` is the extra's name, ``install`` that command."""
+
+    def __init__(self, what: str, needs: str, extra: str) -> None:
+        self.what, self.needs, self.extra = what, needs, extra
+        self.install = f'pip install "simt_pto[{extra}]"'
+        super().__init__(f"{what} needs {needs}, which this install leaves out: {self.install}")
+
+
+def numba_cuda_installed() -> bool:
+    """True when numba-cuda (the ``cuda`` extra) is installed; asked without importing it."""
+    return importlib.util.find_spec("numba_cuda") is not None
+
+
+def require_numba_cuda(what: str, extra: str = CUDA_EXTRA) -> None:
+    """Check that ``what`` (a backend, a tool) can use numba-cuda in this process: :class:`MissingExtraError`
+    naming ``extra`` when numba-cuda is not installed; RuntimeError when Numba's own built-in ``numba.cuda`` was
+    imported first, which holds the name ``numba.cuda`` for the rest of the process."""
+    if not numba_cuda_installed():
+        raise MissingExtraError(what, "numba-cuda", extra)
+    if cuda_mode() == "builtin":
+        raise RuntimeError(f"{what} needs numba-cuda, but Numba's own built-in numba.cuda was imported first in "
+                           "this process and holds the name numba.cuda; import simt_pto's CUDA backends before "
+                           "it, or use 'multicore'")
 
 
 class JitRequiredError(RuntimeError):
@@ -95,18 +135,31 @@ def gpu_present() -> bool:
     return False
 
 
-def _cuda_mode() -> str | None:
-    """``"gpu"`` or ``"simulator"`` if ``numba.cuda`` is imported in this process, else None."""
-    if "numba.cuda" not in sys.modules:
+def cuda_mode() -> str | None:
+    """How ``numba.cuda`` runs in this process: None (not imported), ``"gpu"`` or ``"simulator"`` (numba-cuda, in
+    real or simulator mode), or ``"builtin"`` (Numba's own built-in ``numba.cuda``, what ``import numba.cuda``
+    loads without numba-cuda: no backend of ours runs on it).
+
+    Read from what was imported, never by importing: numba-cuda keeps its mode in ``numba.cuda.core.config``,
+    which the built-in one does not have."""
+    module = sys.modules.get("numba.cuda")
+    if module is None:
         return None
-    from numba.cuda.core import config
+    config = sys.modules.get("numba.cuda.core.config")
+    if config is None or getattr(module, "implementation", "NVIDIA") != "NVIDIA":
+        return "builtin"
     return "simulator" if config.ENABLE_CUDASIM else "gpu"
 
 
 def a5_backends() -> tuple[str, ...]:
-    """The A5 backends this process can use: ``multicore`` always, ``simulator`` unless ``numba.cuda`` runs in real
-    mode, ``gpu`` when a device is present and ``numba.cuda`` is not in simulator mode."""
-    mode = _cuda_mode()
+    """The A5 backends this process can use: ``multicore`` always; with numba-cuda (the ``cuda`` extra)
+    ``simulator`` unless ``numba.cuda`` runs in real mode, and ``gpu`` when a device is present and ``numba.cuda``
+    is not in simulator mode. Numba's built-in ``numba.cuda``, imported first, leaves ``multicore`` only."""
+    if not numba_cuda_installed():
+        return ("multicore",)
+    mode = cuda_mode()
+    if mode == "builtin":
+        return ("multicore",)
     out = []
     if mode != "simulator" and gpu_present():
         out.append("gpu")
@@ -117,8 +170,10 @@ def a5_backends() -> tuple[str, ...]:
 
 
 def _prepare_cuda(backend: str) -> None:
-    """Make ``numba.cuda`` import in the mode ``backend`` needs (or check the mode it already runs in)."""
-    mode = _cuda_mode()
+    """Make ``numba.cuda`` import in the mode ``backend`` needs (or check the mode it already runs in); raises
+    :class:`MissingExtraError` without numba-cuda."""
+    require_numba_cuda(f"A5 backend {backend!r}")
+    mode = cuda_mode()
     if mode is not None:
         if mode != backend:
             raise RuntimeError(f"A5 backend {backend!r}: numba.cuda already runs as {mode} in this process "
@@ -132,7 +187,8 @@ def _prepare_cuda(backend: str) -> None:
 
 def _resolve(choice: str) -> str:
     if choice == "auto":
-        return "gpu" if _cuda_mode() != "simulator" and gpu_present() else "multicore"
+        usable = numba_cuda_installed() and cuda_mode() in (None, "gpu")
+        return "gpu" if usable and gpu_present() else "multicore"
     return choice
 
 
@@ -140,8 +196,9 @@ def set_a5_backend(name: str) -> str:
     """Choose ``"gpu"``, ``"multicore"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the backend.
     The old ``"cpu"`` still selects ``"multicore"``, with a :class:`DeprecationWarning` (:func:`canonical_backend`).
 
-    Raises ValueError for an unknown name, RuntimeError for ``gpu`` / ``simulator`` when ``numba.cuda`` already runs in the other mode, and
-    :class:`JitRequiredError` when Numba's JIT is disabled.
+    Raises ValueError for an unknown name, :class:`MissingExtraError` for ``gpu`` / ``simulator`` without
+    numba-cuda (the ``cuda`` extra), RuntimeError for either when ``numba.cuda`` already runs in the other mode (or
+    is Numba's built-in one), and :class:`JitRequiredError` when Numba's JIT is disabled.
     """
     global _requested, _resolved
     choice = canonical_backend(name, stacklevel=2)
@@ -157,7 +214,8 @@ def a5_backend() -> str:
     """``"gpu"``, ``"multicore"`` or ``"simulator"``: where A5 kernels run in this process (resolved on first use;
     ``SIMT_PTO_A5_BACKEND=cpu`` selects ``"multicore"`` with a :class:`DeprecationWarning`).
 
-    Raises :class:`JitRequiredError` when Numba's JIT is disabled (``NUMBA_DISABLE_JIT``): no A5 backend runs then.
+    Raises :class:`JitRequiredError` when Numba's JIT is disabled (``NUMBA_DISABLE_JIT``): no A5 backend runs then;
+    :class:`MissingExtraError` when ``SIMT_PTO_A5_BACKEND`` asks for ``gpu`` / ``simulator`` without numba-cuda.
     """
     global _resolved
     require_jit("a5")

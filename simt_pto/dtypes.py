@@ -5,7 +5,9 @@ matrix all read them (MGATHER.md / MSCATTER.md "Tile Constraints", MSCATTER.md "
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import ml_dtypes
 import numpy as np
@@ -23,7 +25,7 @@ class DType:
     """
 
     name: str
-    numpy: np.dtype
+    numpy: np.dtype[Any]
     kind: str  # "int", "uint", "float" or "opaque"
 
     @property
@@ -31,10 +33,10 @@ class DType:
         return self.numpy.itemsize
 
     @property
-    def bits(self) -> np.dtype:
+    def bits(self) -> np.dtype[np.unsignedinteger[Any]]:
         return unsigned(self.numpy.itemsize)
 
-    def __eq__(self, other) -> bool:  # names are unique: no need to compare numpy dtypes on every check
+    def __eq__(self, other: object) -> bool:  # names are unique: no need to compare numpy dtypes on every check
         return self is other or (isinstance(other, DType) and self.name == other.name)
 
     def __hash__(self) -> int:
@@ -47,34 +49,26 @@ class DType:
         return f"DType({self.name})"
 
 
-_UNSIGNED_OF_SIZE = {size: np.dtype(f"uint{8 * size}") for size in (1, 2, 4, 8)}
+_UNSIGNED_OF_SIZE: dict[int, np.dtype[np.unsignedinteger[Any]]] = {
+    size: np.dtype(f"uint{8 * size}") for size in (1, 2, 4, 8)}
 
 
-def unsigned(itemsize: int) -> np.dtype:
+def unsigned(itemsize: int) -> np.dtype[np.unsignedinteger[Any]]:
     """The unsigned integer dtype of ``itemsize`` bytes (1, 2, 4 or 8): how kernels move raw bits."""
     return _UNSIGNED_OF_SIZE[itemsize]
 
 
-def _d(name, np_type, kind):
-    return DType(name, np.dtype(np_type), kind)
-
-
-int8 = _d("int8", np.int8, "int")
-uint8 = _d("uint8", np.uint8, "uint")
-int16 = _d("int16", np.int16, "int")
-uint16 = _d("uint16", np.uint16, "uint")
-int32 = _d("int32", np.int32, "int")
-uint32 = _d("uint32", np.uint32, "uint")
-float16 = _d("float16", np.float16, "float")
-bfloat16 = _d("bfloat16", ml_dtypes.bfloat16, "float")
-float32 = _d("float32", np.float32, "float")
-# A5 only: the 8-bit floats (ml_dtypes), and hifloat8, moved bit-exactly as uint8
-float8_e4m3 = _d("float8_e4m3", ml_dtypes.float8_e4m3fn, "float")
-float8_e5m2 = _d("float8_e5m2", ml_dtypes.float8_e5m2, "float")
-hifloat8 = _d("hifloat8", np.uint8, "opaque")
-
-ALL_DTYPES = (int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32,
-              float8_e4m3, float8_e5m2, hifloat8)
+# name, numpy type, kind. The last three are A5 only: the 8-bit floats (ml_dtypes), and hifloat8, moved
+# bit-exactly as uint8.
+ALL_DTYPES: tuple[DType, ...] = tuple(DType(name, np.dtype(np_type), kind) for name, np_type, kind in (
+    ("int8", np.int8, "int"), ("uint8", np.uint8, "uint"), ("int16", np.int16, "int"), ("uint16", np.uint16, "uint"),
+    ("int32", np.int32, "int"), ("uint32", np.uint32, "uint"), ("float16", np.float16, "float"),
+    ("bfloat16", ml_dtypes.bfloat16, "float"), ("float32", np.float32, "float"),
+    ("float8_e4m3", ml_dtypes.float8_e4m3fn, "float"), ("float8_e5m2", ml_dtypes.float8_e5m2, "float"),
+    ("hifloat8", np.uint8, "opaque"),
+))
+(int8, uint8, int16, uint16, int32, uint32, float16, bfloat16, float32,
+ float8_e4m3, float8_e5m2, hifloat8) = ALL_DTYPES
 BY_NAME = {d.name: d for d in ALL_DTYPES}
 _ALIASES = {
     "half": float16, "fp16": float16, "f16": float16, "float": float32, "fp32": float32, "f32": float32,
@@ -121,7 +115,12 @@ def atomic_dtypes(target: str, atomic: ScatterAtomicOp) -> tuple[DType, ...]:
     return ATOMIC_DTYPES[(target, atomic)]
 
 
-def resolve(dtype) -> DType:
+DTypeLike: TypeAlias = DType | str | np.dtype[Any] | type[np.generic]
+"""What the public functions accept for an element dtype: a :class:`DType`, a name or alias (``"float16"``,
+``"half"``, ``"bf16"``, ``"hifloat8"``), or a numpy dtype or scalar type (``np.float32``, ``ml_dtypes.bfloat16``)."""
+
+
+def resolve(dtype: DTypeLike) -> DType:
     """A :class:`DType` from a DType, a name ("float16", "half", "bf16", "hifloat8"), or a numpy dtype."""
     if isinstance(dtype, DType):
         return dtype
@@ -144,7 +143,7 @@ def resolve(dtype) -> DType:
     raise TypeError(f"dtype: {npd} is not a PTO element dtype; expected one of {names}")
 
 
-def from_typestr(typestr: str) -> np.dtype:
+def from_typestr(typestr: str) -> np.dtype[Any]:
     """The numpy dtype of a ``__cuda_array_interface__`` typestr. ``"<V2"`` is bfloat16: PyTorch exports its
     bfloat16 tensors so, after ``ml_dtypes.bfloat16.dtype.str``."""
     if typestr == "<V2":
@@ -152,5 +151,5 @@ def from_typestr(typestr: str) -> np.dtype:
     return np.dtype(typestr)
 
 
-def names(dtypes) -> str:
+def names(dtypes: Iterable[DType]) -> str:
     return ", ".join(d.name for d in dtypes)

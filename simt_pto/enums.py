@@ -10,6 +10,7 @@ import enum
 import functools
 import inspect
 import textwrap
+from typing import TypeAlias, TypeVar, cast
 
 import numpy as np
 
@@ -183,17 +184,32 @@ class ElementFormat(enum.IntEnum):
 
 TARGETS = ("cpu", "a2a3", "a5")
 
+# What the public functions accept for an enum argument: a member, its integer value or its name (:func:`from_any`).
+CoalesceLike: TypeAlias = Coalesce | int | str
+GatherOOBLike: TypeAlias = GatherOOB | int | str
+ScatterOOBLike: TypeAlias = ScatterOOB | int | str
+ScatterAtomicOpLike: TypeAlias = ScatterAtomicOp | int | str
+ScatterConflictLike: TypeAlias = ScatterConflict | int | str
+GatherExecLike: TypeAlias = GatherExec | int | str
+TileTypeLike: TypeAlias = TileType | int | str
+BLayoutLike: TypeAlias = BLayout | int | str
+SLayoutLike: TypeAlias = SLayout | int | str
+LayoutLike: TypeAlias = Layout | int | str
+
+
+E = TypeVar("E", bound=enum.IntEnum)
+
 
 def _norm(text: str) -> str:
     return text.strip().lower().replace("-", "").replace("_", "").replace(" ", "")
 
 
 @functools.cache
-def _members_by_name(enum_cls: type[enum.IntEnum]) -> dict:
+def _members_by_name(enum_cls: type[enum.IntEnum]) -> dict[str, enum.IntEnum]:
     return {_norm(member.name): member for member in enum_cls}
 
 
-def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> enum.IntEnum:
+def from_any(enum_cls: type[E], value: object, what: str | None = None) -> E:
     """Turn a member, its integer value, or a case-insensitive name into a member of ``enum_cls``.
 
     ``what`` names the argument in the error (default: the enum's name).
@@ -206,7 +222,7 @@ def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> en
     if isinstance(value, str):
         member = _members_by_name(enum_cls).get(_norm(value))
         if member is not None:
-            return member
+            return cast(E, member)
         names = ", ".join(m.name.lower() for m in enum_cls)
         raise ValueError(f"{what}: unknown value {value!r}; expected one of {names}")
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -218,7 +234,7 @@ def from_any(enum_cls: type[enum.IntEnum], value, what: str | None = None) -> en
     raise TypeError(f"{what}: expected a {enum_cls.__name__}, an int or a string, got {type(value).__name__}")
 
 
-def target_from_any(target) -> str:
+def target_from_any(target: str) -> str:
     """Normalise a target name: ``"a5"``, ``"a2a3"`` (also ``"a2"``, ``"a3"``) or ``"cpu"``."""
     if not isinstance(target, str):
         raise TypeError(f"target: expected a string, got {type(target).__name__}")

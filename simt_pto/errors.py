@@ -1,6 +1,8 @@
 """The emulator's errors. Both are raised before anything is written."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class ConstraintError(ValueError):
     """A call breaks a rule of the spec's constraint tables.
@@ -9,7 +11,7 @@ class ConstraintError(ValueError):
     ``MSCATTER on a2a3: atomic Max supports no dtype on a2a3 (rule: Atomic Type Support); got float32``.
     """
 
-    def __init__(self, op: str, target: str | None, rule: str, detail: str):
+    def __init__(self, op: str, target: str | None, rule: str, detail: str) -> None:
         self.op, self.target, self.rule, self.detail = op, target, rule, detail
         where = f"{op} on {target}" if target else op
         super().__init__(f"{where}: {detail} (rule: {rule})")
@@ -22,9 +24,9 @@ class OutOfBoundsError(IndexError):
     the first offending positions. Pass ``strict=False`` for the documented memory-safe result.
     """
 
-    def __init__(self, op: str, target: str, capacity: int, positions, values, count: int,
-                 why: str = "under OOB policy UNDEFINED",
-                 hint: str = "pick CLAMP / WRAP / ZERO / SKIP, or pass strict=False"):
+    def __init__(self, op: str, target: str, capacity: int, positions: Iterable[int | tuple[int, ...]],
+                 values: Iterable[int], count: int, why: str = "under OOB policy UNDEFINED",
+                 hint: str = "pick CLAMP / WRAP / ZERO / SKIP, or pass strict=False") -> None:
         self.op, self.target, self.capacity = op, target, capacity
         self.positions, self.values, self.count = list(positions), list(values), count
         shown = ", ".join(f"{p}: {v}" for p, v in zip(self.positions, self.values))

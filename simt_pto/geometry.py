@@ -7,6 +7,7 @@ Every launch is one block of ``dim3(32, launch_warps)`` threads; lane = threadId
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 WARP = 32
 MAX_WARPS = 32
@@ -44,7 +45,7 @@ class LaunchGeometry:
         return 0 if not self.row_warps else _ceil_div(self.work_items, self.row_warps)
 
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "block": list(self.block), "launch_warps": self.launch_warps,
                 "threads": self.threads, "row_warps": self.row_warps, "warps_per_row": self.warps_per_row,
                 "rows_per_warp": self.rows_per_warp, "work_items": self.work_items}

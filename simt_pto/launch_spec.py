@@ -34,7 +34,7 @@ class KernelPolicy:
     """MSCATTER's conflict policy: it selects the kernel (Last: the slot-centric or owner kernels) and is recorded
     for the reader; no kernel is compiled on it."""
 
-    def factory_args(self) -> dict:
+    def factory_args(self) -> dict[str, IndexRule | ScatterAtomicOp | ElementFormat]:
         """The compile-time constants the kernel's factory takes, by name (``rule``, ``atomic``, ``fmt``)."""
         return {name: value for name, value in (("rule", self.rule), ("atomic", self.atomic), ("fmt", self.fmt))
                 if value is not None}
@@ -50,7 +50,7 @@ class KernelPolicy:
         """The part of the policy a kernel is compiled on (``conflict`` only selects the kernel)."""
         return replace(self, conflict=None)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
         """The policy by name, for reports: ``{"rule": "clamp", "atomic": "add", "format": "f16", ...}``."""
         out = {}
         for key, value in (("rule", self.rule), ("atomic", self.atomic), ("format", self.fmt),
@@ -79,15 +79,15 @@ class LaunchSpec:
     moves. The coalescing analyzer models this one; None where the two are the same."""
 
     @property
-    def arguments(self) -> dict:
+    def arguments(self) -> dict[str, Any]:
         """The arguments by name."""
         return dict(self.args)
 
-    def values(self) -> tuple:
+    def values(self) -> tuple[Any, ...]:
         """The arguments in the kernel's order."""
         return tuple(value for _, value in self.args)
 
-    def with_args(self, **changes) -> LaunchSpec:
+    def with_args(self, **changes: Any) -> LaunchSpec:
         """The same launch with some arguments replaced (staged device copies, a benchmark's index pattern)."""
         unknown = set(changes) - {name for name, _ in self.args}
         if unknown:
@@ -96,7 +96,7 @@ class LaunchSpec:
 
 
 def launch_spec(kernel: str, policy: KernelPolicy, geometry: LaunchGeometry, *, grid: int = 1,
-                writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None, **args) -> LaunchSpec:
+                writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None, **args: Any) -> LaunchSpec:
     """A :class:`LaunchSpec` with its arguments as keywords, in the kernel's parameter order."""
     return LaunchSpec(kernel, policy, tuple(args.items()), geometry, int(grid), tuple(writes), hardware)
 
@@ -116,9 +116,9 @@ class CallPlan:
     ``guard`` is entered around all of them (the staged boundary words of a mid-word 16-bit float Add: staged at
     entry, written back at exit, under their locks)."""
 
-    steps: tuple
-    guard: Callable[[], contextlib.AbstractContextManager] = field(default=contextlib.nullcontext, compare=False,
-                                                                    repr=False)
+    steps: tuple[LaunchSpec | HostStep, ...]
+    guard: Callable[[], contextlib.AbstractContextManager[Any]] = field(default=contextlib.nullcontext,
+                                                                         compare=False, repr=False)
     guard_name: str | None = None
     """What ``guard`` does, for the reader (``"stage and publish the boundary words"``), or None."""
 

@@ -14,7 +14,10 @@ A fractal block is ``16 x kC0`` elements (32 bytes x 16 = 512 B), ``kC0 = 32 / s
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 FRACTAL_NZ_ROW = 16
 C0_SIZE_BYTE = 32
@@ -42,7 +45,7 @@ def gm_shape(logical_rows: int, logical_cols: int, itemsize: int, batches: int =
     return (batches, logical_cols // (kc0 * batches), logical_rows // FRACTAL_NZ_ROW, FRACTAL_NZ_ROW, kc0)
 
 
-def packed_strides(shape) -> tuple[int, ...]:
+def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major packed strides (in elements) of a 5-D shape: also the packed NZ strides."""
     strides, acc = [], 1
     for n in reversed(shape):
@@ -51,7 +54,8 @@ def packed_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def gm_offsets(shape, stride, rows=None, cols=None) -> np.ndarray:
+def gm_offsets(shape: Sequence[int], stride: Sequence[int], rows: int | None = None,
+               cols: int | None = None) -> np.ndarray:
     """Offsets of the logical ``(lr, lc)`` of an NZ GM tensor, shape ``(BRows*16, B*BCols*kC0)``, or of its
     top-left ``rows x cols`` block only."""
     b_n, bc_n, br_n, f_rows, kc0 = (int(s) for s in shape)
@@ -64,7 +68,8 @@ def gm_offsets(shape, stride, rows=None, cols=None) -> np.ndarray:
     return b * s0 + bc * s1 + br * s2 + ri * s3 + ci * s4
 
 
-def to_nz(matrix: np.ndarray, batches: int = 1, stride=None) -> tuple[np.ndarray, tuple, tuple]:
+def to_nz(matrix: npt.ArrayLike, batches: int = 1,
+          stride: Sequence[int] | None = None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
     """Lay a logical matrix out as an NZ GM buffer. Returns ``(flat, shape, stride)``.
 
     ``stride`` (5-D, elements) may pad the layout (stride-padded NZ); padding stays zero.
@@ -78,7 +83,7 @@ def to_nz(matrix: np.ndarray, batches: int = 1, stride=None) -> tuple[np.ndarray
     return flat, shape, stride
 
 
-def from_nz(flat: np.ndarray, shape, stride=None) -> np.ndarray:
+def from_nz(flat: npt.ArrayLike, shape: Sequence[int], stride: Sequence[int] | None = None) -> np.ndarray:
     """The logical matrix of an NZ GM buffer (the inverse of :func:`to_nz`)."""
     stride = tuple(stride) if stride is not None else packed_strides(shape)
     return np.asarray(flat).reshape(-1)[gm_offsets(shape, stride)]

@@ -7,7 +7,8 @@ host entry point, ``simt_pto.host.dispatch``, which runs it on the target: ``cpu
 from __future__ import annotations
 
 from . import aliasing, constraints
-from .enums import (Coalesce, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
+from .enums import (Coalesce, CoalesceLike, GatherExec, GatherExecLike, GatherOOB, GatherOOBLike, ScatterAtomicOp,
+                    ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike, from_any,
                     target_from_any)
 from .errors import ConstraintError
 from .host import dispatch
@@ -15,14 +16,15 @@ from .tensor import GlobalTensor
 from .tile import Tile
 
 
-def _strict(strict):
+def _strict(strict: bool) -> bool:
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
     return strict
 
 
-def mgather(dst, table, idx, *, coalesce=Coalesce.ROW, oob=GatherOOB.UNDEFINED, target="a5",
-            exec=GatherExec.SCALAR, scratch=None, strict=True, dyn_ubuf_size=None):
+def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesce: CoalesceLike = Coalesce.ROW,
+            oob: GatherOOBLike = GatherOOB.UNDEFINED, target: str = "a5", exec: GatherExecLike = GatherExec.SCALAR,
+            scratch: GlobalTensor | None = None, strict: bool = True, dyn_ubuf_size: int | None = None) -> Tile:
     """MGATHER (MGATHER.md): gather from the GM ``table`` into ``dst`` through ``idx``.
 
     * Row: ``dst[r, :] = table[idx[r], :]`` for ``r < dst.valid_rows``; ``idx`` is ``[1, R]`` (or
@@ -41,8 +43,10 @@ def mgather(dst, table, idx, *, coalesce=Coalesce.ROW, oob=GatherOOB.UNDEFINED, 
     return dst
 
 
-def mscatter(table, src, idx, *, coalesce=Coalesce.ROW, atomic=ScatterAtomicOp.NONE, oob=ScatterOOB.UNDEFINED,
-             conflict=ScatterConflict.LAST, target="a5", strict=True, dyn_ubuf_size=None):
+def mscatter(table: GlobalTensor, src: Tile, idx: Tile, *, coalesce: CoalesceLike = Coalesce.ROW,
+             atomic: ScatterAtomicOpLike = ScatterAtomicOp.NONE, oob: ScatterOOBLike = ScatterOOB.UNDEFINED,
+             conflict: ScatterConflictLike = ScatterConflict.LAST, target: str = "a5", strict: bool = True,
+             dyn_ubuf_size: int | None = None) -> GlobalTensor:
     """MSCATTER (MSCATTER.md): scatter ``src`` into the GM ``table`` through ``idx``, in place.
 
     * Row: ``table[idx[r], :] op= src[r, :]``; Elem: ``table.flat[idx[i, j]] op= src[i, j]``.

@@ -30,8 +30,12 @@ What it states, and where in the spec:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, SupportsInt
+
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 ELEMENT_TYPES = {
     "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
@@ -53,7 +57,7 @@ def itemsize(dtype: str) -> int:
     return np.dtype(ELEMENT_TYPES[dtype]).itemsize
 
 
-def bits_type(dtype: str) -> np.dtype:
+def bits_type(dtype: str) -> np.dtype[Any]:
     """The unsigned integer type of the element's width: what the reference computes on."""
     return np.dtype(f"uint{8 * itemsize(dtype)}")
 
@@ -65,23 +69,23 @@ def kind(dtype: str) -> str:
     return {"i": "int", "u": "uint"}.get(np.dtype(ELEMENT_TYPES[dtype]).kind, "float")
 
 
-def to_bits(values, dtype: str) -> np.ndarray:
+def to_bits(values: npt.ArrayLike, dtype: str) -> np.ndarray:
     """Values (Python numbers or an array) converted to ``dtype`` and viewed as raw bits."""
     return np.asarray(values).astype(ELEMENT_TYPES[dtype]).view(bits_type(dtype))
 
 
-def from_bits(bits, dtype: str) -> np.ndarray:
+def from_bits(bits: npt.ArrayLike, dtype: str) -> np.ndarray:
     return np.asarray(bits, dtype=bits_type(dtype)).view(ELEMENT_TYPES[dtype])
 
 
 # -- index remap ("Out-of-Bounds Behaviour") ---------------------------------------------------------------------
 
-def u32(index) -> int:
+def u32(index: SupportsInt) -> int:
     """The ISA's cast of an index to uint32."""
     return int(index) & 0xFFFFFFFF
 
 
-def slot(index, capacity: int, policy: str):
+def slot(index: SupportsInt, capacity: int, policy: str) -> int | None:
     """The slot an index reaches under ``policy`` (``"clamp"``, ``"wrap"``, ``"zero"``, ``"skip"``,
     ``"undefined"``), or None for "no slot"."""
     u = u32(index)
@@ -92,7 +96,7 @@ def slot(index, capacity: int, policy: str):
     return u if u < capacity else None
 
 
-def slots(indices, capacity: int, policy: str) -> np.ndarray:
+def slots(indices: npt.ArrayLike, capacity: int, policy: str) -> np.ndarray:
     """:func:`slot` over an array at once (int64; -1 for "no slot"): the whole-array form."""
     u = np.asarray(indices).astype(np.int64) & 0xFFFFFFFF
     if policy == "clamp":
@@ -115,7 +119,8 @@ def nz_tile_offset(rows: int, kc0: int, r: int, c: int) -> int:
 
 # -- gather ------------------------------------------------------------------------------------------------------
 
-def gather_row(table_bits, capacity: int, row_len: int, indices, policy: str) -> np.ndarray:
+def gather_row(table_bits: np.ndarray, capacity: int, row_len: int, indices: Sequence[int] | np.ndarray,
+               policy: str) -> np.ndarray:
     """``dst[r, :] = table[slot(idx[r]), :]`` with row stride ``row_len`` (A5: validCols); a missing slot
     gives a row of ``T(0)``."""
     out = np.zeros((len(indices), row_len), dtype=table_bits.dtype)
@@ -127,7 +132,7 @@ def gather_row(table_bits, capacity: int, row_len: int, indices, policy: str) ->
     return out
 
 
-def gather_elem(table_bits, capacity: int, indices, policy: str) -> np.ndarray:
+def gather_elem(table_bits: np.ndarray, capacity: int, indices: npt.ArrayLike, policy: str) -> np.ndarray:
     """``dst[i, j] = table[slot(idx[i, j])]``; a missing slot gives ``T(0)``."""
     indices = np.atleast_2d(indices)
     out = np.zeros(indices.shape, dtype=table_bits.dtype)
@@ -141,12 +146,12 @@ def gather_elem(table_bits, capacity: int, indices, policy: str) -> np.ndarray:
 
 # -- scatter -----------------------------------------------------------------------------------------------------
 
-def _value(bits: int, dtype: str):
+def _value(bits: SupportsInt, dtype: str):
     v = from_bits(np.array([bits]), dtype)[0]
     return int(v) if kind(dtype) in ("int", "uint") else v
 
 
-def total_order_key(bits: int, dtype: str) -> int:
+def total_order_key(bits: SupportsInt, dtype: str) -> int:
     """An integer that orders a float's raw bits as IEEE 754 totalOrder does: -NaN (the larger payload first)
     < -inf < negative numbers < -0.0 < +0.0 < positive numbers < +inf < +NaN (the larger payload last).
 
@@ -161,7 +166,7 @@ def total_order_key(bits: int, dtype: str) -> int:
     return -1 - magnitude if bits >> (width - 1) else magnitude
 
 
-def combine(dtype: str, atomic: str, old_bits: int, new_bits: int) -> int:
+def combine(dtype: str, atomic: str, old_bits: SupportsInt, new_bits: SupportsInt) -> int:
     """One ``table[e] = atom(table[e], v)`` in the element type, raw bits in and out. Float Max / Min keep the
     operand that is larger / smaller in :func:`total_order_key`'s order (Max(1, +NaN) = +NaN, Max(1, -NaN) = 1,
     Min(1, +NaN) = 1, Min(1, -NaN) = -NaN, Max(-0.0, +0.0) = +0.0, Min(-0.0, +0.0) = -0.0, in either order)."""
@@ -189,10 +194,11 @@ def combine(dtype: str, atomic: str, old_bits: int, new_bits: int) -> int:
     return int(to_bits(np.array([result]), dtype)[0])
 
 
-def writers(coalesce: str, indices, src_bits, capacity: int, policy: str, row_len: int = 0):
+def writers(coalesce: str, indices: Sequence[int] | np.ndarray, src_bits: npt.ArrayLike, capacity: int,
+            policy: str, row_len: int = 0) -> list[tuple[int, int]]:
     """The writes of a scatter in flat source order: a list of (table element, raw bits)."""
     src_bits = np.atleast_2d(src_bits)
-    out = []
+    out: list[tuple[int, int]] = []
     if coalesce == "row":
         for r, index in enumerate(indices):
             s = slot(index, capacity, policy)
@@ -208,8 +214,8 @@ def writers(coalesce: str, indices, src_bits, capacity: int, policy: str, row_le
     return out
 
 
-def scatter(table_bits, dtype: str, coalesce: str, indices, src_bits, capacity: int, policy: str,
-            atomic: str = "none", row_len: int = 0) -> np.ndarray:
+def scatter(table_bits: npt.ArrayLike, dtype: str, coalesce: str, indices: Sequence[int] | np.ndarray,
+            src_bits: npt.ArrayLike, capacity: int, policy: str, atomic: str = "none", row_len: int = 0) -> np.ndarray:
     """The serial loop ``for i in range(N): table[slot(idx[i])] op= src[i]`` (a new raw-bit array)."""
     table = np.array(table_bits, copy=True)
     for e, v in writers(coalesce, indices, src_bits, capacity, policy, row_len):
@@ -217,15 +223,17 @@ def scatter(table_bits, dtype: str, coalesce: str, indices, src_bits, capacity: 
     return table
 
 
-def candidates(coalesce: str, indices, src_bits, capacity: int, policy: str, row_len: int = 0) -> dict:
+def candidates(coalesce: str, indices: Sequence[int] | np.ndarray, src_bits: npt.ArrayLike, capacity: int,
+               policy: str, row_len: int = 0) -> dict[int, set[int]]:
     """Element -> the set of raw bits that may survive a racing (Conflict::Default) store."""
-    out: dict[int, set] = {}
+    out: dict[int, set[int]] = {}
     for e, v in writers(coalesce, indices, src_bits, capacity, policy, row_len):
         out.setdefault(e, set()).add(v)
     return out
 
 
-def float_add_bound(dtype: str, initial_bits, contributions) -> tuple[np.ndarray, np.ndarray]:
+def float_add_bound(dtype: str, initial_bits: npt.ArrayLike,
+                    contributions: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(exact sum, bound) per element of a float atomic Add in any order: ``contributions`` is the list of
     (element, raw bits) of :func:`writers`; the bound is ``(k + 1) * eps * (|t0| + sum |c_i|)`` plus the
     smallest subnormal, ``k`` the contributions into the element (each of the ``k`` adds rounds once, and the
@@ -241,8 +249,9 @@ def float_add_bound(dtype: str, initial_bits, contributions) -> tuple[np.ndarray
     return exact, (count + 1) * UNIT_ROUNDOFF[dtype] * magnitude + SMALLEST_SUBNORMAL[dtype]
 
 
-def scatter_mismatches(got_bits, initial_bits, dtype: str, coalesce: str, indices, src_bits, capacity: int,
-                       policy: str, atomic: str, conflict: str, row_len: int = 0) -> list[str]:
+def scatter_mismatches(got_bits: npt.ArrayLike, initial_bits: npt.ArrayLike, dtype: str, coalesce: str,
+                       indices: Sequence[int] | np.ndarray, src_bits: npt.ArrayLike, capacity: int, policy: str,
+                       atomic: str, conflict: str, row_len: int = 0) -> list[str]:
     """What is wrong with a scatter's result ``got_bits`` (raw bits of the whole table), as readable lines;
     empty when it is right. Conflict::Last and the integer / Max / Min atomics are bitwise; a float Add is
     within :func:`float_add_bound` (bitwise where an element has at most one contribution);
@@ -250,7 +259,7 @@ def scatter_mismatches(got_bits, initial_bits, dtype: str, coalesce: str, indice
     got_bits, initial_bits = np.asarray(got_bits), np.asarray(initial_bits)
     writes = writers(coalesce, indices, src_bits, capacity, policy, row_len)
     if atomic == "none" and conflict == "default":
-        allowed: dict[int, set] = {}
+        allowed: dict[int, set[int]] = {}
         for e, v in writes:
             allowed.setdefault(e, set()).add(v)
         bad = []
@@ -275,7 +284,7 @@ def scatter_mismatches(got_bits, initial_bits, dtype: str, coalesce: str, indice
 
 # -- whole arrays (numpy one-liners, for sizes a Python loop cannot reach) --------------------------------------
 
-def last_writer_scatter(table, slots_, src):
+def last_writer_scatter(table: npt.ArrayLike, slots_: np.ndarray, src: np.ndarray) -> np.ndarray:
     """Conflict::Last over whole arrays: ``for i in range(N): table[slots_[i]] = src[i]`` (slots ``< 0`` are
     skipped), computed as "the largest source position per slot" so that no order of numpy's is relied on.
     ``table`` is a new array; Row sources are ``(N, C)`` over a ``(rows, C)`` table."""

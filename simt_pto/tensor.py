@@ -8,20 +8,31 @@ offset they can produce is checked to lie inside the wrapped memory.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from . import dtypes as _dt
 from . import nz
-from .enums import Layout, from_any
+from .enums import Layout, LayoutLike, from_any
 from .errors import ConstraintError
 
 
-def is_device_array(obj) -> bool:
+class CudaArray(Protocol):
+    """Device memory a :class:`GlobalTensor` wraps without copying: anything that exports
+    ``__cuda_array_interface__`` (CuPy arrays, PyTorch CUDA tensors, Numba device arrays)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+def is_device_array(obj: object) -> bool:
     return hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray)
 
 
-def _pad5(values, what):
+def _pad5(values: object, what: str) -> tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, (tuple, list)):
         raise TypeError(f"GlobalTensor: {what} must be a tuple of 1 to 5 ints, got {values!r}")
     for v in values:
@@ -35,7 +46,7 @@ def _pad5(values, what):
     return (1,) * (5 - len(values)) + values
 
 
-def default_strides(shape, layout: Layout) -> tuple[int, ...]:
+def default_strides(shape: Sequence[int], layout: Layout) -> tuple[int, ...]:
     """Packed strides of a 5-D shape: row-major (ND, NZ), or column-major in the last two dims (DN)."""
     if layout == Layout.DN:
         s3, s4 = 1, shape[3]
@@ -52,7 +63,9 @@ class GlobalTensor:
     ``(1, 1, 1, 1, N)`` for a 1-D one. ``dtype`` reinterprets the elements (``"hifloat8"`` over uint8).
     """
 
-    def __init__(self, array, shape=None, stride=None, layout=Layout.ND, dtype=None):
+    def __init__(self, array: np.ndarray | CudaArray, shape: tuple[int, ...] | list[int] | None = None,
+                 stride: tuple[int, ...] | list[int] | None = None, layout: LayoutLike = Layout.ND,
+                 dtype: _dt.DTypeLike | None = None) -> None:
         self.layout = from_any(Layout, layout, "layout")
         self.on_device = is_device_array(array)
         if self.on_device:
@@ -75,12 +88,12 @@ class GlobalTensor:
                 raise ConstraintError("GlobalTensor", None, "C-contiguous memory",
                                       "the array must be C-contiguous (describe padding with shape/stride instead)")
             np_dtype, arr_shape = array.dtype, array.shape
-        self.array = array
+        self.array: np.ndarray | CudaArray = array
         self.dtype = _dt.resolve(dtype if dtype is not None else np_dtype)
         if self.dtype.itemsize != np_dtype.itemsize:
             raise ConstraintError("GlobalTensor", None, "dtype matches the memory",
                                   f"dtype {self.dtype} ({self.dtype.itemsize} B) over {np_dtype} memory")
-        self.size = math.prod(arr_shape)
+        self.size: int = math.prod(arr_shape)
         """Elements of wrapped memory."""
         if shape is None:
             if len(arr_shape) > 5:
@@ -98,7 +111,7 @@ class GlobalTensor:
                 "GlobalTensor", None, "shape / stride stay inside the memory",
                 f"shape {self.shape} with stride {self.stride} reaches element {reach - 1}, "
                 f"but the array holds {self.size} elements")
-        self.reach = reach
+        self.reach: int = reach
         """One past the largest element offset shape and stride can address."""
 
     @property
@@ -136,7 +149,7 @@ class GlobalTensor:
             return br_n * f_rows, b_n * bc_n * kc0
         return math.prod(self.shape[:4]), self.shape[4]
 
-    def logical_offsets(self, rows=None, cols=None) -> np.ndarray:
+    def logical_offsets(self, rows: int | None = None, cols: int | None = None) -> np.ndarray:
         """Element offset of every logical ``(r, c)`` (see :attr:`logical_shape`), or of the top-left
         ``rows x cols`` block only: O(rows * cols), whatever the tensor's size."""
         all_rows, all_cols = self.logical_shape
@@ -157,13 +170,14 @@ class GlobalTensor:
         """``prod(Shape[0..4])``: the capacity of an Elem-mode table."""
         return math.prod(self.shape)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         where = "device" if self.on_device else "host"
         return (f"GlobalTensor<{self.dtype}, Shape{self.shape}, Stride{self.stride}, {self.layout.name}> "
                 f"({where}, {self.size} elements)")
 
     @classmethod
-    def nz_from_matrix(cls, matrix, batches: int = 1, stride=None, dtype=None) -> "GlobalTensor":
+    def nz_from_matrix(cls, matrix: npt.ArrayLike, batches: int = 1, stride: tuple[int, ...] | list[int] | None = None,
+                       dtype: _dt.DTypeLike | None = None) -> GlobalTensor:
         """An NZ GM tensor holding the logical ``matrix`` (packed, or stride-padded with ``stride``)."""
         flat, shape, stride = nz.to_nz(np.asarray(matrix), batches, stride)
         return cls(flat, shape, stride, Layout.NZ, dtype=dtype)

@@ -10,11 +10,14 @@ one flat buffer of ``Rows * Cols`` elements; where element ``(r, c)`` lives depe
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from . import dtypes as _dt
 from . import nz
-from .enums import BLayout, SLayout, TileType, from_any
+from .enums import BLayout, BLayoutLike, SLayout, SLayoutLike, TileType, TileTypeLike, from_any
 from .errors import ConstraintError
 
 
@@ -22,7 +25,7 @@ MAX_TILE_BYTES = 16 << 20
 """No tile is larger: UB is 192 KB (A2/A3) or 256 KB (A5), L1 a few MB."""
 
 
-def _positive_int(value, what):
+def _positive_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"Tile: {what} must be an int, got {type(value).__name__}")
     if value < 1:
@@ -38,8 +41,10 @@ class Tile:
     ops then check that their tiles do not overlap and fit the target's UB.
     """
 
-    def __init__(self, dtype, rows, cols, loc=TileType.VEC, blayout=BLayout.ROW_MAJOR,
-                 slayout=SLayout.NONE_BOX, fractal=512, valid=None, addr=None, name=None):
+    def __init__(self, dtype: _dt.DTypeLike, rows: int, cols: int, loc: TileTypeLike = TileType.VEC,
+                 blayout: BLayoutLike = BLayout.ROW_MAJOR, slayout: SLayoutLike = SLayout.NONE_BOX,
+                 fractal: int = 512, valid: tuple[int, int] | list[int] | None = None, addr: int | None = None,
+                 name: str | None = None) -> None:
         self.dtype = _dt.resolve(dtype)
         self.rows = _positive_int(rows, "rows")
         self.cols = _positive_int(cols, "cols")
@@ -72,7 +77,7 @@ class Tile:
         if nbytes > MAX_TILE_BYTES:
             raise ConstraintError("Tile", None, f"a tile is on-chip memory (UB, L1): at most {MAX_TILE_BYTES} B",
                                   f"{self.rows} x {self.cols} {self.dtype} is {nbytes} B")
-        self.data = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
+        self.data: np.ndarray = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
         """The flat storage, in storage order."""
 
     # -- layout -------------------------------------------------------------------------------
@@ -85,7 +90,7 @@ class Tile:
     def c0(self) -> int:
         return nz.c0(self.dtype.itemsize)
 
-    def _check_layout(self):
+    def _check_layout(self) -> None:
         item = self.dtype.itemsize
         if self.slayout == SLayout.NONE_BOX:
             # The Tile system's 32-byte burst rule on the contiguous dimension (TLOAD / TSTORE).
@@ -158,13 +163,13 @@ class Tile:
         whole = self.data[self.offsets()] if self.is_nz else self.grid()
         return whole[: self.valid_rows, : self.valid_cols].copy()
 
-    def fill(self, value) -> "Tile":
+    def fill(self, value: npt.ArrayLike) -> Tile:
         """Set every element of the padded tile to ``value`` (converted to the element dtype; a value the
         dtype cannot hold is refused, see :func:`_cast`)."""
         self.data[...] = _cast(np.asarray(value), self.dtype, "Tile.fill")
         return self
 
-    def set(self, array) -> "Tile":
+    def set(self, array: npt.ArrayLike) -> Tile:
         """Write a logical array into the tile's top-left corner (at most ``rows x cols``)."""
         array = np.asarray(array)
         if array.ndim == 1:
@@ -180,8 +185,11 @@ class Tile:
         return self
 
     @classmethod
-    def from_array(cls, array, rows=None, cols=None, *, dtype=None, loc=TileType.VEC, blayout=BLayout.ROW_MAJOR,
-                   slayout=SLayout.NONE_BOX, fractal=512, valid=None, addr=None, name=None) -> "Tile":
+    def from_array(cls, array: npt.ArrayLike, rows: int | None = None, cols: int | None = None, *,
+                   dtype: _dt.DTypeLike | None = None, loc: TileTypeLike = TileType.VEC,
+                   blayout: BLayoutLike = BLayout.ROW_MAJOR, slayout: SLayoutLike = SLayout.NONE_BOX,
+                   fractal: int = 512, valid: tuple[int, int] | list[int] | None = None, addr: int | None = None,
+                   name: str | None = None) -> Tile:
         """A tile holding ``array`` (2-D, or 1-D as one row), padded with zeros up to ``(rows, cols)``.
 
         ``valid`` defaults to the array's shape. ``dtype`` defaults to the array's dtype
@@ -215,7 +223,7 @@ def _cast(array: np.ndarray, dtype: _dt.DType, what: str = "Tile") -> np.ndarray
     return array.astype(dtype.numpy, copy=False)
 
 
-def _check_representable(array, dtype, what):
+def _check_representable(array: np.ndarray, dtype: _dt.DType, what: str) -> None:
     target = np.dtype(dtype.numpy)
     if target.kind in "iu":
         if array.dtype.kind == "f" or array.dtype.kind == "V":
@@ -242,7 +250,7 @@ def _check_representable(array, dtype, what):
                                   f"{float(finite[np.abs(finite) > limit][0])!r} is beyond the largest {dtype} ({limit!r})")
 
 
-def _dt_max(dtype):
+def _dt_max(dtype: _dt.DType) -> Any:
     import ml_dtypes
     try:
         return np.finfo(dtype.numpy).max

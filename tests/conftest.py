@@ -7,10 +7,13 @@ read shows as a wrong value and a stray write shows as a changed sentinel.
 from __future__ import annotations
 
 import contextlib
+import glob
+import importlib.util
 import io
+import os
+import shutil
 import subprocess
 import sys
-import os
 
 import numpy as np
 import pytest
@@ -30,10 +33,39 @@ SPEC_ELEMENT_DTYPES = {
 ALL_DTYPE_NAMES = BASE_DTYPES + ("float8_e4m3", "float8_e5m2", "hifloat8")
 
 
+# The optional parts of the package (pyproject.toml's extras). A core install (numpy, numba, ml_dtypes, tqdm: the
+# second run of .ci/run) has neither; the tests that need one skip there, saying which extra to install.
+CUDA_EXTRA = pto.backend.numba_cuda_installed()
+"""numba-cuda is installed (the ``cuda`` extra): the ``gpu`` and ``simulator`` backends."""
+CUDA_EXTRA_REASON = "needs the CUDA extra (numba-cuda): pip install 'simt_pto[cuda]'"
+requires_cuda = pytest.mark.skipif(not CUDA_EXTRA, reason=CUDA_EXTRA_REASON)
+"""For a test that needs numba-cuda: the CUDA simulator, numba-cuda's kernel cache, device arrays."""
+
+
+def _toolchain_installed() -> bool:
+    """numba-cuda and ``ptxas``: in the ``toolchain`` extra's ``nvidia`` wheels, else on PATH (where ``simt-pto
+    inspect`` looks for it)."""
+    if not CUDA_EXTRA:
+        return False
+    nvidia = importlib.util.find_spec("nvidia")
+    roots = list(nvidia.submodule_search_locations or ()) if nvidia is not None else []
+    return any(glob.glob(os.path.join(root, "*", "bin", "ptxas")) for root in roots) or bool(shutil.which("ptxas"))
+
+
+TOOLCHAIN_EXTRA = _toolchain_installed()
+TOOLCHAIN_EXTRA_REASON = ("needs the toolchain extra (numba-cuda and the CUDA compiler wheels): "
+                          "pip install 'simt_pto[toolchain]'")
+requires_toolchain = pytest.mark.skipif(not TOOLCHAIN_EXTRA, reason=TOOLCHAIN_EXTRA_REASON)
+"""For a test that compiles a kernel to PTX / machine code (``simt-pto inspect``, the compile proof)."""
+
+
 @pytest.fixture
 def simulator_backend():
     """Run the test's A5 calls on Numba's CUDA simulator (the default here is the ``multicore`` backend, or the
-    GPU where one is present), then restore the backend. Skips where ``numba.cuda`` runs in real mode."""
+    GPU where one is present), then restore the backend. Skips where ``numba.cuda`` runs in real mode, and where
+    numba-cuda (the ``cuda`` extra) is not installed."""
+    if not CUDA_EXTRA:
+        pytest.skip(CUDA_EXTRA_REASON)
     previous = pto.a5_backend()
     if "simulator" not in pto.a5_backends():
         pytest.skip("numba.cuda runs in real mode in this process: no simulator")

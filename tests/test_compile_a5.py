@@ -24,18 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import requires_toolchain
 from simt_pto.host.tools import kernel_report as insp
 
 HERE = Path(__file__).resolve().parent
 CCS = ("80", "90")
 
-try:
-    insp.find_tool("ptxas")
-    TOOLCHAIN = None
-except insp.ToolchainError as e:
-    TOOLCHAIN = str(e)
-
-pytestmark = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"CUDA toolchain missing: {TOOLCHAIN}")
+pytestmark = requires_toolchain
 
 
 def _real_mode_env():
@@ -200,7 +195,7 @@ def _has_nvdisasm():
         return False
 
 
-@pytest.mark.skipif(not _has_nvdisasm(), reason="nvdisasm missing (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.skipif(not _has_nvdisasm(), reason="nvdisasm missing: pip install 'simt_pto[toolchain]'")
 def test_inspect_text_with_sass_and_cc80():
     proc = _cli("--op", "mscatter", "--coalesce", "elem", "--atomic", "add", "--dtype", "int32", "--cc", "80",
                 "--sass")

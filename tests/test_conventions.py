@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_simt_pto
+from conftest import requires_cuda, run_simt_pto
 
 import simt_pto
 from simt_pto.host.tools import cli, kernel_report
@@ -168,6 +168,7 @@ MISSING_LIBRARIES = textwrap.dedent("""
 """)
 
 
+@requires_cuda
 def test_inspect_without_the_compiler_libraries_names_the_extra():
     pytest.importorskip("cuda.pathfinder", reason='needs numba-cuda: pip install "simt_pto[toolchain]"')
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "SIMT_PTO_A5_BACKEND")}

@@ -10,10 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import requires_cuda
+
 import simt_pto as pto
 
-pytestmark = pytest.mark.skipif(pto.a5_backend() != "gpu",
-                                reason="needs a CUDA GPU: the multicore backend and the simulator have no device arrays")
+pytestmark = [requires_cuda,
+              pytest.mark.skipif(pto.a5_backend() != "gpu",
+                                 reason="needs a CUDA GPU: the multicore backend and the simulator have no device arrays")]
 
 KINDS = ("numba", "cupy", "torch")
 

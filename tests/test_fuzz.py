@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
+from conftest import requires_cuda
+
 import simt_pto as pto
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
@@ -36,6 +38,7 @@ DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "bfl
           "float8_e5m2", "hifloat8", "float64", "int64")
 ALLOWED = (pto.ConstraintError, TypeError, pto.OutOfBoundsError)
 SPECIAL_INDICES = (-1, -7, 2 ** 31 - 1, -(2 ** 31))  # as uint32: 4294967295, ..., 2**31 - 1, 2**31
+WIDE_INDICES = (2 ** 32, -(2 ** 31) - 1, 2 ** 40, -(2 ** 62))  # int64 values outside [-2**31, 2**32): refused
 GUARD = 16
 
 
@@ -127,10 +130,15 @@ def calls(draw, targets=TARGETS, max_rows=9, max_cols=40, max_n=70):
     in_range = st.integers(0, capacity - 1)
     out_of_range = st.one_of(st.sampled_from(SPECIAL_INDICES), st.integers(capacity, capacity + 5))
     idx = draw(st.lists(st.one_of(in_range, in_range, in_range, out_of_range), min_size=n, max_size=n))
-    idx_dtype = draw(st.sampled_from(("int32", "int32", "uint32", "int64")))
-    idx = np.array([i & 0xFFFFFFFF if idx_dtype == "uint32" else i for i in idx], dtype=np.int64).astype(idx_dtype)
-    if coalesce == "elem" and n and n % 2 == 0 and draw(st.booleans()):
-        idx = idx.reshape(2, n // 2)  # a 2-D index array (Elem)
+    idx_dtype = draw(st.sampled_from(("int32", "int32", "uint32", "int64", "int64", "uint64", "int16")))
+    if idx_dtype == "int16":  # a narrower dtype: every value fits the uint32 cast
+        idx = [i if -(2 ** 15) <= i < 2 ** 15 else -1 for i in idx]
+    if idx_dtype == "int64" and n and draw(st.booleans()):  # a value no int32 / uint32 holds: refused
+        idx[draw(st.integers(0, n - 1))] = draw(st.sampled_from(WIDE_INDICES))
+    unsigned = idx_dtype in ("uint32", "uint64")
+    idx = np.array([i & 0xFFFFFFFF if unsigned else i for i in idx], dtype=np.int64).astype(idx_dtype)
+    if n and n % 2 == 0 and draw(st.booleans()):
+        idx = idx.reshape(2, n // 2)  # a 2-D index array: Elem gathers its shape, Row (2, n / 2, C)
     atomic = draw(st.sampled_from(("none", "none", "add", "max", "min"))) if op == "scatter" else "none"
     oob = draw(st.sampled_from(("undefined", "clamp", "wrap", "zero" if op == "gather" else "skip")))
     call = dict(op=op, target=target, coalesce=coalesce, dtype=dtype, oob=oob, atomic=atomic,
@@ -138,10 +146,11 @@ def calls(draw, targets=TARGETS, max_rows=9, max_cols=40, max_n=70):
                 strict=draw(st.booleans()), last_path=draw(st.sampled_from(("auto", "slot", "owner"))))
     small = atomic != "none"
     call["table"] = draw(values_for(dtype, (rows, cols) if coalesce == "row" else (rows * cols,), small))
-    call["src"] = draw(values_for(dtype, (idx.shape[0], cols) if coalesce == "row" else idx.shape, small))
+    call["src"] = draw(values_for(dtype, idx.shape + (cols,) if coalesce == "row" else idx.shape, small))
     call["idx"] = idx
     call["odd"] = draw(st.sampled_from(("plain", "plain", "read_only_idx", "read_only_src", "read_only_table",
-                                        "strided_idx", "fortran_idx", "matrix_table", "strided_table")))
+                                        "strided_idx", "fortran_idx", "matrix_table", "strided_table",
+                                        "strided_src")))
     return call
 
 
@@ -152,14 +161,31 @@ def _read_only(a):
 
 
 def prepare(call):
-    """The arrays as the call passes them: the table inside a guarded buffer (sentinels around it)."""
+    """The arrays as the call passes them: the table inside a guarded buffer (sentinels around it; for a strided
+    table also between its elements). Returns ``(buffer, table, idx, src, covered)``: ``covered`` the flat
+    positions of the buffer that the table's elements occupy, in the table's C order."""
     table = call["table"]
-    buffer = np.empty(table.size + 2 * GUARD, table.dtype)
-    bits(buffer)[:] = 0xA5
-    bits(buffer)[GUARD:GUARD + table.size] = bits(table).reshape(-1)
-    table_view = buffer[GUARD:GUARD + table.size].reshape(table.shape)
-    idx, src = call["idx"], call["src"]
     odd = call["odd"]
+    strided = odd == "strided_table"
+    # a strided table: every other element of a 1-D buffer, or the left half of a two-times-wider 2-D array
+    span = 2 * table.size if strided else table.size
+    buffer = np.empty(span + 2 * GUARD, table.dtype)
+    bits(buffer)[:] = 0xA5
+    layout = np.arange(buffer.size)
+    if strided and table.ndim == 1:
+        covered = layout[GUARD:GUARD + span:2]
+    elif strided:
+        covered = layout[GUARD:GUARD + span].reshape(table.shape[0], 2 * table.shape[1])[:, :table.shape[1]]
+    else:
+        covered = layout[GUARD:GUARD + span].reshape(table.shape)
+    bits(buffer)[covered] = bits(table)
+    if strided and table.ndim == 1:
+        table_view = buffer[GUARD:GUARD + span:2]
+    elif strided:
+        table_view = buffer[GUARD:GUARD + span].reshape(table.shape[0], 2 * table.shape[1])[:, :table.shape[1]]
+    else:
+        table_view = buffer[GUARD:GUARD + span].reshape(table.shape)
+    idx, src = call["idx"], call["src"]
     if odd == "read_only_idx":
         idx = _read_only(idx)
     elif odd == "read_only_src":
@@ -170,12 +196,11 @@ def prepare(call):
         idx = np.repeat(idx, 2, axis=0)[::2]
     elif odd == "fortran_idx":
         idx = np.asfortranarray(idx)
+    elif odd == "strided_src":
+        src = np.repeat(src, 2, axis=-1)[..., ::2]
     elif odd == "matrix_table" and table_view.ndim == 2:
         table_view = table_view.view(np.matrix)
-    elif odd == "strided_table" and table_view.ndim == 1 and table_view.size >= 4:
-        # every other element (at least two: a one-element view would count as contiguous), always refused
-        table_view = buffer[GUARD:GUARD + 2 * (table.size // 2)][::2]
-    return buffer, table_view, idx, src
+    return buffer, table_view, idx, src, covered.reshape(-1)
 
 
 def oracle_gather(call):
@@ -232,9 +257,24 @@ def run(call, table, idx, src):
                            last_path=call["last_path"], dtype=dtype, **kw)
 
 
+def has_wide_index(call) -> bool:
+    return any(v < -(2 ** 31) or v >= 2 ** 32 for v in call["idx"].reshape(-1).tolist())
+
+
+def refusal_is_expected(call, refusal) -> None:
+    """What the whole-array ops take since issue 23 is never the reason of a refusal: another integer index dtype
+    (within range), a non-contiguous operand, an N-D index array. (An index outside [-2**31, 2**32) is always
+    refused: the property checks that no such call runs.)"""
+    message = str(refusal)
+    if has_wide_index(call):  # refused (for that or an earlier reason: the table is wrapped first)
+        return
+    for taken in ("C-contiguous", "index dtype", "one index per row", "is outside [-2147483648"):
+        assert taken not in message, message
+
+
 @given(calls())
 def test_whole_array_calls_match_the_oracle_or_refuse_cleanly(call):
-    buffer, table, idx, src = prepare(call)
+    buffer, table, idx, src, covered = prepare(call)
     before = bits(buffer).copy()
     idx_before, src_before = idx.copy(), np.array(src, copy=True)
     try:
@@ -242,24 +282,29 @@ def test_whole_array_calls_match_the_oracle_or_refuse_cleanly(call):
     except ALLOWED as refusal:
         event(f"refused: {type(refusal).__name__}")
         assert np.array_equal(bits(buffer), before), "a refused call wrote"
+        refusal_is_expected(call, refusal)
         return
     finally:
         assert np.array_equal(idx, idx_before) and np.array_equal(bits(np.asarray(src)), bits(src_before)), \
             "an input changed"
     event(f"ran: {call['op']} on {call['target']}")
-    guard = np.r_[bits(buffer)[:GUARD], bits(buffer)[-GUARD:]]
-    assert (guard == np.r_[before[:GUARD], before[-GUARD:]]).all(), "wrote outside the table"
-    core = bits(buffer)[GUARD:GUARD + call["table"].size]
+    assert not has_wide_index(call), "an index outside [-2**31, 2**32) was not refused"
+    outside = np.ones(buffer.size, bool)
+    outside[covered] = False
+    assert np.array_equal(bits(buffer)[outside], before[outside]), "wrote outside the table"
+    core = bits(buffer)[covered]
     if call["op"] == "gather":
         want = oracle_gather(call)
         assert not isinstance(want, str), "an out-of-range index under strict UNDEFINED was not refused"
-        assert np.array_equal(core, before[GUARD:GUARD + call["table"].size]), "a gather wrote its table"
+        assert np.array_equal(core, before[covered]), "a gather wrote its table"
+        assert np.asarray(result).shape == want.shape
         assert np.array_equal(bits(np.asarray(result)).reshape(-1), bits(want).reshape(-1))
         return
     want, writers = oracle_scatter(call)
     assert not isinstance(want, str), "an out-of-range index under strict UNDEFINED was not refused"
+    assert result is table, "a scatter returns the table it updated"
     if call["target"] == "a5" and call["atomic"] == "none" and call["conflict"] == "default":
-        old = before[GUARD:GUARD + call["table"].size]
+        old = before[covered]
         for e in range(core.size):
             assert core[e] == old[e] if e not in writers else int(core[e]) in writers[e], f"slot {e}"
         return
@@ -387,6 +432,7 @@ def test_tile_ops_match_the_oracle_or_refuse_cleanly(call):
     assert np.array_equal(core, want), "scatter result"
 
 
+@requires_cuda
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(calls(targets=("a5",), max_rows=4, max_cols=16, max_n=12))

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import requires_cuda
+
 import simt_pto  # noqa: F401  (installs the locators)
 from simt_pto.kernels import cache
 
@@ -103,6 +105,7 @@ REAL_MODE = textwrap.dedent("""
 """)
 
 
+@requires_cuda
 def test_real_cuda_cache_uses_the_locator(tmp_path):
     """numba-cuda in real (non-simulator) mode, no GPU needed: its kernel cache picks the source-digest
     locator, stores its index where Numba's own locator would, and reads back what it saved."""

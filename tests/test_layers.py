@@ -4,7 +4,8 @@ the tools (``simt_pto.host.tools``: the coalescing analyzer, ``inspect``, selfte
 
 * the model imports no kernel, no tile op and no host module;
 * the package root imports only the model at import time: the runtime and the tools it re-exports (``gather``,
-  ``mgather``, ``coalescing``, ...) are imported inside its module ``__getattr__``, on first access;
+  ``mgather``, ``coalescing``, ...) are imported inside its module ``__getattr__``, on first access, and named
+  for type checkers by the same imports under ``if TYPE_CHECKING:``, which never run;
 * the tile ops (``simt_pto.ops``) forward to the one host entry point, ``simt_pto.host.dispatch`` (never to a
   kernel);
 * ``kernels/`` imports no tile op and no host module, and no target (``cpu``, ``a2a3``, ``a5``) imports another;
@@ -19,6 +20,7 @@ the tools (``simt_pto.host.tools``: the coalescing analyzer, ``inspect``, selfte
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -89,30 +91,58 @@ def test_the_model_imports_no_kernel_no_tile_op_and_no_host_module():
     assert not wrong, sorted(wrong)
 
 
+def _is_type_checking(node) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): a block that type checkers read and Python never runs."""
+    test = node.test if isinstance(node, ast.If) else None
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
 def _top_level_imports(path: Path) -> list:
-    """The import statements of a module that run when it is imported (outside any function or class body)."""
+    """The import statements of a module that run when it is imported (outside any function or class body, and
+    outside ``if TYPE_CHECKING:``)."""
     out = []
 
-    def visit(node):
-        for child in ast.iter_child_nodes(node):
+    def visit(nodes):
+        for child in nodes:
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 out.append(child)
+            elif _is_type_checking(child):
+                visit(child.orelse)
             elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                visit(child)
-    visit(ast.parse(path.read_text()))
+                visit(ast.iter_child_nodes(child))
+    visit(ast.parse(path.read_text()).body)
     return out
 
 
+def _type_checking_imports(path: Path) -> list:
+    """The import statements under ``if TYPE_CHECKING:``."""
+    return [node for block in ast.walk(ast.parse(path.read_text())) if _is_type_checking(block)
+            for stmt in block.body for node in ast.walk(stmt) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def _bound_names(imports) -> set:
+    return {alias.asname or alias.name.split(".")[0] for node in imports for alias in node.names}
+
+
 def test_the_root_imports_the_runtime_and_the_tools_only_in_its_lazy_re_exports():
+    """The runtime and the tools appear in the root twice, with the same modules: inside ``__getattr__`` (the
+    lazy re-exports) and under ``if TYPE_CHECKING:`` (their types, for a type checker); never at import time."""
     path = MODULES["simt_pto"]
+    tree = ast.parse(path.read_text())
     eager = imports_of("simt_pto", path, _top_level_imports(path))
     assert not {m for m in eager if _below_the_model(m)}, sorted(eager)
-    getattr_ = next(node for node in ast.parse(path.read_text()).body
-                    if isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+    getattr_ = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
     lazy = imports_of("simt_pto", path, ast.walk(getattr_))
     below = {m for m in GRAPH["simt_pto"] if _below_the_model(m)}
     assert below == lazy, (sorted(below), sorted(lazy))
     assert {"simt_pto.ops", "simt_pto.host.large", "simt_pto.host.tools.coalescing"} <= lazy
+    typed = _type_checking_imports(path)
+    assert imports_of("simt_pto", path, typed) == lazy
+    public = next(ast.literal_eval(node.value) for node in tree.body
+                  if isinstance(node, ast.Assign) and node.targets[0].id == "__all__")
+    # a type checker sees every public name: the lazy ones through the TYPE_CHECKING imports, none as Any
+    assert _bound_names(typed) == set(public) - _bound_names(_top_level_imports(path))
 
 
 def test_the_tile_ops_forward_to_host_dispatch_and_import_no_kernel():
@@ -209,13 +239,15 @@ def test_ruff_check_passes():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.skipif(shutil.which("lint-imports", path=str(Path(sys.executable).parent)) is None,
-                    reason="import-linter not installed")
-def test_import_linter_contracts_hold_on_a_regular_install(tmp_path):
-    """import-linter cannot see the packages an editable install maps; a regular install into a folder can. It is
-    built from a copy of the package's sources: a build from the tree itself would pick up the modules left in its
-    ``build/`` folder by an earlier build (moved or deleted ones too), and concurrent runs would share that folder."""
-    source, site = tmp_path / "source", tmp_path / "site"
+@functools.cache
+def regular_install(base: Path) -> Path:
+    """The package installed as a regular (non-editable) install into ``base / "regular-install" / "site"``, once
+    per process and base folder (tests/test_typing.py shares it). import-linter and mypy cannot see the packages
+    an editable install maps; a regular install into a folder can. It is built from a copy of the package's
+    sources: a build from the tree itself would pick up the modules left in its ``build/`` folder by an earlier
+    build (moved or deleted ones too), and concurrent runs would share that folder."""
+    work = base / "regular-install"
+    source, site = work / "source", work / "site"
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc")
     for folder in PACKAGES.values():
         shutil.copytree(folder, source / folder.relative_to(ROOT), ignore=skip)
@@ -223,8 +255,16 @@ def test_import_linter_contracts_hold_on_a_regular_install(tmp_path):
         shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
                     "--target", str(site), str(source)], check=True, capture_output=True, timeout=300,
-                   cwd=tmp_path)
+                   cwd=work)
     assert (site / "simt_pto" / "host" / "tools" / "cli.py").is_file()
+    assert (site / "simt_pto" / "py.typed").is_file()
+    return site
+
+
+@pytest.mark.skipif(shutil.which("lint-imports", path=str(Path(sys.executable).parent)) is None,
+                    reason="import-linter not installed")
+def test_import_linter_contracts_hold_on_a_regular_install(tmp_path_factory):
+    site = regular_install(tmp_path_factory.getbasetemp())
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     env = {"PYTHONPATH": str(site), "PATH": str(Path(sys.executable).parent)}
     out = subprocess.run([lint, "--config", str(ROOT / "pyproject.toml")], capture_output=True, text=True, cwd=site,

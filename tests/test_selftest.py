@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import requires_cuda
+
 from simt_pto import dtypes
 from simt_pto.enums import IndexRule
 from simt_pto.host.tools import cli, selftest
@@ -148,6 +150,7 @@ def test_replay_refuses_a_file_that_is_not_a_case(capsys, tmp_path):
     assert exit_.value.code == 2 and "is not a selftest case" in capsys.readouterr().err
 
 
+@requires_cuda
 def test_selftest_on_the_simulator(capsys):
     """A tenth of the cases, the kernels interpreted by Numba's CUDA simulator."""
     from simt_pto import a5_backends

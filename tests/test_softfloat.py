@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from numba import njit
 
+from conftest import requires_cuda, requires_toolchain
+
 from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
 
 FORMATS = {
@@ -195,12 +197,14 @@ _PTX_SCRIPT = textwrap.dedent("""
 """)
 
 
+@requires_toolchain
 def test_compiles_for_cuda_without_gpu():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     p = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "PTX_OK" in p.stdout, p.stdout + p.stderr
 
 
+@requires_cuda
 def test_runs_in_cuda_simulator():
     script = textwrap.dedent("""
         import numpy as np

@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from simt_pto._version import __version__
-from simt_pto.backend import JitRequiredError
+from simt_pto.backend import JitRequiredError, MissingExtraError
 
 SUBCOMMANDS = (
     "simt_pto.host.tools.demo",            # simt-pto demo
@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     except JitRequiredError as exc:  # the environment, not an argument: one line, no usage, no traceback
         print(f"simt-pto {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except MissingExtraError as exc:  # a backend or tool of an extra this install leaves out: the same, exit 1
+        print(f"simt-pto {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -44,15 +44,19 @@ of one request on the same word retry, and ``max_lanes_per_address`` bounds thos
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from simt_pto import constraints, ub
 from simt_pto import dtypes as _dt
-from simt_pto.enums import (BLayout, Coalesce, ElementFormat, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict,
-                            ScatterOOB, from_any)
-from simt_pto.geometry import WARP
+from simt_pto.enums import (BLayout, BLayoutLike, Coalesce, CoalesceLike, ElementFormat, GatherExec, GatherOOB,
+                            GatherOOBLike, ScatterAtomicOp, ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike,
+                            ScatterOOB, ScatterOOBLike, from_any)
+from simt_pto.geometry import WARP, LaunchGeometry
 from simt_pto.host import tiling
 from simt_pto.plan import check_indices
 from simt_pto.tensor import GlobalTensor
@@ -82,6 +86,11 @@ def _ceil_div(a: int, b: int) -> int:
 class _Traffic:
     """Derived figures of anything counting ``requests``, ``segments``, ``sectors`` and ``bytes_requested``."""
 
+    requests: int
+    segments: int
+    sectors: int
+    bytes_requested: int
+
     @property
     def bytes_moved(self) -> int:
         return self.sectors * SECTOR
@@ -106,7 +115,8 @@ class Stream(_Traffic):
     32-byte UB blocks. ``per_warp[b, w]``: requests of warp ``w`` in block (Last: call) ``b``.
     """
 
-    def __init__(self, name: str, space: str, kind: str, itemsize: int, warp_shape, keep_lanes=False):
+    def __init__(self, name: str, space: str, kind: str, itemsize: int, warp_shape: tuple[int, int],
+                 keep_lanes: bool = False) -> None:
         self.name, self.space, self.kind, self.itemsize = name, space, kind, itemsize
         self.requests = 0
         self.lanes = 0
@@ -213,14 +223,15 @@ class Stream(_Traffic):
         """Sectors (UB: blocks) per request -> number of requests."""
         return {int(k): int(v) for k, v in enumerate(self.hist) if v}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         unit = "sectors" if self.space == "gm" else "blocks"
-        d = {"name": self.name, "space": self.space, "kind": self.kind, "itemsize": self.itemsize,
-             "requests": self.requests, "lanes": self.lanes, unit: self.sectors,
-             f"{unit}_per_request": self.sectors_per_request,
-             "bytes_requested": self.bytes_requested, "bytes_moved": self.bytes_moved,
-             "efficiency": self.efficiency, "histogram": self.histogram(),
-             "strides": {k: v for k, v in self.strides.items() if v}}
+        d: dict[str, Any] = {
+            "name": self.name, "space": self.space, "kind": self.kind, "itemsize": self.itemsize,
+            "requests": self.requests, "lanes": self.lanes, unit: self.sectors,
+            f"{unit}_per_request": self.sectors_per_request,
+            "bytes_requested": self.bytes_requested, "bytes_moved": self.bytes_moved,
+            "efficiency": self.efficiency, "histogram": self.histogram(),
+            "strides": {k: v for k, v in self.strides.items() if v}}
         if self.space == "gm":
             d["segments"] = self.segments
             d["segments_per_request"] = self.segments_per_request
@@ -246,7 +257,7 @@ class Summary(_Traffic):
     hist: np.ndarray = field(default_factory=lambda: np.zeros(2 * WARP + 1, dtype=np.int64))
 
     @classmethod
-    def of(cls, streams) -> "Summary":
+    def of(cls, streams: Iterable[Stream]) -> Summary:
         s = cls()
         for st in streams:
             s.requests += st.requests
@@ -261,7 +272,7 @@ class Summary(_Traffic):
     def histogram(self) -> dict[int, int]:
         return {int(k): int(v) for k, v in enumerate(self.hist) if v}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "lanes": self.lanes, "segments": self.segments, "sectors": self.sectors,
                 "segments_per_request": self.segments_per_request, "sectors_per_request": self.sectors_per_request,
                 "bytes_requested": self.bytes_requested, "bytes_moved": self.bytes_moved,
@@ -278,18 +289,18 @@ class CoalescingReport:
     op: str
     coalesce: Coalesce
     kernel: str
-    geometry: object            # LaunchGeometry, None for the scalar fallback
+    geometry: LaunchGeometry | None  # None for the scalar fallback
     blocks: int                 # blocks (Last, scalar: calls), one per tile
     launches: int
     dtype: _dt.DType
-    table_shape: tuple
-    tile_shape: tuple
+    table_shape: tuple[int, int]
+    tile_shape: tuple[int, int]
     tile_layout: BLayout
     idx_layout: BLayout
     base_offset_bytes: int
     atomic: ScatterAtomicOp
     conflict: ScatterConflict
-    oob: object
+    oob: GatherOOB | ScatterOOB
     rows: int                   # index rows walked in all (Row: indices; Elem: index rows)
     cols: int
     streams: list[Stream]
@@ -340,7 +351,7 @@ class CoalescingReport:
         """Bytes of table data the call moves logically (elements moved x itemsize, once)."""
         return self.rows * self.cols * self.dtype.itemsize
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "op": self.op, "coalesce": self.coalesce.name.lower(), "kernel": self.kernel, "launch": self.launch,
             "geometry": self.geometry.as_dict() if self.geometry is not None else None,
@@ -483,9 +494,17 @@ def _remap(raw, capacity, rule):
     return remap_array(np.ascontiguousarray(raw, dtype=np.int64), capacity, rule)
 
 
-def analyze(op, coalesce, idx, table_shape, tile_shape=None, dtype="float32", *, atomic="none", conflict="last",
-            oob="undefined", strict=True, base_offset_bytes=0, tile_layout=None, idx_layout=None,
-            tile_padded=None, dyn_ubuf_size=None, keep_lanes=False) -> CoalescingReport:
+ShapeLike: TypeAlias = int | str | Sequence[int]
+"""A ``(rows, cols)`` shape for :func:`analyze`: a tuple, ``"64x32"``, or one int (a single row)."""
+
+
+def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: ShapeLike,
+            tile_shape: ShapeLike | None = None, dtype: _dt.DTypeLike = "float32", *,
+            atomic: ScatterAtomicOpLike = "none", conflict: ScatterConflictLike = "last",
+            oob: GatherOOBLike | ScatterOOBLike = "undefined", strict: bool = True, base_offset_bytes: int = 0,
+            tile_layout: BLayoutLike | None = None, idx_layout: BLayoutLike | None = None,
+            tile_padded: ShapeLike | None = None, dyn_ubuf_size: int | None = None,
+            keep_lanes: bool = False) -> CoalescingReport:
     """Replay the A5 kernel of one MGATHER / MSCATTER call and count its memory requests (see the module doc).
 
     * ``op``: "mgather" or "mscatter"; ``coalesce``: "row" or "elem" (any :func:`~simt_pto.enums.from_any` form).

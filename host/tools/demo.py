@@ -304,19 +304,20 @@ def run_demo(seed: int = 0, out=print) -> int:
     for i, rule in enumerate(rules, 1):
         out(f"[{i}] rejected by rule: {rule}")
     if any("cpu sim" in cell for r in rows for cell in r):
-        out("cpu sim: the CPU simulator's MSCATTER is always an element-wise replace (MSCATTER.md, CPU Reference Form)")
+        out("cpu sim: the cpu target follows the spec pages' CPU reference form of MSCATTER: element-wise, plain replace")
     out("FAILED" if failed else "all targets agree with the expected results")
     return 1 if failed else 0
 
 
+DESCRIPTION = """Run the example MGATHER / MSCATTER tile ops of the PTO ISA pages on every target (cpu, a2a3, a5),
+check each result bit for bit against a plain numpy computation of the spec's formula, and print one table. A cell
+reads ok, n/a (the target refuses the call by a spec rule, listed under the table), cpu sim (the cpu target's
+MSCATTER is an element-wise plain replace, as the spec's CPU reference form is) or FAIL."""
+"""``simt-pto demo --help`` (argparse refills the lines)."""
+
+
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo", help="run the spec's example tile ops on every target, cross-checked",
-        description="Run the example MGATHER / MSCATTER tile ops of the PTO ISA pages on every target (cpu, a2a3, "
-                    "a5), check each result bit for bit against a plain numpy computation of the spec's formula, "
-                    "and print one table. A cell reads ok, n/a (the target refuses the call by a spec rule, listed "
-                    "under the table), cpu sim (the cpu target's MSCATTER is an element-wise plain replace, as the "
-                    "spec's CPU reference form is) or FAIL.",
-        epilog="Exit status: 0 when no cell failed, 1 when one did.")
+    p = subparsers.add_parser("demo", help="run the spec's example tile ops on every target, cross-checked",
+                              description=DESCRIPTION, epilog="Exit status: 0 when no cell failed, 1 when one did.")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.set_defaults(func=lambda args: run_demo(args.seed))

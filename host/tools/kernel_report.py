@@ -23,9 +23,10 @@ was started as ``simt-pto`` / ``python -m simt_pto.host.tools.kernel_report`` sw
 other process (a test run on the simulator, an interactive session) keeps its mode and the compile
 runs in a subprocess, ``python -m simt_pto.host.tools.kernel_report ... --json``.
 
-Toolchain: ``pip install "simt_pto[toolchain]"`` (``numba-cuda[cu13]``, ``nvidia-cuda-nvcc``,
-``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``); ``ptxas``, ``cuobjdump`` and ``nvdisasm`` are
-found inside the installed ``nvidia`` wheels, then on ``PATH``.
+Toolchain: ``pip install "simt_pto[toolchain]"`` (the ``cuda`` extra's numba-cuda, ``numba-cuda[cu13]``,
+``nvidia-cuda-nvcc``, ``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``); ``ptxas``, ``cuobjdump`` and
+``nvdisasm`` are found inside the installed ``nvidia`` wheels, then on ``PATH``. On a core install (no
+numba-cuda) the command says so in one line naming that extra, exit status 1.
 """
 from __future__ import annotations
 
@@ -39,14 +40,16 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from simt_pto import constraints
 from simt_pto import dtypes as _dt
-from simt_pto.enums import (Coalesce, ElementFormat, GatherExec, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB,
+from simt_pto.enums import (Coalesce, CoalesceLike, ElementFormat, GatherExec, GatherOOB, GatherOOBLike, ScatterAtomicOp,
+                            ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike,
                             from_any)
-from simt_pto.backend import set_a5_backend
+from simt_pto.backend import MissingExtraError, cuda_mode, require_numba_cuda, set_a5_backend
 from simt_pto.errors import ConstraintError
 from simt_pto.host import tiling
 from simt_pto.launch_spec import LaunchSpec
@@ -229,11 +232,14 @@ def find_tool(name: str) -> str:
 
 
 def compile_here() -> bool:
-    """True when this process's ``numba.cuda`` is imported in real (non-simulator) mode."""
-    if "numba.cuda" not in sys.modules:
-        return False
-    from numba.cuda.core import config
-    return not config.ENABLE_CUDASIM
+    """True when this process's ``numba.cuda`` is numba-cuda's, imported in real (non-simulator) mode."""
+    return cuda_mode() == "gpu"
+
+
+def require_toolchain() -> None:
+    """Raise :class:`~simt_pto.backend.MissingExtraError` naming the ``toolchain`` extra when numba-cuda is not
+    installed (a core install): compiling a kernel needs it, and the CUDA compiler libraries that extra brings."""
+    require_numba_cuda("compiling an A5 kernel", extra="toolchain")
 
 
 def _owns_process() -> bool:
@@ -416,8 +422,11 @@ def _inspect_in_subprocess(argv) -> dict:
     return json.loads(proc.stdout)
 
 
-def inspect_kernel(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="float32", index_dtype="int32",
-                   rows=8, cols=64, cc=DEFAULT_CC, sass=False, strict=True) -> dict:
+def inspect_kernel(op: str, coalesce: CoalesceLike, *, atomic: ScatterAtomicOpLike | None = None,
+                   oob: GatherOOBLike | ScatterOOBLike | None = None, conflict: ScatterConflictLike | None = None,
+                   dtype: _dt.DTypeLike = "float32", index_dtype: _dt.DTypeLike = "int32", rows: int = 8,
+                   cols: int = 64, cc: int | str | tuple[int, int] = DEFAULT_CC, sass: bool = False,
+                   strict: bool = True) -> dict[str, Any]:
     """Compile the A5 kernel one MGATHER / MSCATTER call launches, without a GPU; return the report.
 
     ``simt_pto.inspect_kernel("mgather", "row", dtype="float32", rows=8, cols=64)`` ->
@@ -426,9 +435,12 @@ def inspect_kernel(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype=
     "geometry": {...}, ...}``. A call the spec forbids raises :class:`ConstraintError` (validated in this
     process). When this process runs ``numba.cuda`` on the simulator (or has not chosen), the compile
     runs in a ``python -m simt_pto.host.tools.kernel_report`` subprocess, so this process's backend is untouched.
+    Without numba-cuda (a core install) it raises :class:`~simt_pto.backend.MissingExtraError` naming the
+    ``toolchain`` extra, after the call is validated.
     """
     plan = build_plan(op, coalesce, atomic=atomic, oob=oob, conflict=conflict, dtype=dtype,
                       index_dtype=index_dtype, rows=rows, cols=cols, strict=strict)
+    require_toolchain()
     if compile_here():
         return inspect_plan(plan, cc, sass)
     return _inspect_in_subprocess(_cli_args(op, coalesce, atomic, oob, conflict, dtype, index_dtype, rows, cols,
@@ -524,11 +536,12 @@ def run(args, own_process: bool | None = None) -> int:
         print(f"simt-pto inspect: {message}", file=sys.stderr)
         return 2
     try:
+        require_toolchain()
         if _claim_real_mode(_owns_process() if own_process is None else own_process):
             report = inspect_plan(plan, cc, args.sass)
         else:
             report = _inspect_in_subprocess(_cli_args(args.op, args.coalesce, cc=cc, sass=args.sass, **kwargs))
-    except ToolchainError as e:
+    except (ToolchainError, MissingExtraError) as e:
         print(f"simt-pto inspect: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # a compile failure in Numba / NVVM: report it, do not hide it

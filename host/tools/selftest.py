@@ -13,8 +13,10 @@ A case is a small dict of parameters plus the arrays it was built from; a failin
 rows) while it still fails and written as an ``.npz`` that ``simt-pto selftest --replay FILE.npz`` runs
 again. ``--out DIR`` is checked before the run (a folder this process can write into, or can create); a case
 that cannot be written all the same stays in the report, with the reason. Exit status: 0 when nothing failed,
-1 when something did, 2 for bad arguments (and when Numba's JIT is disabled: the A5 kernels need it). Backends
-are named as :mod:`simt_pto.backend` names them; the old ``cpu`` still selects ``multicore``, with a warning.
+1 when something did (and when ``--backend`` asks for ``gpu`` / ``simulator`` without numba-cuda, the ``cuda``
+extra: one line naming it), 2 for bad arguments (and when Numba's JIT is disabled: the A5 kernels need it).
+Backends are named as :mod:`simt_pto.backend` names them; the old ``cpu`` still selects ``multicore``, with a
+warning.
 """
 from __future__ import annotations
 
@@ -28,14 +30,17 @@ import tempfile
 import time
 import warnings
 import zipfile
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from simt_pto import reference as ref
-from simt_pto.backend import DEPRECATED, a5_backend, a5_backends, canonical_backend, gpu_present, set_a5_backend
+from simt_pto.backend import (CUDA_EXTRA, DEPRECATED, a5_backend, a5_backends, canonical_backend, gpu_present,
+                              numba_cuda_installed, require_numba_cuda, set_a5_backend)
 from simt_pto.dtypes import ELEMENT_DTYPES, atomic_dtypes
 from simt_pto.enums import BLayout, ScatterAtomicOp
 from simt_pto.errors import ConstraintError, OutOfBoundsError
@@ -462,7 +467,7 @@ class SelftestResult:
     def ok(self) -> bool:
         return not any(f.failed for fams in self.backends.values() for f in fams.values())
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "versions": self.versions, "out": self.out_dir,
                 "backends": {b: {"device": self.devices[b], "seconds": round(self.seconds.get(b, 0.0), 1),
                                  "passed": sum(f.passed for f in fams.values()),
@@ -504,7 +509,8 @@ def device_name(backend: str) -> str:
     return f"{cpu}, {os.cpu_count()} cores"
 
 
-def selftest(backends=None, quick: bool = False, families=None, out_dir=None, progress: bool = False,
+def selftest(backends: Sequence[str] | None = None, quick: bool = False, families: Sequence[str] | None = None,
+             out_dir: str | os.PathLike[str] | None = None, progress: bool = False,
              whole_array: bool | None = None) -> SelftestResult:
     """Run the differential matrix (and, unless ``quick``, the whole-array stage) on each backend.
 
@@ -517,8 +523,7 @@ def selftest(backends=None, quick: bool = False, families=None, out_dir=None, pr
     for name in names:  # a loop, not a comprehension: the warning's stacklevel counts frames
         backends.append(_backend_name(name))
     for b in backends:
-        if b not in available:
-            raise ValueError(f"backend {b!r} is not available in this process (available: {', '.join(available)})")
+        check_available(b, available)
     families = tuple(families or FAMILIES)
     for f in families:
         if f not in FAMILIES:
@@ -549,6 +554,20 @@ def selftest(backends=None, quick: bool = False, families=None, out_dir=None, pr
     finally:
         set_a5_backend(previous)
     return result
+
+
+def check_available(backend: str, available) -> None:
+    """Raise unless ``backend`` is one of ``available``: :class:`~simt_pto.backend.MissingExtraError` naming the
+    ``cuda`` extra for ``gpu`` / ``simulator`` without numba-cuda, else ValueError listing what this process can
+    use."""
+    if backend in available:
+        return
+    if backend in ("gpu", "simulator"):
+        try:
+            require_numba_cuda(f"A5 backend {backend!r}")  # MissingExtraError (an ImportError) goes up as it is
+        except RuntimeError:  # numba-cuda is installed but cannot load here: "not available" says the rest
+            pass
+    raise ValueError(f"backend {backend!r} is not available in this process (available: {', '.join(available)})")
 
 
 def _backend_name(name) -> str:
@@ -597,17 +616,20 @@ def replay(path) -> tuple[dict, list[str]]:
 
 # -- the command line --------------------------------------------------------------------------------------------
 
+DESCRIPTION = """Check every A5 backend this process can use (gpu where a device is found, multicore, and the CUDA
+simulator with a tenth of the cases) against the reference: a seeded matrix of every kernel family, element dtype,
+out-of-bounds rule, atomic and conflict policy, on small and on tile-edge shapes, compared bit for bit (a float atomic
+Add within its rounding bound), then whole-array gathers and scatters of 16M elements."""
+"""``simt-pto selftest --help`` (argparse refills the lines; so for the epilog)."""
+EPILOG = f"""A failing case is shrunk and written as an .npz file that --replay runs again. Exit status: 0 when nothing
+failed, 1 when something did (or when the backend asked for needs the cuda extra, numba-cuda, that this install leaves
+out), 2 for a bad argument (or when Numba's JIT is disabled: the A5 kernels need it). The gpu and simulator backends
+need numba-cuda: pip install "simt_pto[{CUDA_EXTRA}]"."""
+
+
 def register(sub) -> None:
-    parser = sub.add_parser(
-        "selftest", help="check every A5 backend of this machine against the reference",
-        description="Check every A5 backend this process can use (gpu where a device is found, multicore, and the "
-                    "CUDA simulator with a tenth of the cases) against the reference: a seeded matrix of every "
-                    "kernel family, element dtype, out-of-bounds rule, atomic and conflict policy, on small and on "
-                    "tile-edge shapes, compared bit for bit (a float atomic Add within its rounding bound), then "
-                    "whole-array gathers and scatters of 16M elements.",
-        epilog="A failing case is shrunk and written as an .npz file that --replay runs again. Exit status: 0 when "
-               "nothing failed, 1 when something did, 2 for a bad argument (or when Numba's JIT is disabled: the A5 "
-               "kernels need it).")
+    parser = sub.add_parser("selftest", help="check every A5 backend of this machine against the reference",
+                            description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--backend", default="all",
                         help="gpu, multicore, simulator or all (default: all this process can use; the old name "
                              "cpu still means multicore)")
@@ -633,6 +655,15 @@ def _cli_backend(parser, name: str) -> str:
     return backend
 
 
+def _cli_available(parser, backend: str, available) -> None:
+    """``--backend`` names a backend this process can use; a missing extra is one error line naming it (raised to
+    the command line's :func:`~simt_pto.host.tools.cli.main`, exit 1), anything else argparse's error (exit 2)."""
+    try:
+        check_available(backend, available)
+    except ValueError:
+        parser.error(f"--backend: {backend!r} is not available here (available: {', '.join(available)})")
+
+
 def run(args) -> int:
     parser = args.parser
     args.backend = _cli_backend(parser, args.backend)
@@ -643,8 +674,7 @@ def run(args) -> int:
             parser.error(f"argument --replay: {e}")
         recorded = str(p.get("backend", "multicore"))  # a case written before a rename: the backend's new name
         backend = DEPRECATED.get(recorded, recorded) if args.backend == "all" else args.backend
-        if backend not in a5_backends():
-            parser.error(f"--backend: {backend!r} is not available here (available: {', '.join(a5_backends())})")
+        _cli_available(parser, backend, a5_backends())
         previous = a5_backend()
         set_a5_backend(backend)
         try:
@@ -659,8 +689,11 @@ def run(args) -> int:
         return 1 if problems else 0
     available = a5_backends()
     backends = available if args.backend == "all" else (args.backend,)
-    if args.backend != "all" and args.backend not in available:
-        parser.error(f"--backend: {args.backend!r} is not available here (available: {', '.join(available)})")
+    if args.backend != "all":
+        _cli_available(parser, args.backend, available)
+    elif not numba_cuda_installed():
+        print(f'simt-pto selftest: note: the gpu and simulator backends need numba-cuda: '
+              f'pip install "simt_pto[{CUDA_EXTRA}]"', file=sys.stderr)
     if args.out is not None:
         try:
             check_out_dir(args.out)

@@ -20,7 +20,8 @@ from tqdm import tqdm
 from simt_pto import dtypes
 from simt_pto.backend import a5_backend
 from simt_pto.enums import ScatterOOB, from_any
-from simt_pto.errors import OutOfBoundsError
+from simt_pto.errors import ConstraintError, OutOfBoundsError
+from simt_pto.host.arrays import checked_indices
 from simt_pto.host.large import scatter
 from simt_pto.plan import check_indices
 from simt_pto.policy import index_rule
@@ -219,10 +220,10 @@ def workload_from_files(parser, a) -> Workload:
     if a.table_file is not None and a.table_shape is not None:
         parser.error("argument --table-shape: not allowed with argument --table-file")
     idx, src = _load(parser, "--idx", a.idx), _load(parser, "--src", a.src)
-    if idx.dtype not in (np.dtype(np.int32), np.dtype(np.uint32)):
-        parser.error(f"argument --idx: {a.idx}: indices must be int32 or uint32, got {idx.dtype}")
-    if idx.ndim != 1:
-        parser.error(f"argument --idx: {a.idx}: a 1-D index array is needed, got shape {idx.shape}")
+    try:  # int64 (numpy's default) and any integer dtype whose values fit the uint32 cast: a checked int32 copy
+        idx = checked_indices(idx, "MSCATTER", "a5")
+    except ConstraintError as e:
+        parser.error(f"argument --idx: {a.idx}: {e.detail} (rule: {e.rule})")
     if a.table_file is not None:
         table = _load(parser, "--table-file", a.table_file)
     else:
@@ -232,25 +233,29 @@ def workload_from_files(parser, a) -> Workload:
             parser.error(f"argument --dtype: {exc}")
         table = np.empty(a.table_shape, d.numpy)
         table.view(d.bits)[...] = int("A5" * d.itemsize, 16)  # a sentinel: an untouched slot shows
+    # N-D indices as the whole-array ops take them: one source row (Row) or element (Elem) per index, in C order
     if a.coalesce == "row":
         if table.ndim != 2:
             parser.error(f"argument --table-file: {a.table_file}: a Row table is 2-D, got shape {table.shape}")
-        if src.shape != (idx.size, table.shape[1]):
-            parser.error(f"argument --src: {a.src}: a Row source is (len(idx), table cols) = "
-                         f"{(idx.size, table.shape[1])}, got {src.shape}")
+        if src.shape != idx.shape + (table.shape[1],):
+            parser.error(f"argument --src: {a.src}: a Row source is idx's shape plus the table's columns, "
+                         f"{idx.shape + (table.shape[1],)}, got {src.shape}")
         capacity = table.shape[0]
+        src = src.reshape(idx.size, table.shape[1])
     else:
-        if src.ndim != 1 or src.size != idx.size:
-            parser.error(f"argument --src: {a.src}: an Elem source is 1-D with len(idx) = {idx.size} elements, "
-                         f"got shape {src.shape}")
+        if src.shape != idx.shape:
+            parser.error(f"argument --src: {a.src}: an Elem source has idx's shape, {idx.shape}, got {src.shape}")
         capacity = table.size
+        src = src.reshape(-1)
+    idx_shape, idx = idx.shape, idx.reshape(-1)
     if a.dtype and src.dtype != table.dtype and src.dtype.kind in "ui" and src.dtype.itemsize == table.dtype.itemsize:
         src = src.view(table.dtype)  # raw bits of the --dtype element (float8 over uint8)
     if src.dtype != table.dtype:
         parser.error(f"argument --src: {a.src}: dtype {src.dtype} differs from the table's {table.dtype}")
     dtype = a.dtype if a.dtype and np.dtype(dtypes.resolve(a.dtype).numpy) != table.dtype else None
     try:  # the whole-array call's own refusal, before anything runs, named after the file and the flag
-        check_indices("MSCATTER", "a5", capacity, index_rule(from_any(ScatterOOB, a.oob, "oob")), idx.view(np.uint32))
+        check_indices("MSCATTER", "a5", capacity, index_rule(from_any(ScatterOOB, a.oob, "oob")),
+                     idx.reshape(idx_shape).view(np.uint32))  # an N-D file's positions are N-D
     except OutOfBoundsError as e:
         parser.error(f"argument --idx: {a.idx}: {e.count} index(es) out of range [0, {capacity}) under --oob "
                      f"undefined (first: position {e.positions[0]}, uint32 index {e.values[0]}); pick --oob skip, "
@@ -258,15 +263,18 @@ def workload_from_files(parser, a) -> Workload:
     return Workload(a.coalesce, table, src, idx, oob=a.oob, dtype=dtype)
 
 
+DESCRIPTION = """Run one scatter workload with many colliding indices several times on the A5 target with
+conflict=last, and compare every run bit for bit with the sequential result (the a2a3 target: tiles issued in order
+on one core) and with each other; then run conflict=default the same way to show how much racing stores vary. The
+workload is synthetic (--rows, --cols, --n, --seed) or read from your .npy files (--idx with --src, and --table-file
+or --table-shape)."""
+"""``simt-pto validate-last --help`` (argparse refills the lines)."""
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "validate-last", help="check Conflict::Last scatters bitwise against the sequential golden, K times, at scale",
-        description="Run one scatter workload with many colliding indices several times on the A5 target with "
-                    "conflict=last, and compare every run bit for bit with the sequential result (the a2a3 target: "
-                    "tiles issued in order on one core) and with each other; then run conflict=default the same way "
-                    "to show how much racing stores vary. The workload is synthetic (--rows, --cols, --n, --seed) "
-                    "or read from your .npy files (--idx with --src, and --table-file or --table-shape).",
-        epilog="Exit status: 0 when every Last run matched, 1 when one did not, 2 for a bad argument.")
+        description=DESCRIPTION, epilog="Exit status: 0 when every Last run matched, 1 when one did not, 2 for a bad argument.")
     from .cli import positive_int  # not at module level: the command line imports this module
     p.add_argument("--coalesce", choices=("row", "elem"), default="row",
                    help="row: scatter whole rows; elem: scatter single elements (default row)")
@@ -280,9 +288,10 @@ def register(subparsers) -> None:
                    help="how Conflict::Last runs: slot (the slot-centric kernels), owner (claim each slot for its "
                         "last writer, then write it) or auto (owner once the slot-centric kernels would cost more; "
                         "the default)")
-    p.add_argument("--idx", metavar="IDX.npy", help="your indices (int32 / uint32, 1-D): with --src, instead of the "
+    p.add_argument("--idx", metavar="IDX.npy", help="your indices (any integer dtype with values in [-2**31, 2**32), "
+                                                    "any shape, taken in C order): with --src, instead of the "
                                                     "synthetic workload")
-    p.add_argument("--src", metavar="SRC.npy", help="your source: Row (len(idx), C); Elem 1-D of len(idx)")
+    p.add_argument("--src", metavar="SRC.npy", help="your source: Row idx's shape plus (C,); Elem idx's shape")
     p.add_argument("--table-file", metavar="TABLE.npy", help="the table to scatter into (Row 2-D)")
     p.add_argument("--table-shape", type=_table_shape, metavar="RxC", help="or a table of this shape, filled with "
                                                                            "a sentinel (with --dtype)")

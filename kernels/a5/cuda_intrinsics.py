@@ -14,7 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import cuda
-from numba.cuda.core import config as _cuda_config
+
+from simt_pto.backend import cuda_mode
 
 
 @cuda.jit(device=True, inline="always")
@@ -32,7 +33,7 @@ def lane_span():
     return numba.int64(cuda.threadIdx.x), 1
 
 
-if _cuda_config.ENABLE_CUDASIM:
+if cuda_mode() == "simulator":  # read from numba-cuda's own config, as imported
     @cuda.jit(device=True, inline="always")
     def atomic_add(ary, i, v):
         # errstate is per thread, and every simulated CUDA thread is a Python thread of its own

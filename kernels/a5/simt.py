@@ -7,8 +7,8 @@ those names (and the helpers of :mod:`.device`) for one backend family and compi
 * ``"cuda"``: ``numba.cuda.jit(cache=True)``, one CUDA thread per SIMT thread, on a GPU or on Numba's
   CUDA simulator (whichever mode ``numba.cuda`` was imported in);
 * ``"cpu"``: ``numba.njit(nogil=True, cache=True)``, one call per range of blocks; :func:`launch` spreads
-  the blocks of a grid over a thread pool of the package's own, one worker per Numba thread
-  (``NUMBA_NUM_THREADS``), and within a block runs the warps in order, each warp's lanes as one span.
+  the blocks of a grid over one thread per Numba thread (``NUMBA_NUM_THREADS``): the calling thread and workers
+  of a thread pool of the package's own; within a block it runs the warps in order, each warp's lanes as one span.
 
 The copy has the source's code and closure (the policy constants), so both backends share Numba's cache
 index entry name and differ in the target of the key; the logic of a kernel exists once.
@@ -46,9 +46,9 @@ def namespace(family: str) -> dict:
         scope = dict(intrinsics.CPU)
         scope["add_bits"] = softfloat.add_bits_called  # one compiled adder, called (compile time; see there)
     elif family == "cuda":
+        scope = dict(intrinsics.cuda_intrinsics())  # MissingExtraError without numba-cuda, before importing it
         from numba.cuda.core import caching as cuda_caching
         cache.install(cuda_caching.CacheImpl)  # numba-cuda keeps a locator list of its own
-        scope = dict(intrinsics.cuda_intrinsics())
     else:
         raise ValueError(f"unknown backend family {family!r}")
     jit = _device_jit(family)
@@ -182,9 +182,9 @@ def trace_cpu_launches():
 
 
 fault_hook = None
-"""Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a worker, before a block range runs) and
-``"launch-wait"`` (the caller, once a ``multicore`` launch's ranges are submitted), so that a test can raise there
-(an interrupt landing at that exact moment) or hold a worker."""
+"""Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a thread, before a block range runs) and
+``"launch-wait"`` (the caller, once a ``multicore`` launch's workers are started, before it takes a block range
+itself), so that a test can raise there (an interrupt landing at that exact moment) or hold a worker."""
 
 
 def _run_range(kernel, launch, args):
@@ -198,21 +198,51 @@ def _run_range(kernel, launch, args):
     _trace.append((threading.get_ident(), t0, time.perf_counter(), launch[1] - launch[0]))
 
 
+class _BlockRanges:
+    """The block ranges of one ``multicore`` launch, handed out in order to the workers that ask (a cursor under a
+    lock), until they run out or the launch is stopped."""
+
+    def __init__(self, grid: int, chunks: int):
+        self.bounds = [grid * k // chunks for k in range(chunks + 1)]
+        self._next = 0
+        self._lock = threading.Lock()
+        self.stopped = False
+
+    def take(self):
+        """``(lo, hi)`` of the next block range not yet started, or None."""
+        with self._lock:
+            k = self._next
+            if self.stopped or k + 1 >= len(self.bounds):
+                return None
+            self._next = k + 1
+        return self.bounds[k], self.bounds[k + 1]
+
+
+def _run_ranges(kernel, ranges: _BlockRanges, grid: int, warps: int, args) -> None:
+    """One worker's share of a launch: block ranges from ``ranges`` until none is left."""
+    while (taken := ranges.take()) is not None:
+        _run_range(kernel, (taken[0], taken[1], grid, warps), args)
+
+
 def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
+    """Run a grid on ``cpu_workers()`` threads: ``CHUNKS_PER_WORKER`` block ranges per thread (load balance for
+    uneven blocks), taken in order by the caller and by one pool task per other thread (a task costs a thread
+    hand-off; a block range does not)."""
     workers = cpu_workers()
     chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
     if chunks <= 1:
         _run_range(kernel, (0, grid, grid, warps), args)
         return
-    bounds = [grid * k // chunks for k in range(chunks + 1)]
+    ranges = _BlockRanges(grid, chunks)
     pool = _worker_pool()
-    futures = [pool.submit(_run_range, kernel, (bounds[k], bounds[k + 1], grid, warps), args) for k in range(chunks)]
+    futures = [pool.submit(_run_ranges, kernel, ranges, grid, warps, args) for _ in range(min(workers, chunks) - 1)]
     try:
         if fault_hook is not None:
             fault_hook("launch-wait")
-        concurrent.futures.wait(futures)  # the caller waits: the pool's threads are the cores
+        _run_ranges(kernel, ranges, grid, warps, args)  # the caller is one of the threads
+        concurrent.futures.wait(futures)
     except BaseException:
-        _stop(futures)
+        _stop(futures, ranges)
         raise
     for future in futures:
         error = future.exception()
@@ -220,10 +250,11 @@ def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
             raise error
 
 
-def _stop(futures) -> None:
-    """After an exception in the caller (Ctrl-C): cancel the block ranges not yet started and wait for the running
-    ones, so that no thread of ours writes the caller's arrays once the exception leaves the call. A second
-    interrupt during that wait (a few milliseconds: one block range) is held back until the wait is over."""
+def _stop(futures, ranges: _BlockRanges) -> None:
+    """After an exception in the caller (Ctrl-C): hand out no more block ranges and wait for the running ones, so
+    that no thread of ours writes the caller's arrays once the exception leaves the call. A second interrupt during
+    that wait (a few milliseconds: one block range) is held back until the wait is over."""
+    ranges.stopped = True
     for future in futures:
         future.cancel()
     while True:
