@@ -35,7 +35,7 @@ import contextlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,9 +50,6 @@ from simt_pto.tensor import GlobalTensor
 
 from . import dispatch, tiling
 from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
-
-if TYPE_CHECKING:
-    from numpy.typing import NDArray
 
 TableT = TypeVar("TableT")
 
@@ -172,12 +169,6 @@ def _followed_by(call: CallPlan, step: HostStep) -> CallPlan:
     return CallPlan(call.steps, guard=guard_then_step, guard_name=f"{call.guard_name}; after it: {step.name}")
 
 
-def _dask_operand(*arrays) -> bool:
-    """Whether any operand is a Dask array, told by its class's module: Dask is imported only when one is passed
-    (the route of :mod:`.dask_tables`, which never pulls the table into this process)."""
-    return any(type(a).__module__.partition(".")[0] == "dask" for a in arrays if a is not None)
-
-
 # -- gather ------------------------------------------------------------------------------------------------
 
 def _wrap_out(out, c: _Call, out_shape, target, dtype) -> WholeArray:
@@ -278,16 +269,6 @@ def gather_plan(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = 
     return _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend, out)[0]
 
 
-@overload
-def gather(table: NDArray[Any], idx: ArrayLike, *, coalesce: Coalesce | str = ..., oob: GatherOOB | str = ...,
-           target: str = ..., tile_rows: int | None = ..., dyn_ubuf_size: int | None = ..., strict: bool = ...,
-           dtype: DTypeArg = ..., out: None = ...) -> NDArray[Any]: ...
-@overload
-def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = ..., oob: GatherOOB | str = ...,
-           target: str = ..., tile_rows: int | None = ..., dyn_ubuf_size: int | None = ..., strict: bool = ...,
-           dtype: DTypeArg = ..., out: ArrayLike | None = ...) -> Any: ...
-
-
 def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row", oob: GatherOOB | str = "undefined",
            target: str = "a5", tile_rows: int | None = None, dyn_ubuf_size: int | None = None, strict: bool = True,
            dtype: DTypeArg = None, out: ArrayLike | None = None) -> Any:
@@ -310,13 +291,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     sharing no memory with ``table`` or ``idx``), the result is written there and ``out`` is returned.
     ``dtype`` reinterprets the table's elements (e.g. ``"bfloat16"`` over a uint16 device array).
 
-    A Dask array among the operands takes the Dask route (:func:`simt_pto.host.dask_tables.gather`): the result
-    is a Dask array chunked like ``idx``, with the same semantics, computed where the table's chunks are.
     """
-    if _dask_operand(table, idx, out):
-        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
-        return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
-                                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
     call, result = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, None, out)
     _run(call, target_from_any(target))
     return result()
@@ -424,15 +399,7 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     the updated table as a new JAX array. A read-only table is refused. ``last_path`` (Conflict::Last, atomic NONE
     on a5): ``"slot"``, ``"owner"`` or ``"auto"``; see the module docstring.
 
-    A Dask array among the operands takes the Dask route (:func:`simt_pto.host.dask_tables.scatter`): Dask arrays
-    cannot be written, so the updated table is returned as a new Dask array, with the same semantics.
     """
-    if _dask_operand(table, src, idx):
-        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
-        updated_dask: TableT = dask_tables.scatter(
-            table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
-            tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
-        return updated_dask
     call, result = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size,
                             strict, last_path, dtype)
     target = target_from_any(target)

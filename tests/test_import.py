@@ -59,7 +59,7 @@ def test_public_names_are_imported_at_first_use():
         "[]",
         "simt_pto.ops simt_pto.ops",
         "[]",
-        "simt_pto.host.large simt_pto.host.large",
+        "simt_pto.host.whole_array simt_pto.host.whole_array",
         "simt_pto.host.tools.coalescing analyze",
         "simt_pto.host.tools.kernel_report simt_pto.host.tools.selftest",
         "[]",

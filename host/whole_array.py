@@ -1,0 +1,77 @@
+"""``pto.gather`` / ``pto.scatter``: the whole-array ops as the package root exports them.
+
+A call whose operands are all in memory (numpy, device arrays, PyTorch / JAX / DLPack producers) runs the in-memory
+op of :mod:`.large`, which states the semantics (MGATHER.md / MSCATTER.md, tile by tile). A call with a Dask array
+among its operands takes the Dask route of :mod:`.dask_tables`: the same semantics, computed where the table's
+chunks live, and a Dask array as the result. Dask is told apart by its class's module, so a call that passes no
+Dask array never imports Dask.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB
+
+from . import large
+from .arrays import ArrayLike, DTypeArg
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+TableT = TypeVar("TableT")
+
+
+def _dask_operand(*arrays: object) -> bool:
+    """Whether any operand is a Dask array, told by its class's module (no Dask import)."""
+    return any(type(a).__module__.partition(".")[0] == "dask" for a in arrays if a is not None)
+
+
+@overload
+def gather(table: NDArray[Any], idx: ArrayLike, *, coalesce: Coalesce | str = ..., oob: GatherOOB | str = ...,
+           target: str = ..., tile_rows: int | None = ..., dyn_ubuf_size: int | None = ..., strict: bool = ...,
+           dtype: DTypeArg = ..., out: None = ...) -> NDArray[Any]: ...
+@overload
+def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = ..., oob: GatherOOB | str = ...,
+           target: str = ..., tile_rows: int | None = ..., dyn_ubuf_size: int | None = ..., strict: bool = ...,
+           dtype: DTypeArg = ..., out: ArrayLike | None = ...) -> Any: ...
+
+
+def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row", oob: GatherOOB | str = "undefined",
+           target: str = "a5", tile_rows: int | None = None, dyn_ubuf_size: int | None = None, strict: bool = True,
+           dtype: DTypeArg = None, out: ArrayLike | None = None) -> Any:
+    """Gather a whole array with the A5 semantics of MGATHER: :func:`simt_pto.host.large.gather` (its docstring
+    states the rules: Row ``out[p] = table[idx[p], :]``, Elem ``out[p] = table.flat[idx[p]]``, the uint32 cast,
+    ``oob``, index dtypes and shapes, ``out=``, what is returned for each array kind).
+
+    With a Dask array among the operands, :func:`simt_pto.host.dask_tables.gather`: the result is a Dask array
+    chunked like ``idx``, with the same semantics, computed where the table's chunks are."""
+    kwargs = dict(coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size,
+                  strict=strict, dtype=dtype, out=out)
+    if _dask_operand(table, idx, out):
+        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
+        return dask_tables.gather(table, idx, **kwargs)
+    return large.gather(table, idx, **kwargs)
+
+
+def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
+            atomic: ScatterAtomicOp | str = "none", oob: ScatterOOB | str = "undefined",
+            conflict: ScatterConflict | str = "last", target: str = "a5", tile_rows: int | None = None,
+            dyn_ubuf_size: int | None = None, strict: bool = True, last_path: str = "auto",
+            dtype: DTypeArg = None) -> TableT:
+    """Scatter a whole array with the semantics of issuing MSCATTER tile by tile in order:
+    :func:`simt_pto.host.large.scatter` (its docstring states the rules: Row ``table[idx[p], :] op= src[p, :]``,
+    Elem ``table.flat[idx[p]] op= src[p]``, Conflict::Last by C-order position, in place for a writable table, a
+    new JAX array for a JAX table).
+
+    With a Dask array among the operands, :func:`simt_pto.host.dask_tables.scatter`: Dask arrays cannot be
+    written, so the updated table is returned as a new Dask array, with the same semantics."""
+    kwargs = dict(coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target, tile_rows=tile_rows,
+                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
+    if _dask_operand(table, src, idx):
+        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
+        updated_dask: TableT = dask_tables.scatter(table, src, idx, **kwargs)
+        return updated_dask
+    return large.scatter(table, src, idx, **kwargs)
+
+
+__all__ = ["gather", "scatter"]

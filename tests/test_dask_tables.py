@@ -1,0 +1,449 @@
+"""Whole-array gather / scatter over Dask tables on a Dask cluster (host/dask_tables.py, issue 25): on a
+``LocalCluster`` of two worker processes on the loopback address, every result against the in-memory call (the
+reference the issue names) and against numpy / ``simt_pto.reference`` oracles written from the spec: every mode,
+every OOB policy, Conflict::Last and Default, the atomics, chunk boundaries, numpy and Dask operands, the
+UNDEFINED refusal in both forms, and a worker restarted between two calls."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed", reason="needs the dask extra: pip install 'simt_pto[dask]' (README's test "
+                    "install includes it)")
+
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+import simt_pto as pto  # noqa: E402
+from simt_pto import reference  # noqa: E402
+from simt_pto.host import dask_tables, large  # noqa: E402
+from conftest import as_bits, random_values, run_python  # noqa: E402
+
+GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
+SCATTER_OOB = ("undefined", "skip", "clamp", "wrap")
+IDX_CHUNK = 23  # index chunks that do not line up with the table's
+
+# name -> (table shape, table chunks, coalesce): Row over 4 row chunks (the last one short); Elem over a 1-D table
+# in 5 chunks, and over a 2-D table chunked by whole rows (runs of 80 flat elements)
+TABLES = {
+    "row": ((150, 4), (40, 4), "row"),
+    "elem-1d": ((300,), (64,), "elem"),
+    "elem-2d": ((60, 5), (16, 5), "elem"),
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    """One cluster for the module: two worker processes, one thread each, on 127.0.0.1, kernels warmed."""
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        dask_tables.warm(c, dtypes=("float32", "int32", "float16"))
+        yield c
+
+
+def make_table(rng, name, dtype, values=None):
+    shape, chunks, coalesce = TABLES[name]
+    table = random_values(rng, shape, dtype) if values is None else values(shape).astype(dtype)
+    return table, da.from_array(table, chunks=chunks), coalesce
+
+
+def capacity(table, coalesce):
+    return table.shape[0] if coalesce == "row" else table.size
+
+
+def chunk_starts(name):
+    """The first slot of every table chunk (rows, Row; flat elements, Elem)."""
+    shape, chunks, coalesce = TABLES[name]
+    per = chunks[0] if coalesce == "row" or len(shape) == 1 else chunks[0] * shape[1]
+    return list(range(0, capacity(np.empty(shape), coalesce), per))
+
+
+def indices(rng, cap, n, oob, shape=None):
+    """``n`` indices (or ``shape``): in range under UNDEFINED, else with negatives and values past the capacity."""
+    lo, hi = (0, cap) if oob == "undefined" else (-4, cap + 9)
+    return rng.integers(lo, hi, n if shape is None else shape).astype(np.int32)
+
+
+def oracle_gather(table, idx, coalesce, oob):
+    """numpy's ``table[slot(idx)]`` after the spec's uint32 cast and remap (reference.slots); no slot reads 0."""
+    flat = table if coalesce == "row" else table.reshape(-1)
+    slots = reference.slots(idx, flat.shape[0], oob)
+    out = flat[np.maximum(slots, 0)].copy()
+    out[slots < 0] = 0
+    return out
+
+
+def to_dask(x, chunks=IDX_CHUNK):
+    """``x`` as a Dask array cut into runs of ``chunks`` rows."""
+    return da.from_array(x, chunks=(chunks,) + x.shape[1:])
+
+
+# -- gather --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, dtype", [("row", "float32"), ("row", "float16"), ("elem-1d", "int32"),
+                                         ("elem-2d", "float32")])
+@pytest.mark.parametrize("kind", ["dask", "numpy"])
+def test_gather_every_oob_policy_is_the_in_memory_gather(client, rng, name, dtype, kind):
+    table, dtable, coalesce = make_table(rng, name, dtype)
+    cap = capacity(table, coalesce)
+    cases = {}
+    for oob in GATHER_OOB:
+        idx = indices(rng, cap, 97, oob)
+        idx[:4] = [s - 1 for s in chunk_starts(name)[1:4]] + [cap - 1]  # the last slot of chunks
+        cases[oob] = idx, dask_tables.gather(dtable, to_dask(idx) if kind == "dask" else idx, coalesce=coalesce,
+                                             oob=oob)
+    got = dask.compute({oob: result for oob, (_, result) in cases.items()})[0]
+    for oob, (idx, result) in cases.items():
+        assert isinstance(result, da.Array)
+        assert result.chunks[0] == (to_dask(idx).chunks[0] if kind == "dask" else (97,))
+        want = large.gather(table, idx, coalesce=coalesce, oob=oob)
+        assert got[oob].shape == want.shape and as_bits(got[oob]).tobytes() == as_bits(want).tobytes(), oob
+        assert as_bits(got[oob]).tobytes() == as_bits(oracle_gather(table, idx, coalesce, oob)).tobytes(), oob
+
+
+def test_elem_gather_with_2d_indices_cut_both_ways(client, rng):
+    table, dtable, _ = make_table(rng, "elem-2d", "int32")
+    idx = indices(rng, table.size, None, "wrap", shape=(13, 9))
+    result = dask_tables.gather(dtable, da.from_array(idx, chunks=(5, 4)), coalesce="elem", oob="wrap")
+    assert result.chunks == ((5, 5, 3), (4, 4, 1))  # chunked like idx
+    got = result.compute()
+    assert np.array_equal(got, large.gather(table, idx, coalesce="elem", oob="wrap"))
+    assert np.array_equal(got, oracle_gather(table, idx, "elem", "wrap"))
+
+
+def test_gather_under_undefined_without_strict_reads_zero(client, rng):
+    table, dtable, _ = make_table(rng, "row", "float32")
+    idx = np.array([3, 150, -1, 149, 40], dtype=np.int32)
+    got = dask_tables.gather(dtable, to_dask(idx, 2), strict=False).compute()
+    assert as_bits(got).tobytes() == as_bits(large.gather(table, idx, strict=False)).tobytes()
+    assert not got[[1, 2]].any()
+
+
+def test_row_gather_and_scatter_with_indices_of_any_shape(client, rng):
+    """Row indices of shape (B, L) gather (B, L, C), as F.embedding does; a scatter takes src of that shape."""
+    table, dtable, _ = make_table(rng, "row", "float32")
+    idx = rng.integers(0, 150, (6, 11)).astype(np.int32)
+    src = random_values(rng, (6, 11, 4), "float32")
+    gathered = dask_tables.gather(dtable, da.from_array(idx, chunks=(4, 5)))
+    scattered = dask_tables.scatter(dtable, src, da.from_array(idx, chunks=(4, 5)))
+    assert gathered.shape == (6, 11, 4) and gathered.chunks[:2] == ((4, 2), (5, 5, 1))
+    got_gather, got_scatter = dask.compute(gathered, scattered)
+    assert np.array_equal(as_bits(got_gather), as_bits(table[idx]))
+    assert np.array_equal(as_bits(got_scatter), as_bits(large.scatter(table.copy(), src, idx)))
+
+
+def test_int64_indices_behave_as_their_uint32_cast_and_values_outside_are_refused(client, rng):
+    """Dask makes int64 indices: values in [-2**31, 2**32) are those values as int32 / uint32; one outside is
+    refused at compute time with the in-memory call's error, naming its position in idx."""
+    table, dtable, _ = make_table(rng, "elem-1d", "int32")
+    idx = rng.integers(-3, 310, 70)
+    idx[5] = 2 ** 32 - 2  # the uint32 cast of -2
+    got = dask_tables.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
+    assert np.array_equal(got, large.gather(table, idx.astype(np.int32), coalesce="elem", oob="wrap"))
+    idx[[40, 60]] = [2 ** 32, -2 ** 31 - 1]
+    with pytest.raises(pto.ConstraintError) as in_memory:
+        large.gather(table, idx, coalesce="elem", oob="wrap")
+    with pytest.raises(pto.ConstraintError) as distributed:
+        dask_tables.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
+    assert str(distributed.value) == str(in_memory.value)
+    assert "idx[40] = 4294967296" in str(distributed.value)
+
+
+# -- scatter: Conflict::Last, every OOB policy ----------------------------------------------------------------
+
+def scatter_mismatches(got, table, src, idx, coalesce, oob, atomic="none", conflict="last"):
+    """reference.scatter_mismatches (the serial loop, the writers of each slot, the float Add bound) on raw bits."""
+    dtype = pto.dtypes.resolve(table.dtype).name
+    row_len = table.shape[1] if coalesce == "row" else 0
+    flat_idx = idx if coalesce == "row" else idx.reshape(-1)
+    src_bits = as_bits(src).reshape(len(flat_idx), -1) if coalesce == "row" else as_bits(src).reshape(-1)
+    return reference.scatter_mismatches(as_bits(got).reshape(-1), as_bits(table).reshape(-1), dtype, coalesce,
+                                        flat_idx, src_bits, capacity(table, coalesce), oob, atomic, conflict,
+                                        row_len)
+
+
+def source(rng, table, coalesce, idx):
+    shape = (len(idx), table.shape[1]) if coalesce == "row" else idx.shape
+    return random_values(rng, shape, table.dtype)
+
+
+@pytest.mark.parametrize("name, dtype", [("row", "float32"), ("elem-1d", "float16"), ("elem-2d", "int32")])
+@pytest.mark.parametrize("kinds", ["dask-dask", "numpy-dask", "dask-numpy", "numpy-numpy"])
+def test_last_keeps_the_largest_global_position_under_every_oob_policy(client, rng, name, dtype, kinds):
+    """Few slots, many writers each, spread over every index chunk: the survivor is the globally last one."""
+    table, dtable, coalesce = make_table(rng, name, dtype)
+    cap = capacity(table, coalesce)
+    idx_kind, src_kind = kinds.split("-")
+    cases = {}
+    for oob in SCATTER_OOB:
+        idx = indices(rng, cap, 120, oob)
+        idx[::3] = rng.choice([0, 39, 40, cap - 1], idx[::3].size)  # duplicates, chunk ends and starts
+        src = source(rng, table, coalesce, idx)
+        cases[oob] = idx, src, dask_tables.scatter(
+            dtable, to_dask(src) if src_kind == "dask" else src, to_dask(idx) if idx_kind == "dask" else idx,
+            coalesce=coalesce, oob=oob)
+    got = dask.compute({oob: result for oob, (_, _, result) in cases.items()})[0]
+    for oob, (idx, src, result) in cases.items():
+        assert result.chunks == dtable.chunks and result.dtype == table.dtype
+        want = large.scatter(table.copy(), src, idx, coalesce=coalesce, oob=oob)
+        assert as_bits(got[oob]).tobytes() == as_bits(want).tobytes(), oob
+        slots = reference.slots(idx, cap, oob)
+        flat_src = src if coalesce == "row" else src.reshape(-1)
+        serial = reference.last_writer_scatter(table if coalesce == "row" else table.reshape(-1), slots, flat_src)
+        assert as_bits(got[oob]).reshape(-1).tobytes() == as_bits(serial).reshape(-1).tobytes(), oob
+    assert np.array_equal(as_bits(dtable.compute()), as_bits(table))  # the input is unchanged
+
+
+def test_last_with_2d_indices_cut_along_both_axes(client, rng):
+    """Index chunks that are not runs of the flat source order: the last writer is still the largest C-order
+    position of the whole idx."""
+    table, dtable, _ = make_table(rng, "elem-1d", "float32")
+    idx = rng.integers(0, 12, (14, 9)).astype(np.int32)  # 126 writes into 12 slots
+    src = random_values(rng, idx.shape, "float32")
+    got = dask_tables.scatter(dtable, da.from_array(src, chunks=(4, 2)), da.from_array(idx, chunks=(5, 4)),
+                              coalesce="elem").compute()
+    serial = table.copy()
+    for i, v in zip(idx.reshape(-1), src.reshape(-1)):
+        serial[i] = v
+    assert as_bits(got).tobytes() == as_bits(serial).tobytes()
+
+
+def test_scatter_under_undefined_without_strict_drops_out_of_range(client, rng):
+    table, dtable, _ = make_table(rng, "row", "int32")
+    idx = np.array([3, 150, -1, 149], dtype=np.int32)
+    src = random_values(rng, (4, 4), "int32")
+    got = dask_tables.scatter(dtable, src, to_dask(idx, 2), strict=False).compute()
+    assert np.array_equal(got, large.scatter(table.copy(), src, idx, strict=False))
+
+
+# -- scatter: Conflict::Default and the atomics ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["row", "elem-2d"])
+def test_default_leaves_each_slot_one_of_its_writers(client, rng, name):
+    table, dtable, coalesce = make_table(rng, name, "float32")
+    idx = rng.integers(0, 45, 150).astype(np.int32)  # about three writers a slot, across chunk 0 and 1
+    src = source(rng, table, coalesce, idx)
+    got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, conflict="default").compute()
+    assert not scatter_mismatches(got, table, src, idx, coalesce, "undefined", conflict="default")
+
+
+@pytest.mark.parametrize("atomic", ["add", "max", "min"])
+@pytest.mark.parametrize("name", ["row", "elem-1d"])
+def test_integer_atomics_are_bitwise(client, rng, name, atomic):
+    table, dtable, coalesce = make_table(rng, name, "int32")
+    cap = capacity(table, coalesce)
+    idx = indices(rng, cap, 200, "wrap")
+    src = source(rng, table, coalesce, idx)  # random bits: int32 Add wraps
+    got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, atomic=atomic,
+                              oob="wrap").compute()
+    assert np.array_equal(got, large.scatter(table.copy(), src, idx, coalesce=coalesce, atomic=atomic, oob="wrap"))
+    ufunc = {"add": np.add, "max": np.maximum, "min": np.minimum}[atomic]
+    expected = table.copy()
+    ufunc.at(expected if coalesce == "row" else expected.reshape(-1), reference.slots(idx, cap, "wrap"),
+             src if coalesce == "row" else src.reshape(-1))
+    assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("atomic, dtype", [("add", "float32"), ("add", "float16"), ("max", "float32"),
+                                           ("min", "float32")])
+def test_float_atomics_within_the_reference_bound(client, rng, atomic, dtype):
+    """Float Add within reference.float_add_bound of the exact sum (any order); Max / Min bitwise."""
+    table, dtable, coalesce = make_table(rng, "row", dtype, values=lambda s: rng.uniform(-4, 4, s))
+    idx = rng.integers(0, 150, 300).astype(np.int32)
+    src = rng.uniform(-4, 4, (300, 4)).astype(dtype)
+    got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), atomic=atomic).compute()
+    assert not scatter_mismatches(got, table, src, idx, "row", "undefined", atomic=atomic)
+
+
+# -- chunk boundaries ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["row", "elem-2d"])
+def test_all_updates_in_one_chunk_leave_the_others_as_they_were(client, rng, name):
+    """Every index hits chunk 1, at both its ends among others; chunks 0, 2 and 3 get no update and are the
+    table's own chunks in the result."""
+    table, dtable, coalesce = make_table(rng, name, "float32")
+    starts = chunk_starts(name)
+    lo, hi = starts[1], starts[2]
+    idx = np.concatenate([[lo, hi - 1, hi - 1], rng.integers(lo, hi, 40)]).astype(np.int32)
+    src = source(rng, table, coalesce, idx)
+    result = dask_tables.scatter(dtable, src, to_dask(idx, 9), coalesce=coalesce)
+    got = result.compute()
+    assert as_bits(got).tobytes() == as_bits(large.scatter(table.copy(), src, idx, coalesce=coalesce)).tobytes()
+    flat_got, flat_table = as_bits(got).reshape(-1), as_bits(table).reshape(-1)
+    per_slot = 1 if coalesce == "elem" else table.shape[1]
+    assert np.array_equal(flat_got[: lo * per_slot], flat_table[: lo * per_slot])
+    assert np.array_equal(flat_got[hi * per_slot:], flat_table[hi * per_slot:])
+    gathered = dask_tables.gather(dtable, to_dask(idx, 9), coalesce=coalesce).compute()
+    assert as_bits(gathered).tobytes() == as_bits(oracle_gather(table, idx, coalesce, "undefined")).tobytes()
+
+
+def test_a_chunk_of_the_indices_with_nothing_for_a_table_chunk(client, rng):
+    """Index chunks each confined to one table chunk, and one table chunk that nobody reads or writes."""
+    table, dtable, _ = make_table(rng, "elem-1d", "int32")
+    idx = np.concatenate([rng.integers(0, 64, 10), rng.integers(128, 192, 10), [63, 127 + 1, 299]]).astype(np.int32)
+    src = random_values(rng, idx.shape, "int32")
+    got_scatter, got_gather = dask.compute(dask_tables.scatter(dtable, to_dask(src, 10), to_dask(idx, 10),
+                                                               coalesce="elem"),
+                                           dask_tables.gather(dtable, to_dask(idx, 10), coalesce="elem"))
+    assert np.array_equal(got_scatter, large.scatter(table.copy(), src, idx, coalesce="elem"))
+    assert np.array_equal(got_scatter[64:128], table[64:128])
+    assert np.array_equal(got_gather, table[idx])
+
+
+# -- refusals ----------------------------------------------------------------------------------------------------------
+
+def bad_indices(rng, cap):
+    idx = rng.integers(0, cap, 60).astype(np.int32)
+    idx[[7, 30, 31, 50]] = [cap, -1, cap + 5, -cap]
+    return idx
+
+
+@pytest.mark.parametrize("op", ["gather", "scatter"])
+def test_numpy_indices_out_of_range_are_refused_before_anything_is_built(client, rng, op):
+    table, dtable, _ = make_table(rng, "row", "float32")
+    idx = bad_indices(rng, 150)
+    src = random_values(rng, (60, 4), "float32")
+    args = (idx,) if op == "gather" else (src, idx)
+    with pytest.raises(pto.OutOfBoundsError) as in_memory:
+        getattr(large, op)(table.copy(), *args)
+    with pytest.raises(pto.OutOfBoundsError) as distributed:
+        getattr(dask_tables, op)(dtable, *args)
+    assert str(distributed.value) == str(in_memory.value)
+    assert "4 index(es) out of range [0, 150)" in str(distributed.value)
+
+
+@pytest.mark.parametrize("op", ["gather", "scatter"])
+@pytest.mark.parametrize("name", ["row", "elem-2d"])
+def test_dask_indices_out_of_range_are_refused_at_compute_time_with_the_same_error(client, rng, op, name):
+    table, dtable, coalesce = make_table(rng, name, "float32")
+    cap = capacity(table, coalesce)
+    idx = bad_indices(rng, cap)
+    src = source(rng, table, coalesce, idx)
+    args = (idx,) if op == "gather" else (src, idx)
+    with pytest.raises(pto.OutOfBoundsError) as in_memory:
+        getattr(large, op)(table.copy(), *args, coalesce=coalesce)
+    dargs = (to_dask(idx, 13),) if op == "gather" else (to_dask(src, 13), to_dask(idx, 13))
+    result = getattr(dask_tables, op)(dtable, *dargs, coalesce=coalesce)  # builds; nothing runs yet
+    with pytest.raises(pto.OutOfBoundsError) as distributed:
+        result.compute()
+    assert str(distributed.value) == str(in_memory.value)
+    assert (distributed.value.count, distributed.value.positions) == (4, [7, 30, 31, 50])
+
+
+def test_a_refused_scatter_writes_nothing_to_its_store(rng):
+    """The refusal is a reduction every chunk's write depends on: a store target stays untouched."""
+    table, dtable, _ = make_table(rng, "elem-1d", "int32")
+    idx = bad_indices(rng, table.size)
+    store = np.full(table.shape, -7, dtype=np.int32)
+    with dask.config.set(scheduler="sync"), pytest.raises(pto.OutOfBoundsError):
+        dask_tables.scatter(dtable, to_dask(idx), to_dask(idx), coalesce="elem", store=store)
+    assert (store == -7).all()
+    good = idx % table.size
+    with dask.config.set(scheduler="sync"):
+        assert dask_tables.scatter(dtable, to_dask(good), to_dask(good), coalesce="elem", store=store) is store
+    assert np.array_equal(store, large.scatter(table.copy(), good, good, coalesce="elem"))
+    out = np.zeros(good.shape, np.int32)
+    with dask.config.set(scheduler="sync"):
+        assert dask_tables.gather(dtable, to_dask(good), coalesce="elem", out=out) is out
+    assert np.array_equal(out, table[good])
+
+
+REFUSED = {
+    "src of another width": ("scatter", lambda t, s, i: (t, s[:, :3], i), {}),
+    "float indices": ("gather", lambda t, s, i: (t, i.astype(np.float32)), {}),
+    "Max on a2a3": ("scatter", lambda t, s, i: (t, s, i), {"atomic": "max", "target": "a2a3"}),
+    "Default on a2a3": ("scatter", lambda t, s, i: (t, s, i), {"conflict": "default", "target": "a2a3"}),
+    "a float64 table": ("gather", lambda t, s, i: (t.astype(np.float64), i), {}),
+    "a 3-D table": ("gather", lambda t, s, i: (t.reshape(10, 4, 4), i), {}),
+    "a tile too large for the UB": ("gather", lambda t, s, i: (t, i), {"tile_rows": 5, "dyn_ubuf_size": 64}),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_calls_the_in_memory_op_refuses_are_refused_with_its_error(rng, case):
+    """Refused when the call is made (nothing is built), with the in-memory call's error and message."""
+    op, arguments, kwargs = REFUSED[case]
+    table = random_values(rng, (40, 4), "float32")
+    src, idx = np.zeros((5, 4), np.float32), np.zeros(5, np.int32)
+    with pytest.raises((pto.ConstraintError, TypeError)) as in_memory:
+        getattr(large, op)(*arguments(table, src, idx), **kwargs)
+    t, *rest = arguments(table, src, idx)
+    with pytest.raises(in_memory.type) as distributed:
+        getattr(dask_tables, op)(da.from_array(t, chunks=(10,) + t.shape[1:]), *rest, **kwargs)
+    assert str(distributed.value) == str(in_memory.value)
+
+
+def test_tables_cut_along_columns_and_numpy_tables_under_a_scatter_are_refused(rng):
+    table = random_values(rng, (40, 8), "float32")
+    with pytest.raises(pto.ConstraintError, match=r"rechunk\(\{1: -1\}\) \(rule: a Dask table is chunked along its rows only"):
+        dask_tables.gather(da.from_array(table, chunks=(10, 4)), np.zeros(3, np.int32))
+    with pytest.raises(TypeError, match="table: a scatter with Dask indices"):
+        dask_tables.scatter(table, to_dask(np.zeros((3, 8), np.float32)), np.zeros(3, np.int32))
+
+
+# -- the graph: tasks per chunk pair, none per index ------------------------------------------------------------
+
+def test_tasks_scale_with_chunk_pairs_not_with_indices(rng):
+    table, dtable, _ = make_table(rng, "row", "float32")
+    sizes = []
+    for n in (40, 4000):
+        idx = da.from_array(rng.integers(0, 150, n).astype(np.int32), chunks=n // 4)
+        src = da.from_array(random_values(rng, (n, 4), "float32"), chunks=(n // 4, 4))
+        graph_g = dict(dask_tables.gather(dtable, idx).__dask_graph__())
+        graph_s = dict(dask_tables.scatter(dtable, src, idx).__dask_graph__())
+        sizes.append((len(graph_g), len(graph_s)))
+    assert sizes[0] == sizes[1]
+    index_chunks, table_chunks = 4, 4
+    assert sizes[0][0] <= 4 * (index_chunks * table_chunks) + 4 * (index_chunks + table_chunks)
+
+
+# -- workers ---------------------------------------------------------------------------------------------------------
+
+def test_warm_reaches_every_worker(client):
+    took = dask_tables.warm(client, dtypes=("int32",))
+    assert set(took) == set(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def test_a_worker_restarted_between_two_calls(client, rng):
+    table, dtable, coalesce = make_table(rng, "row", "float32")
+    dtable = dtable.persist()
+    idx = rng.integers(0, 150, 90).astype(np.int32)
+    src = random_values(rng, (90, 4), "float32")
+    want = large.scatter(table.copy(), src, idx)
+    first = dask_tables.scatter(dtable, to_dask(src), to_dask(idx)).compute()
+    worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    client.restart_workers([worker])
+    client.wait_for_workers(2)
+    second = dask_tables.scatter(dtable, to_dask(src), to_dask(idx)).compute()
+    assert as_bits(first).tobytes() == as_bits(want).tobytes() == as_bits(second).tobytes()
+
+
+# -- the entry point: pto.gather / pto.scatter hand a Dask array here -------------------------------------------
+
+def test_pto_gather_and_scatter_take_dask_arrays(client, rng):
+    table, dtable, _ = make_table(rng, "row", "float32")
+    idx = rng.integers(-3, 160, 50).astype(np.int32)
+    src = random_values(rng, (50, 4), "float32")
+    gathered = pto.gather(dtable, to_dask(idx), oob="clamp")
+    scattered = pto.scatter(dtable, to_dask(src), to_dask(idx), oob="wrap")
+    assert isinstance(gathered, da.Array) and isinstance(scattered, da.Array)
+    assert np.array_equal(as_bits(gathered.compute()), as_bits(large.gather(table, idx, oob="clamp")))
+    assert np.array_equal(as_bits(scattered.compute()), as_bits(large.scatter(table.copy(), src, idx, oob="wrap")))
+
+
+def test_pto_scatter_refuses_dask_indices_at_compute_time(client, rng):
+    table, dtable, _ = make_table(rng, "elem-1d", "int32")
+    idx = bad_indices(rng, table.size)
+    with pytest.raises(pto.OutOfBoundsError, match="4 index"):
+        pto.scatter(dtable, to_dask(idx), to_dask(idx), coalesce="elem").compute()
+
+
+def test_ordinary_calls_never_import_dask():
+    """The core tells a Dask array apart without importing Dask: numpy calls leave it unloaded."""
+    probe = ("import sys, numpy as np, simt_pto as pto; t = np.zeros((4, 2), np.float32); i = np.zeros(3, np.int32); "
+             "pto.gather(t, i, target='cpu'); pto.scatter(t, np.ones((3, 2), np.float32), i, target='cpu'); "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    done = run_python(probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
