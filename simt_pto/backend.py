@@ -66,8 +66,9 @@ class MissingExtraError(ImportError):
         super().__init__(f"{what} needs {needs}, which this install leaves out: {self.install}")
 
 
+@functools.cache
 def numba_cuda_installed() -> bool:
-    """True when numba-cuda (the ``cuda`` extra) is installed; asked without importing it."""
+    """True when numba-cuda (the ``cuda`` extra) is installed; asked once, without importing it."""
     return importlib.util.find_spec("numba_cuda") is not None
 
 
@@ -140,14 +141,15 @@ def cuda_mode() -> str | None:
     real or simulator mode), or ``"builtin"`` (Numba's own built-in ``numba.cuda``, what ``import numba.cuda``
     loads without numba-cuda: no backend of ours runs on it).
 
-    Read from what was imported, never by importing: numba-cuda keeps its mode in ``numba.cuda.core.config``,
-    which the built-in one does not have."""
+    Read from what was imported, never importing ``numba.cuda`` itself. With numba-cuda installed, ``import
+    numba.cuda`` always loads it (its redirector), which keeps its mode in ``numba.cuda.core.config``; that import
+    may still be under way in another thread, so the config is imported here, which waits for it."""
     module = sys.modules.get("numba.cuda")
     if module is None:
         return None
-    config = sys.modules.get("numba.cuda.core.config")
-    if config is None or getattr(module, "implementation", "NVIDIA") != "NVIDIA":
+    if not numba_cuda_installed() or getattr(module, "implementation", "NVIDIA") != "NVIDIA":
         return "builtin"
+    from numba.cuda.core import config  # numba-cuda's: present once its numba.cuda has been imported
     return "simulator" if config.ENABLE_CUDASIM else "gpu"
 
 

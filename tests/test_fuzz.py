@@ -171,20 +171,17 @@ def prepare(call):
     span = 2 * table.size if strided else table.size
     buffer = np.empty(span + 2 * GUARD, table.dtype)
     bits(buffer)[:] = 0xA5
-    layout = np.arange(buffer.size)
-    if strided and table.ndim == 1:
-        covered = layout[GUARD:GUARD + span:2]
-    elif strided:
-        covered = layout[GUARD:GUARD + span].reshape(table.shape[0], 2 * table.shape[1])[:, :table.shape[1]]
-    else:
-        covered = layout[GUARD:GUARD + span].reshape(table.shape)
+
+    def table_in(flat):  # the table's elements within a buffer-sized 1-D array
+        if strided and table.ndim == 1:
+            return flat[GUARD:GUARD + span:2]
+        if strided:
+            return flat[GUARD:GUARD + span].reshape(table.shape[0], 2 * table.shape[1])[:, :table.shape[1]]
+        return flat[GUARD:GUARD + span].reshape(table.shape)
+
+    covered = table_in(np.arange(buffer.size))
     bits(buffer)[covered] = bits(table)
-    if strided and table.ndim == 1:
-        table_view = buffer[GUARD:GUARD + span:2]
-    elif strided:
-        table_view = buffer[GUARD:GUARD + span].reshape(table.shape[0], 2 * table.shape[1])[:, :table.shape[1]]
-    else:
-        table_view = buffer[GUARD:GUARD + span].reshape(table.shape)
+    table_view = table_in(buffer)
     idx, src = call["idx"], call["src"]
     if odd == "read_only_idx":
         idx = _read_only(idx)
