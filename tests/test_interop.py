@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import simt_pto as pto
-from conftest import TARGETS, for_targets
+from conftest import TARGETS, for_targets, requires_cuda
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -506,6 +506,7 @@ class FakeDeviceArray:
                                              version=3)
 
 
+@requires_cuda
 def test_device_arrays_are_taken_as_they_are_or_refused_when_not_contiguous():
     from simt_pto.host.arrays import wrap
     packed = wrap(FakeDeviceArray((4, 8), (32, 4)), "table", two_d_only=True)
@@ -513,6 +514,15 @@ def test_device_arrays_are_taken_as_they_are_or_refused_when_not_contiguous():
     assert wrap(FakeDeviceArray((4, 8), None), "table").device
     with pytest.raises(pto.ConstraintError, match="table is a non-contiguous device array"):
         wrap(FakeDeviceArray((4, 8), (64, 4)), "table")
+
+
+def test_a_device_array_without_the_cuda_extra_names_the_extra(monkeypatch):
+    """The device paths run numba-cuda's kernels and copies: a core install refuses a device array up front."""
+    from simt_pto import backend
+    from simt_pto.host.arrays import wrap
+    monkeypatch.setattr(backend, "numba_cuda_installed", lambda: False)
+    with pytest.raises(pto.MissingExtraError, match=r'table: a device array needs numba-cuda.*pip install "simt_pto\[cuda\]"'):
+        wrap(FakeDeviceArray((4, 8), (32, 4)), "table", two_d_only=True)
 
 
 @pytest.mark.parametrize("target", TARGETS)
