@@ -10,6 +10,7 @@ plans from :func:`scatter_table` and run them with :func:`run_plan`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
 
@@ -22,7 +23,7 @@ from simt_pto.kernels import store
 from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
-from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, launch_spec
+from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
 
 
 def on_gpu() -> bool:
@@ -45,21 +46,24 @@ def run_plan(call: CallPlan, backend: str | None = None) -> None:
     step and at the end, inside the guard. A whole-array call stages its table once, however many launches
     (the slot-centric Last path: one per tile) write it."""
     backend = a5_backend() if backend is None else backend
-    gpu = backend == "gpu"
+    if backend != "gpu":
+        with call.guard():
+            for step in call.steps:
+                if isinstance(step, HostStep):
+                    step.run()
+                else:
+                    simt.launch(step, backend)
+        return
     with call.guard():
-        staging = _Staging() if gpu else None
+        staging = _Staging()
         for step in call.steps:
             if isinstance(step, HostStep):
-                if gpu:
-                    staging.flush()  # a host step sees what the launches before it wrote
+                staging.flush()  # a host step sees what the launches before it wrote
                 step.run()
-            elif gpu:
-                simt.launch(step, backend, staging.args(step))
             else:
-                simt.launch(step, backend)
-        if gpu:
-            staging.flush()
-            _cuda().synchronize()
+                simt.launch(step, backend, staging.args(step))
+        staging.flush()
+        _cuda().synchronize()
 
 
 class _Staging:
@@ -152,7 +156,7 @@ def mgather_l1_plan(plan) -> CallPlan:
     def copy_gm_to_cbuf():
         staged = scratch[:n].copy_to_host() if plan.scratch.on_device else scratch[:n]
         tile_bits(dst)[:] = staged
-    launch = launch_spec("simt_mgather_l1_elem_kernel", KernelPolicy(rule=plan.rule),
+    launch = launch_spec("simt_mgather_l1_elem_kernel", KernelPolicy.of(plan.rule),
                          geometry.l1_elem_geometry(dst.rows, dst.cols), writes=("scratch",), scratch=scratch,
                          table=table_memory(plan, bits), idx=gm_memory(plan.idx, np.uint32), idx_rs=plan.idx_step,
                          valid_rows=plan.rows, valid_cols=plan.cols, table_size=plan.capacity, tile_rows=dst.rows,
@@ -167,21 +171,24 @@ def mgather_plan(plan) -> CallPlan:
         return mgather_l1_plan(plan)
     dst, table = plan.tile, table_memory(plan, plan.dtype.bits)
     rs, cs = dst.strides
-    policy = KernelPolicy(rule=plan.rule)
+    policy = KernelPolicy.of(plan.rule)
+    # the arguments as literals: a tile op builds its launch on every call
+    rows, cols = plan.rows, plan.cols
     if plan.coalesce == Coalesce.ROW:
-        geo = geometry.row_geometry(plan.rows, plan.cols)
-        return CallPlan((launch_spec(
-            "simt_mgather_row_kernel", policy, geo, writes=("dst",), dst=tile_bits(dst), dst_rs=rs, dst_cs=cs,
-            idx=tile_bits(plan.idx), idx_step=plan.idx_step, table=table, table_rows=plan.capacity, valid_rows=plan.rows,
-            valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps, warps_per_row=geo.warps_per_row),))
-    if plan.rows == 1 and plan.cols == 1:
+        geo = geometry.row_geometry(rows, cols)
+        return CallPlan((LaunchSpec("simt_mgather_row_kernel", policy, (
+            ("dst", tile_bits(dst)), ("dst_rs", rs), ("dst_cs", cs), ("idx", tile_bits(plan.idx)),
+            ("idx_step", plan.idx_step), ("table", table), ("table_rows", plan.capacity), ("valid_rows", rows),
+            ("valid_cols", cols), ("tile_rows", rows), ("row_warps", geo.row_warps),
+            ("warps_per_row", geo.warps_per_row)), geo, 1, ("dst",)),))
+    if rows == 1 and cols == 1:
         return CallPlan((HostStep("MGatherScalarImpl: the (1, 1) Elem gather on the AIV scalar pipe",
                                   lambda: mgather_scalar_impl(plan)),))
     irs, ics = plan.idx.strides
-    return CallPlan((launch_spec(
-        "simt_mgather_elem_kernel", policy, geometry.elem_geometry(plan.rows, plan.cols), writes=("dst",),
-        dst=tile_bits(dst), dst_rs=rs, dst_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table=table,
-        table_size=plan.capacity, valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows),))
+    return CallPlan((LaunchSpec("simt_mgather_elem_kernel", policy, (
+        ("dst", tile_bits(dst)), ("dst_rs", rs), ("dst_cs", cs), ("idx", tile_bits(plan.idx)), ("idx_rs", irs),
+        ("idx_cs", ics), ("table", table), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", cols),
+        ("tile_rows", rows)), geometry.elem_geometry(rows, cols), 1, ("dst",)),))
 
 
 def element_format(plan) -> ElementFormat:
@@ -389,13 +396,16 @@ def _words_at(owner, offset: int, count: int, device: bool):
 def base_address(array) -> int:
     """The address of a host (numpy) or device (Numba) array's first element."""
     if isinstance(array, np.ndarray):
-        return array.ctypes.data
+        try:  # a writable C-contiguous array: read through ctypes' buffer view, a quarter of the cost of .ctypes
+            return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        except (TypeError, ValueError, BufferError):  # read-only, not C-contiguous, or empty
+            return array.ctypes.data
     return array.device_ctypes_pointer.value
 
 
 def scatter_policy(plan, fmt: ElementFormat) -> KernelPolicy:
     """The compile-time policy of a scatter's kernels."""
-    return KernelPolicy(rule=plan.rule, atomic=plan.atomic, fmt=fmt, conflict=plan.conflict)
+    return KernelPolicy.of(plan.rule, plan.atomic, fmt, plan.conflict)
 
 
 def mscatter_plan(plan) -> CallPlan:
@@ -416,7 +426,7 @@ def mscatter_plan(plan) -> CallPlan:
     rs, cs = plan.tile.strides
     policy = scatter_policy(plan, fmt)
     if plan.coalesce == Coalesce.ROW and _last(plan):
-        launch = launch_spec("simt_mscatter_row_last_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
+        launch = launch_spec("simt_mscatter_row_last_kernel", KernelPolicy.of(plan.rule, None, None, plan.conflict),
                              geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
                              src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
                              valid_rows=plan.rows, valid_cols=plan.cols)
@@ -428,7 +438,7 @@ def mscatter_plan(plan) -> CallPlan:
                              warps_per_row=geo.warps_per_row)
     else:
         irs, ics = plan.idx.strides
-        launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
+        launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy.of(plan.rule, None, None, plan.conflict),
                              geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
                              src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
                              valid_rows=plan.rows, valid_cols=plan.cols)

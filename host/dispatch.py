@@ -20,12 +20,19 @@ RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5":
 """The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
 
 
+_loaded: dict = {}
+"""target -> its runner module, once imported (a dict lookup per call instead of the import system's)."""
+
+
 def runner(target: str):
     """The module that runs ``target``'s plans (imported on first use)."""
-    try:
-        return importlib.import_module(RUNNERS[target])
-    except KeyError:
-        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(RUNNERS)}") from None
+    module = _loaded.get(target)
+    if module is None:
+        try:
+            module = _loaded[target] = importlib.import_module(RUNNERS[target])
+        except KeyError:
+            raise ValueError(f"unknown target {target!r}; expected one of {', '.join(RUNNERS)}") from None
+    return module
 
 
 def _run(plan, op: str) -> None:

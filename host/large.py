@@ -26,12 +26,19 @@ A call is validated once, as one full tile (:func:`simt_pto.host.tiling.full_til
 plus its indices as a whole (:func:`simt_pto.plan.check_indices`), before anything is written. Then it becomes
 one :class:`~simt_pto.launch_spec.CallPlan`: on ``a5`` the kernel launches of :mod:`.large_a5`; on the
 sequential targets one host step per tile, each running that validated plan, re-pointed at the tile
-(:func:`simt_pto.host.tiling.tile_plan`), on the target (:func:`simt_pto.host.dispatch.runner`). :func:`gather_plan`
-/ :func:`scatter_plan` give that plan without running it.
+(:func:`simt_pto.host.tiling.tile_plan`), on the target (:func:`simt_pto.host.dispatch.runner`); an A2/A3 gather
+walks each tile's rows straight from the caller's arrays into the result. :func:`gather_plan` / :func:`scatter_plan`
+give that plan without running it.
+
+The full tile's validation depends on the call's signature only (the operands' kinds, shapes and dtypes, the
+policies, ``tile_rows``, ``dyn_ubuf_size``): it is kept per signature (:data:`_VALIDATED`) for host arrays, and a
+call of a known signature re-points the kept plan at its own table. The operands' overlap and the index values are
+checked on every call.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,11 +47,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from simt_pto import aliasing, constraints
+from simt_pto.backend import require_jit
 from simt_pto.enums import (Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
 from simt_pto.errors import ConstraintError
 from simt_pto.launch_spec import CallPlan, HostStep
-from simt_pto.plan import Plan, check_indices
+from simt_pto.plan import CallCache, Plan, check_indices, typed
 from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
@@ -79,7 +87,7 @@ def _check_indices(op, target, idx: WholeArray, capacity, rule):
     if idx.device:
         check_indices(op, target, capacity, rule, scan=lambda: _device_scan(idx, capacity))
     else:
-        check_indices(op, target, capacity, rule, to_host(idx).reshape(-1).view(np.uint32))
+        check_indices(op, target, capacity, rule, idx.obj.reshape(-1).view(np.uint32))  # host: a numpy array
 
 
 def _device_scan(idx: WholeArray, capacity):
@@ -95,24 +103,50 @@ def _device_scan(idx: WholeArray, capacity):
     return count, first, value
 
 
-def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check=None,
+_VALIDATED = CallCache(maxsize=256)
+"""Whole-array calls of host arrays by signature (:func:`_signature`) -> ``(tile_rows, plan of one full tile)``: what
+:func:`_prepare` validated, holding no memory (the plan's table without its array,
+:meth:`~simt_pto.tensor.GlobalTensor.repointed`; its tiles over no storage, :func:`~.tiling.weightless`)."""
+
+
+def _signature(op, target, coalesce, tile_rows, dyn_ubuf_size, policy, table_a: WholeArray, idx_a: WholeArray):
+    """Everything the full tile's validation reads (:func:`_prepare`): None for device arrays (validated every
+    time). The host arrays' memory is C-contiguous (:func:`~.arrays.wrap` makes it so)."""
+    if table_a.device or idx_a.device:
+        return None
+    return (op, target, coalesce, typed(tile_rows), typed(dyn_ubuf_size), *[typed(p) for p in policy],
+            table_a.kind, table_a.dtype.name, table_a.obj.dtype, table_a.shape, table_a.obj.flags.writeable,
+            idx_a.dtype.name, idx_a.rows, idx_a.cols)
+
+
+def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, policy, dtype, check=None,
              written=False) -> _Call:
     """Wrap and validate a whole-array call: the arrays, then ``check(table, idx)`` (the call's own operands),
-    then the target's rules (the plan of one full tile) and the indices. ``written``: the call writes the table."""
+    then the target's rules (the plan of one full tile, ``plan_fn(target, tensor, data tile, index tile, coalesce,
+    dyn_ubuf_size, *policy)``) and the indices. ``written``: the call writes the table. The full tile's validation
+    is kept per signature (:data:`_VALIDATED`)."""
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     row = coalesce == Coalesce.ROW
     table_a = wrap(table, "table", dtype, two_d_only=row, op=op, target=target, written=written)
     idx_a = wrap(idx, "idx", op=op, target=target, rows_only=row)  # Row: one index per row, any shape
     src_a = None if check is None else check(table_a, idx_a)
-    cols = table_a.cols if row else max(idx_a.cols, 1)
-    # an empty index array is validated as one row (the call's rules), then runs nothing
-    data_tile, idx_tile, tile_rows = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype,
-                                                       max(idx_a.rows, 1), cols, tile_rows, dyn_ubuf_size)
-    # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
-    shape = table_a.shape if row else (table_a.size,)
-    gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
-    plan = plan_fn(target, gt, data_tile, idx_tile, coalesce)
+    key = _signature(op, target, coalesce, tile_rows, dyn_ubuf_size, policy, table_a, idx_a)
+    validated = _VALIDATED.get(key)
+    if validated is None:
+        cols = table_a.cols if row else max(idx_a.cols, 1)
+        # an empty index array is validated as one row (the call's rules), then runs nothing
+        data_tile, idx_tile, tile_rows = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype,
+                                                           max(idx_a.rows, 1), cols, tile_rows, dyn_ubuf_size)
+        # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
+        shape = table_a.shape if row else (table_a.size,)
+        gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
+        plan = plan_fn(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, *policy)
+        _VALIDATED.put(key, (tile_rows, plan.repointed(tile=tiling.weightless(plan.tile),
+                                                       idx=tiling.weightless(plan.idx), table=gt.repointed(None))))
+    else:
+        tile_rows, kept = validated
+        plan = kept.repointed(table=kept.table.repointed(table_a.obj))
     if idx_a.size:
         _check_indices(op, target, idx_a, plan.capacity, plan.rule)
     return _Call(target, coalesce, table_a, idx_a, tile_rows, plan, src_a)
@@ -145,10 +179,17 @@ def _host_tensor(plan, host_table):
     return GlobalTensor(host_table, shape=plan.table.shape, stride=plan.table.stride, dtype=plan.dtype)
 
 
+@functools.cache
+def _a5_side():
+    """(:mod:`.large_a5`, :mod:`.a5`), imported at the first ``a5`` call: the A5 side loads the kernels and Numba.
+    Cached: an import statement in a function costs about a microsecond on every call."""
+    from . import a5, large_a5
+    return large_a5, a5
+
+
 def _run(call: CallPlan, target: str) -> None:
     if target == "a5":
-        from .a5 import run_plan  # the A5 side loads the kernels and Numba: only for target a5
-        run_plan(call)
+        _a5_side()[1].run_plan(call)
         return
     with call.guard():
         for step in call.steps:
@@ -206,15 +247,15 @@ def _copy_into(out_a: WholeArray, result) -> None:
         out_a.write_back()
 
 
+def _plan_gather(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, oob, strict) -> Plan:
+    return constraints.plan_mgather(target, data_tile, gt, idx_tile, coalesce, oob, constraints.GatherExec.SCALAR, None,
+                                    strict, dyn_ubuf_size)
+
+
 def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend=None, out=None):
     """``(plan, result)`` of a whole-array gather: validated, built, not run; ``result()`` after the run."""
     oob = from_any(GatherOOB, oob, "oob")
-
-    def plan_fn(target, gt, data_tile, idx_tile, coalesce):
-        return constraints.plan_mgather(target, data_tile, gt, idx_tile, coalesce, oob,
-                                        constraints.GatherExec.SCALAR, None, strict, dyn_ubuf_size)
-
-    c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype)
+    c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _plan_gather, (oob, strict), dtype)
     row = c.coalesce == Coalesce.ROW
     out_shape = c.idx.shape + (c.table.cols,) if row else c.idx.shape
     out_cols = c.table.cols if row else c.idx.cols
@@ -223,8 +264,7 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
         return CallPlan(()), (lambda: out) if out_a else (
             lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy)))
     if c.target == "a5":
-        from . import large_a5  # the A5 side loads the kernels and Numba: only for target a5
-        call, gathered = large_a5.gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
+        call, gathered = _a5_side()[0].gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
         if out_a is None:
             return call, lambda: like(c.table, gathered().reshape(out_shape))
         return _followed_by(call, HostStep("copy the gathered elements into out",
@@ -233,19 +273,40 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
         dest = out_a.obj.reshape(-1).view(c.table.dtype.numpy).reshape(c.idx.rows, out_cols)
     else:
         dest = np.zeros((c.idx.rows, out_cols), dtype=c.table.dtype.numpy)
-    gt = _host_tensor(c.plan, to_host(c.table))
     host_idx = to_host(c.idx).reshape(c.idx.rows, c.idx.cols)
+    if c.target == "a2a3":
+        gather_tile = _a2a3_gather_tile(c, dest, host_idx)
+    else:
+        gt = _host_tensor(c.plan, to_host(c.table))
 
-    def gather_tile(r0, r1):
-        tile = tiling.tile_plan(c.plan, host_idx[r0:r1], table=gt)
-        dispatch.run_mgather(tile)
-        dest[r0:r1] = tile.tile.valid_numpy()
+        def gather_tile(r0, r1):
+            tile = tiling.tile_plan(c.plan, host_idx[r0:r1], table=gt)
+            dispatch.run_mgather(tile)
+            dest[r0:r1] = tile.tile.valid_numpy()
     if out_a is None:
         return _tile_steps("MGATHER", c, gather_tile), lambda: like(c.table, dest.reshape(out_shape))
     after = ()
     if out_a.device or out_a.copied:
         after = (HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, dest)),)
     return _tile_steps("MGATHER", c, gather_tile, after), lambda: out
+
+
+def _a2a3_gather_tile(c: _Call, dest, host_idx) -> Callable[[int, int], None]:
+    """The A2/A3 gather of rows ``[r0, r1)``: the walk of the validated plan writes them straight into ``dest``'s
+    rows, from the table's memory through the caller's indices (:func:`simt_pto.kernels.a2a3.gather_rows`), as the
+    tile of those rows would hold them (every valid element is written: the gathered one, or ``T(0)``)."""
+    gather_rows = dispatch.runner("a2a3").gather_rows  # simt_pto.kernels.a2a3, imported at the first a2a3 call
+    bits = c.plan.dtype.bits
+    table = to_host(c.table).reshape(-1).view(bits)
+    dst, out_cols = dest.reshape(-1).view(bits), dest.shape[1]
+    idx, idx_cols = host_idx.reshape(-1).view(np.uint32), host_idx.shape[1]
+    idx_stride = 1 if c.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
+
+    def gather_tile(r0, r1):
+        require_jit("a2a3")
+        gather_rows(c.plan, dst[r0 * out_cols:r1 * out_cols], out_cols, table, idx[r0 * idx_cols:r1 * idx_cols],
+                    idx_stride, r1 - r0)
+    return gather_tile
 
 
 def _tile_steps(op, c: _Call, run_tile, after=()) -> CallPlan:
@@ -315,6 +376,11 @@ def _written_back(call: CallPlan, table_a: WholeArray) -> CallPlan:
                                        table_a.write_back))
 
 
+def _plan_scatter(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, atomic, oob, conflict, strict) -> Plan:
+    return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict,
+                                     dyn_ubuf_size)
+
+
 def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
              last_path, dtype, backend=None, owner=None) -> tuple[CallPlan, Callable[[], Any]]:
     """``(plan, result)`` of a whole-array scatter: validated, built, not run; ``result()`` after the run."""
@@ -329,21 +395,16 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
         return _cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
                                 dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype)
 
-    def plan_fn(target, gt, data_tile, idx_tile, coalesce):
-        return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict,
-                                         dyn_ubuf_size)
-
     def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
         return _check_src("MSCATTER", target, coalesce, src, dtype, table_a, idx_a)
 
-    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, dtype, check_src,
-                 written=True)
+    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _plan_scatter,
+                 (atomic, oob, conflict, strict), dtype, check_src, written=True)
     result = _scatter_result(c.table)
     if c.idx.size == 0:
         return CallPlan(()), result
     if c.target == "a5":
-        from . import large_a5  # the A5 side loads the kernels and Numba: only for target a5
-        return _written_back(large_a5.scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
+        return _written_back(_a5_side()[0].scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
                                                    SLOT_PATH_MAX_WORK, backend, owner), c.table), result
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
     gt = _host_tensor(c.plan, host_table)

@@ -27,7 +27,7 @@ from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
 from simt_pto.kernels.index_policy import remap_array
-from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, launch_spec
+from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
 from . import a5
 from .arrays import to_host
 
@@ -75,9 +75,13 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
     write): the widest of 8, 4, 2, 1 that divides the row and every array's base address. A row is a
     plain bit copy, so moving it in wider units changes nothing but the instruction width; warps still
     own rows as in the A5 mapping."""
-    row_bytes = itemsize * cols
+    if itemsize >= 8:
+        return itemsize
+    row_bytes, addresses = itemsize * cols, 0
+    for a in arrays:  # a unit divides every address when it divides their bitwise or
+        addresses |= a5.base_address(a)
     for unit in (8, 4, 2):
-        if unit > itemsize and row_bytes % unit == 0 and all(a5.base_address(a) % unit == 0 for a in arrays):
+        if unit > itemsize and row_bytes % unit == 0 and addresses % unit == 0:
             return unit
     return itemsize
 
@@ -117,22 +121,22 @@ def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
     else:
         out, host_out = _cuda().device_array(n, dtype=bits), np.empty(n, dtype=bits)
     rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
-    policy = KernelPolicy(rule=plan.rule)
+    policy = KernelPolicy.of(plan.rule)
     if plan.coalesce == Coalesce.ROW:
-        def build(unit, units, hardware=None):
+        def build(unit, units, hardware=None):  # the arguments as a literal: this runs on every call
             geo = geometry.row_geometry(tile_rows, units)
-            return launch_spec("simt_mgather_row_kernel", policy, geo, grid=grid, writes=("dst",), hardware=hardware,
-                               dst=out.view(unit), dst_rs=units, dst_cs=1, idx=idx_flat, idx_step=1,
-                               table=table_flat.view(unit), table_rows=plan.capacity, valid_rows=rows,
-                               valid_cols=units, tile_rows=tile_rows, row_warps=geo.row_warps,
-                               warps_per_row=geo.warps_per_row)
+            return LaunchSpec("simt_mgather_row_kernel", policy, (
+                ("dst", out.view(unit)), ("dst_rs", units), ("dst_cs", 1), ("idx", idx_flat), ("idx_step", 1),
+                ("table", table_flat.view(unit)), ("table_rows", plan.capacity), ("valid_rows", rows),
+                ("valid_cols", units), ("tile_rows", tile_rows), ("row_warps", geo.row_warps),
+                ("warps_per_row", geo.warps_per_row)), geo, grid, ("dst",), hardware)
         # a fresh device allocation starts on a 256-byte boundary: only a host output's address can narrow the unit
         launch = _widened(plan, out_cols, build, table_flat, *(() if gpu else (out,)))
     else:
-        launch = launch_spec("simt_mgather_elem_kernel", policy, geometry.elem_geometry(tile_rows, out_cols),
-                             grid=grid, writes=("dst",), dst=out, dst_rs=out_cols, dst_cs=1, idx=idx_flat,
-                             idx_rs=out_cols, idx_cs=1, table=table_flat, table_size=plan.capacity, valid_rows=rows,
-                             valid_cols=out_cols, tile_rows=tile_rows)
+        launch = LaunchSpec("simt_mgather_elem_kernel", policy, (
+            ("dst", out), ("dst_rs", out_cols), ("dst_cs", 1), ("idx", idx_flat), ("idx_rs", out_cols), ("idx_cs", 1),
+            ("table", table_flat), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", out_cols),
+            ("tile_rows", tile_rows)), geometry.elem_geometry(tile_rows, out_cols), grid, ("dst",))
     steps = [launch]
     if gpu and host_out is not None:
         steps.append(HostStep("copy the gathered elements to the host", lambda: out.copy_to_host(host_out)))

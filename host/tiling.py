@@ -18,7 +18,7 @@ Plain model code: it imports no kernel and runs nothing.
 """
 from __future__ import annotations
 
-import dataclasses
+import copy
 import math
 
 import numpy as np
@@ -125,6 +125,14 @@ def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols
     return (*build(tile_rows), tile_rows)
 
 
+def weightless(tile: Tile) -> Tile:
+    """``tile`` over storage that takes no memory (read-only zeros: one element, broadcast): what a cached plan
+    keeps of its full tile (:func:`tile_plan` gives every tile storage of its own)."""
+    light = copy.copy(tile)
+    light.data = np.broadcast_to(np.zeros((), dtype=tile.data.dtype), tile.data.shape)
+    return light
+
+
 def tile_starts(rows: int, tile_rows: int) -> range:
     """The first index row of each tile, in order: tile ``b`` holds rows ``[b * tile_rows, ...)``."""
     return range(0, rows, tile_rows)
@@ -137,7 +145,8 @@ def tile_plan(plan, idx_rows: np.ndarray, data_rows: np.ndarray | None = None, t
     GlobalTensor) in place of the plan's where given.
 
     Nothing is validated again: a tile differs from the validated one only in its valid rows (fewer, in the last
-    tile) and its index values, which the whole-array call has checked as a whole."""
+    tile) and its index values, which the whole-array call has checked as a whole (:meth:`Tile.zeroed`,
+    :meth:`~simt_pto.plan.Plan.repointed`)."""
     proto_data, proto_idx = plan.tile, plan.idx
     n = idx_rows.shape[0]
     if plan.coalesce == Coalesce.ROW:
@@ -146,16 +155,15 @@ def tile_plan(plan, idx_rows: np.ndarray, data_rows: np.ndarray | None = None, t
             idx_rows = idx_rows.reshape(n, 1)
     else:
         valid = idx_rows.shape
-    idx = Tile.from_array(idx_rows, proto_idx.rows, proto_idx.cols, dtype=proto_idx.dtype, blayout=proto_idx.blayout)
-    data = Tile(plan.dtype, proto_data.rows, proto_data.cols, blayout=proto_data.blayout, valid=valid)
+    idx = proto_idx.zeroed(idx_rows.shape).set(idx_rows)
+    data = proto_data.zeroed(valid)
     if data_rows is not None:
         data.set(data_rows)
-    changes = {"tile": data, "idx": idx}
-    if table is not None:
-        changes["table"] = table
-    return dataclasses.replace(plan, **changes)
+    if table is None:
+        return plan.repointed(tile=data, idx=idx)
+    return plan.repointed(tile=data, idx=idx, table=table)
 
 
 __all__ = ["DEFAULT_MAX_TILE_ELEMS", "DEFAULT_MAX_TILE_ROWS", "data_tile", "default_tile_rows", "fit_tile_rows",
            "full_tiles", "index_tile", "padded_shape", "round_up", "tile_bytes", "tile_plan", "tile_starts",
-           "whole_array_layout"]
+           "weightless", "whole_array_layout"]

@@ -92,7 +92,9 @@ def require_jit(target: str) -> None:
     """Raise :class:`JitRequiredError` when Numba's JIT is disabled: ``target`` (``"a5"`` or ``"a2a3"``) runs
     compiled code. Without the JIT the ``multicore`` backend's atomic intrinsics cannot run at all, and the rest would
     run as Python over numpy scalars: far slower, and an integer wraparound the spec defines raises a warning."""
-    from numba.core import config
+    config = sys.modules.get("numba.core.config")  # every launch asks: skip the import statement's machinery
+    if config is None:
+        from numba.core import config
     if config.DISABLE_JIT:
         raise JitRequiredError(
             f"target {target!r} needs Numba's JIT compiler, and NUMBA_DISABLE_JIT="

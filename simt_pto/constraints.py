@@ -14,7 +14,7 @@ from .enums import (BLayout, Coalesce, GatherExec, Layout, ScatterConflict, Scat
 from .errors import ConstraintError
 from .tensor import GlobalTensor
 from .tile import Tile
-from .plan import Plan, check_oob, out_of_range  # noqa: F401  (re-exported: the validated call)
+from .plan import CallCache, Plan, check_oob, out_of_range  # noqa: F401  (re-exported: the validated call)
 from .policy import index_rule
 
 
@@ -172,56 +172,93 @@ def _table_geometry(op, target, tile, table, coalesce, tile_name):
 
 
 
+_PLANS = CallCache(maxsize=256)
+"""The shape half of validated VEC tile ops, by signature (:func:`_plan_key`): a plan without operands. A call of a
+signature seen before skips the type, dtype, layout, mode, geometry and budget rules, which read nothing else, and
+is checked only in what depends on its operands' memory and index values, as every call is."""
+
+
+def _tile_key(t: Tile) -> tuple:
+    return t.dtype.name, t.rows, t.cols, t.loc, t.blayout, t.slayout, t.fractal, t.valid_rows, t.valid_cols, t.addr
+
+
+def _plan_key(op, target, tile, table, idx, *policy) -> tuple | None:
+    """What the shape rules of a VEC tile op read: the tiles' types, shapes, layouts, valid extents and UB
+    addresses, the table's dtype, shape, strides, layout, memory size and writability, and the policy arguments
+    (typed, as :func:`~simt_pto.plan.typed`: ``True`` is no ``1``). None (validated every time) for anything but
+    exact Tile / GlobalTensor operands and a VEC tile."""
+    if type(tile) is not Tile or type(idx) is not Tile or type(table) is not GlobalTensor or tile.loc != TileType.VEC:
+        return None
+    return (op, target, _tile_key(tile), _tile_key(idx), table.dtype.name, table.shape, table.stride, table.layout,
+            table.size, table.on_device, table.writeable, *[(type(p), p) for p in policy])
+
+
 def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
     op = "MGATHER"
-    _check_types(op, dst, table, idx, "dst")
-    if dst.loc == TileType.MAT and target == "cpu":  # the GM -> L1 path exists on A2/A3 and A5 only
-        _fail(op, target, "dst must be a vector tile (TileType::Vec)", f"dst is {dst.loc.name}")
-    if dst.loc == TileType.MAT:
-        from .l1_gather import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
-        return plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)
-    if not isinstance(idx, Tile):
-        _fail(op, target, "indexes must be a UB vector tile (a GM index tensor is for MAT destinations only)",
-              f"idx is a {type(idx).__name__}")
-    if exec_ != GatherExec.SCALAR or scratch is not None:
-        _fail(op, target, "exec / scratch apply to the GM -> L1 (MAT destination) path only",
-              f"exec={exec_.name}, scratch={'given' if scratch is not None else None} with a VEC destination")
-    _check_dtypes(op, target, dst, table, idx.dtype, "dst")
-    _check_vec_layouts(op, target, dst, idx, table, coalesce, "dst")
-    idx_step = _check_mode(op, target, dst, idx, coalesce, "dst")
-    capacity, row_stride = _table_geometry(op, target, dst, table, coalesce, "dst")
-    ub.check_working_set(op, target, {"dst": dst, "idx": idx}, dyn_ubuf_size)
+    tiles = {"dst": dst, "idx": idx}
+    key = _plan_key(op, target, dst, table, idx, coalesce, oob, exec_, scratch is None, strict, dyn_ubuf_size)
+    shape = _PLANS.get(key)
+    if shape is None:
+        _check_types(op, dst, table, idx, "dst")
+        if dst.loc == TileType.MAT and target == "cpu":  # the GM -> L1 path exists on A2/A3 and A5 only
+            _fail(op, target, "dst must be a vector tile (TileType::Vec)", f"dst is {dst.loc.name}")
+        if dst.loc == TileType.MAT:
+            from .l1_gather import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
+            return plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)
+        if not isinstance(idx, Tile):
+            _fail(op, target, "indexes must be a UB vector tile (a GM index tensor is for MAT destinations only)",
+                  f"idx is a {type(idx).__name__}")
+        if exec_ != GatherExec.SCALAR or scratch is not None:
+            _fail(op, target, "exec / scratch apply to the GM -> L1 (MAT destination) path only",
+                  f"exec={exec_.name}, scratch={'given' if scratch is not None else None} with a VEC destination")
+        _check_dtypes(op, target, dst, table, idx.dtype, "dst")
+        _check_vec_layouts(op, target, dst, idx, table, coalesce, "dst")
+        idx_step = _check_mode(op, target, dst, idx, coalesce, "dst")
+        capacity, row_stride = _table_geometry(op, target, dst, table, coalesce, "dst")
+        ub.check_working_set(op, target, tiles, dyn_ubuf_size)
+        shape = Plan(op, target, coalesce, oob, index_rule(oob, strict), dst.dtype, None, None, None, capacity,
+                     row_stride, idx_step, strict=strict)
+        _PLANS.put(key, shape)
+    else:  # the budget is the signature's; the tiles' storage is this call's
+        ub.check_distinct_storage(op, target, tiles)
     aliasing.check_disjoint(op, target, {"dst": dst.data}, {"table": table.array, "idx": idx.data})
-    plan = Plan(op, target, coalesce, oob, index_rule(oob, strict), dst.dtype, dst, idx, table, capacity,
-                row_stride, idx_step, strict=strict)
+    plan = shape.repointed(tile=dst, idx=idx, table=table)
     check_oob(plan)
     return plan
 
 
 def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
     op = "MSCATTER"
-    _check_types(op, src, table, idx, "src")
-    if not table.writeable:
-        _fail(op, target, "the table is written in place", "table is a read-only array (flags.writeable is False)")
-    if not isinstance(idx, Tile):
-        _fail(op, target, "indexes must be a UB vector tile", f"idx is a {type(idx).__name__}")
-    _check_dtypes(op, target, src, table, idx.dtype, "src")
-    allowed = _dt.atomic_dtypes(target, atomic)
-    if src.dtype not in allowed:
-        _fail(op, target, "Atomic Type Support",
-              f"atomic {atomic.name.capitalize()} on {target} supports "
-              f"{_dt.names(allowed) if allowed else 'no dtype'}; got {src.dtype}")
-    if target == "a2a3" and conflict != ScatterConflict.LAST:
-        _fail(op, target, "A2/A3 has no ScatterConflict parameter (strictly sequential: last write wins)",
-              f"conflict={conflict.name}")
-    _check_vec_layouts(op, target, src, idx, table, coalesce, "src")
-    idx_step = _check_mode(op, target, src, idx, coalesce, "src")
-    capacity, row_stride = _table_geometry(op, target, src, table, coalesce, "src")
-    ub.check_working_set(op, target, {"src": src, "idx": idx}, dyn_ubuf_size)
+    tiles = {"src": src, "idx": idx}
+    key = _plan_key(op, target, src, table, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size)
+    shape = _PLANS.get(key)
+    if shape is None:
+        _check_types(op, src, table, idx, "src")
+        if not table.writeable:
+            _fail(op, target, "the table is written in place", "table is a read-only array (flags.writeable is False)")
+        if not isinstance(idx, Tile):
+            _fail(op, target, "indexes must be a UB vector tile", f"idx is a {type(idx).__name__}")
+        _check_dtypes(op, target, src, table, idx.dtype, "src")
+        allowed = _dt.atomic_dtypes(target, atomic)
+        if src.dtype not in allowed:
+            _fail(op, target, "Atomic Type Support",
+                  f"atomic {atomic.name.capitalize()} on {target} supports "
+                  f"{_dt.names(allowed) if allowed else 'no dtype'}; got {src.dtype}")
+        if target == "a2a3" and conflict != ScatterConflict.LAST:
+            _fail(op, target, "A2/A3 has no ScatterConflict parameter (strictly sequential: last write wins)",
+                  f"conflict={conflict.name}")
+        _check_vec_layouts(op, target, src, idx, table, coalesce, "src")
+        idx_step = _check_mode(op, target, src, idx, coalesce, "src")
+        capacity, row_stride = _table_geometry(op, target, src, table, coalesce, "src")
+        ub.check_working_set(op, target, tiles, dyn_ubuf_size)
+        # The CPU simulator does not model ScatterOOB: every index is used unchecked.
+        rule = index_rule(ScatterOOB.UNDEFINED if target == "cpu" else oob, strict)
+        shape = Plan(op, target, coalesce, oob, rule, src.dtype, None, None, None, capacity, row_stride, idx_step,
+                     atomic=atomic, conflict=conflict, strict=strict)
+        _PLANS.put(key, shape)
+    else:  # the budget is the signature's; the tiles' storage is this call's
+        ub.check_distinct_storage(op, target, tiles)
     aliasing.check_disjoint(op, target, {"table": table.array}, {"src": src.data, "idx": idx.data})
-    # The CPU simulator does not model ScatterOOB: every index is used unchecked.
-    rule = index_rule(ScatterOOB.UNDEFINED if target == "cpu" else oob, strict)
-    plan = Plan(op, target, coalesce, oob, rule, src.dtype, src, idx, table, capacity, row_stride, idx_step,
-                atomic=atomic, conflict=conflict, strict=strict)
+    plan = shape.repointed(tile=src, idx=idx, table=table)
     check_oob(plan)
     return plan

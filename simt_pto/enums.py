@@ -209,19 +209,31 @@ def _members_by_name(enum_cls: type[enum.IntEnum]) -> dict[str, enum.IntEnum]:
     return {_norm(member.name): member for member in enum_cls}
 
 
+_SPELLINGS: dict[tuple[type, str], enum.IntEnum] = {}
+"""(enum, string as given) -> member, for the strings :func:`from_any` has resolved: a call that spells its options
+as strings pays the normalisation once. At most :data:`_MAX_SPELLINGS` entries."""
+_MAX_SPELLINGS = 512
+
+
 def from_any(enum_cls: type[E], value: object, what: str | None = None) -> E:
     """Turn a member, its integer value, or a case-insensitive name into a member of ``enum_cls``.
 
     ``what`` names the argument in the error (default: the enum's name).
     """
-    what = what or enum_cls.__name__
     if isinstance(value, enum_cls):
         return value
+    if type(value) is str:
+        known = _SPELLINGS.get((enum_cls, value))
+        if known is not None:
+            return cast(E, known)
+    what = what or enum_cls.__name__
     if isinstance(value, enum.Enum):
         raise TypeError(f"{what}: expected a {enum_cls.__name__}, got {value!r}")
     if isinstance(value, str):
         member = _members_by_name(enum_cls).get(_norm(value))
         if member is not None:
+            if type(value) is str and len(_SPELLINGS) < _MAX_SPELLINGS:
+                _SPELLINGS[enum_cls, value] = member
             return cast(E, member)
         names = ", ".join(m.name.lower() for m in enum_cls)
         raise ValueError(f"{what}: unknown value {value!r}; expected one of {names}")
@@ -238,6 +250,8 @@ def target_from_any(target: str) -> str:
     """Normalise a target name: ``"a5"``, ``"a2a3"`` (also ``"a2"``, ``"a3"``) or ``"cpu"``."""
     if not isinstance(target, str):
         raise TypeError(f"target: expected a string, got {type(target).__name__}")
+    if type(target) is str and target in TARGETS:  # already the canonical name
+        return target
     key = _norm(target)
     if key in ("a2", "a3"):
         key = "a2a3"

@@ -6,11 +6,24 @@ Every launch is one block of ``dim3(32, launch_warps)`` threads; lane = threadId
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 WARP = 32
 MAX_WARPS = 32
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _memo(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The geometries are pure functions of a few ints, asked on every launch: each is computed once per argument list
+    (at most 1024 of them; typed, so ``8`` and ``np.int64(8)`` keep their own). The signature stays the
+    function's own for type checkers."""
+    return cast(Callable[_P, _R], functools.lru_cache(maxsize=1024, typed=True)(function))
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -51,6 +64,7 @@ class LaunchGeometry:
                 "rows_per_warp": self.rows_per_warp, "work_items": self.work_items}
 
 
+@_memo
 def row_geometry(valid_rows: int, valid_cols: int) -> LaunchGeometry:
     """Row coalesce (gather, and scatter other than Conflict::Last)::
 
@@ -63,6 +77,7 @@ def row_geometry(valid_rows: int, valid_cols: int) -> LaunchGeometry:
     return LaunchGeometry("row", row_warps * warps_per_row, row_warps, warps_per_row, valid_rows)
 
 
+@_memo
 def elem_geometry(valid_rows: int, valid_cols: int) -> LaunchGeometry:
     """Elem coalesce: ``kLaunchWarps = min(ceil(validRows * validCols / 32), 32)``; thread
     ``tid = ty * 32 + tx`` walks flat positions in steps of the launched thread count."""
@@ -70,6 +85,7 @@ def elem_geometry(valid_rows: int, valid_cols: int) -> LaunchGeometry:
     return LaunchGeometry("elem", min(_ceil_div(total, WARP), MAX_WARPS), work_items=total)
 
 
+@_memo
 def last_geometry(slots: int) -> LaunchGeometry:
     """Conflict::Last: sized by the destination (Row: tableRows; Elem: tableSize). Each lane owns one
     slot at a time and reverse-scans the index tile for its largest flat writer."""
@@ -91,6 +107,7 @@ def flat_grid(work_items: int) -> int:
     return min(MAX_GRID, max(1, _ceil_div(work_items, WARP * MAX_WARPS)))
 
 
+@_memo
 def l1_elem_geometry(rows: int, cols: int) -> LaunchGeometry:
     """GM -> L1 Elem, ``GatherExec::Simt`` (``simt_mgather_l1_elem_kernel``; MGATHER.md, "A5 only — SIMT
     executor for Elem GM → L1"): sized by the whole padded NZ tile, not its valid region::

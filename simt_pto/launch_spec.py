@@ -13,6 +13,7 @@ Plain data, part of the model: it imports no kernel and runs nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -33,6 +34,14 @@ class KernelPolicy:
     conflict: ScatterConflict | None = None
     """MSCATTER's conflict policy: it selects the kernel (Last: the slot-centric or owner kernels) and is recorded
     for the reader; no kernel is compiled on it."""
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256, typed=True)
+    def of(rule: IndexRule | None = None, atomic: ScatterAtomicOp | None = None, fmt: ElementFormat | None = None,
+           conflict: ScatterConflict | None = None) -> KernelPolicy:
+        """``KernelPolicy(rule, atomic, fmt, conflict)``, made once per value (the policy is immutable; a call's
+        launches ask for it on every call)."""
+        return KernelPolicy(rule, atomic, fmt, conflict)
 
     def factory_args(self) -> dict[str, IndexRule | ScatterAtomicOp | ElementFormat]:
         """The compile-time constants the kernel's factory takes, by name (``rule``, ``atomic``, ``fmt``)."""
@@ -60,7 +69,7 @@ class KernelPolicy:
         return out
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class LaunchSpec:
     """One kernel launch: ``kernel`` over ``grid`` blocks of ``geometry.block`` threads, with ``args`` by name in
     the kernel's parameter order (after its ``launch`` tuple)."""
@@ -78,6 +87,13 @@ class LaunchSpec:
     owner write move each row in units of up to 8 bytes, a bit copy either way), the hardware's launch: element
     moves. The coalescing analyzer models this one; None where the two are the same."""
 
+    def __init__(self, kernel: str, policy: KernelPolicy, args: tuple[tuple[str, Any], ...], geometry: LaunchGeometry,
+                 grid: int = 1, writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None) -> None:
+        # one update of the instance's dict instead of a frozen dataclass's seven object.__setattr__ calls: every
+        # call builds its launches
+        self.__dict__.update(kernel=kernel, policy=policy, args=args, geometry=geometry, grid=grid, writes=writes,
+                             hardware=hardware)
+
     @property
     def arguments(self) -> dict[str, Any]:
         """The arguments by name."""
@@ -85,7 +101,7 @@ class LaunchSpec:
 
     def values(self) -> tuple[Any, ...]:
         """The arguments in the kernel's order."""
-        return tuple(value for _, value in self.args)
+        return tuple([value for _, value in self.args])
 
     def with_args(self, **changes: Any) -> LaunchSpec:
         """The same launch with some arguments replaced (staged device copies, a benchmark's index pattern)."""
@@ -110,7 +126,7 @@ class HostStep:
     run: Callable[[], None] = field(compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CallPlan:
     """Everything one validated call runs, in order: :class:`LaunchSpec` launches and :class:`HostStep` steps.
     ``guard`` is entered around all of them (the staged boundary words of a mid-word 16-bit float Add: staged at
@@ -121,6 +137,12 @@ class CallPlan:
                                                                          compare=False, repr=False)
     guard_name: str | None = None
     """What ``guard`` does, for the reader (``"stage and publish the boundary words"``), or None."""
+
+    def __init__(self, steps: tuple[LaunchSpec | HostStep, ...],
+                 guard: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+                 guard_name: str | None = None) -> None:
+        # as LaunchSpec's: one dict update, for the plan every call builds
+        self.__dict__.update(steps=steps, guard=guard, guard_name=guard_name)
 
     @property
     def launches(self) -> tuple[LaunchSpec, ...]:

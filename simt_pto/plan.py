@@ -1,12 +1,21 @@
-"""The resolved call ("plan") every target runs, and the refusal of out-of-range indices.
+"""The resolved call ("plan") every target runs, the refusal of out-of-range indices, and the memo of validated calls.
 
 :mod:`simt_pto.constraints` (VEC destinations) and :mod:`simt_pto.l1_gather` (GM -> L1) validate a call into a
 :class:`Plan`; both refuse out-of-range indices with :func:`check_oob`, the whole-array ops with
 :func:`check_indices` (the one refusal, and :func:`out_of_range` its one wording).
+
+Validating a call's kinds, shapes, dtypes and policies costs far more than a small call's work, and gives the same
+answer for every call of the same signature. :class:`CallCache` keeps those answers (a plan whose operands are
+left out, :meth:`Plan.repointed` puts a call's own back in); what depends on the operands' memory and values (their
+overlap, alignment, the index values) is checked on every call.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +77,76 @@ class Plan:
         """:meth:`index_bits` as int64 (a copy)."""
         return self.index_bits().astype(np.int64)
 
+    def repointed(self, **operands: Any) -> Plan:
+        """A copy of this validated plan with some fields replaced (``tile``, ``idx``, ``table``: another call's
+        operands of the same kinds, shapes and dtypes), validated again in nothing: what a cached plan
+        (:class:`CallCache`) and a whole-array call's tiles (``tiling.tile_plan``) use. Cheaper than
+        ``dataclasses.replace``, which runs ``__init__`` over every field."""
+        plan = object.__new__(type(self))
+        plan.__dict__.update(self.__dict__, **operands)
+        return plan
+
+
+class CallCache:
+    """A bounded, thread-safe memo: signature -> what validating a call of that signature gave (a plan with its
+    operands left out, or any value made of no caller's array). A key holds everything the validation reads but the
+    operands' memory and values; callers build it (None: a call that is not memoised, e.g. of an unhashable
+    argument) and re-check what depends on memory and values on every call.
+
+    At most ``maxsize`` entries: when full, the oldest goes (first in, first out). Lookups take no lock (a dict read
+    is atomic); insertions and evictions take one. :meth:`clear_all` empties every cache (tests compare a first,
+    validating call with a cached one)."""
+
+    _all: weakref.WeakSet[CallCache] = weakref.WeakSet()
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self.maxsize = maxsize
+        self._entries: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+        CallCache._all.add(self)
+
+    @classmethod
+    def clear_all(cls) -> None:
+        """Empty every call cache of the process: the next call of each signature validates again."""
+        for cache in list(cls._all):
+            cache.clear()
+
+    def get(self, key: Hashable | None) -> Any:
+        """The entry of ``key``, or None (also for an unhashable key, and for None: a call not memoised)."""
+        if key is None:
+            return None
+        try:
+            return self._entries.get(key)
+        except TypeError:  # an unhashable argument in the key: validated every time
+            return None
+
+    def put(self, key: Hashable | None, value: Any) -> None:
+        """Remember ``value`` for ``key`` (nothing for None or an unhashable key), dropping the oldest entry when
+        full."""
+        if key is None:
+            return
+        try:
+            hash(key)
+        except TypeError:
+            return
+        with self._lock:
+            self._entries[key] = value
+            while len(self._entries) > self.maxsize:
+                del self._entries[next(iter(self._entries))]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def typed(value: object) -> tuple[type, object]:
+    """``value`` as a key part that tells apart arguments that compare equal but are validated differently
+    (``True`` and ``1``, ``0`` and ``False``, ``8`` and ``np.int64(8)``)."""
+    return type(value), value
+
 
 def check_oob(plan: Plan) -> None:
     """Under a policy that leaves out-of-range indices undefined, refuse them (``strict``) before any write:
@@ -93,13 +172,25 @@ def check_indices(op, target, capacity: int, rule, bits=None, *, scan=None) -> N
         if count:
             raise out_of_range(op, target, capacity, [first], [value], count)
         return
-    if bits.size == 0 or int(bits.max()) < capacity:  # one pass, no temporaries: positions only on failure
+    if bits.size == 0 or _largest(bits) < capacity:  # one pass, no temporaries: positions only on failure
         return
     bad = bits >= capacity
     pos = np.argwhere(bad)[:5]
     positions = [tuple(int(x) for x in p) if len(p) > 1 else int(p[0]) for p in pos]
     values = [int(bits[tuple(p)]) for p in pos]
     raise out_of_range(op, target, capacity, positions, values, int(np.count_nonzero(bad)))
+
+
+SMALL_INDEX_COUNT = 64
+"""Up to this many indices, :func:`_largest` reads them as Python ints: a numpy reduction's fixed cost (about
+1.5 µs) is larger than the pass itself there."""
+
+
+def _largest(bits: np.ndarray) -> int:
+    """The largest of the uint32 ``bits``: one pass (numpy's reduction; a plain ``max`` over a few)."""
+    if bits.size <= SMALL_INDEX_COUNT:
+        return max(bits.ravel().tolist())
+    return int(bits.max())
 
 
 def out_of_range(op, target, capacity, positions, values, count) -> OutOfBoundsError:

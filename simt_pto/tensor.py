@@ -114,6 +114,15 @@ class GlobalTensor:
         self.reach: int = reach
         """One past the largest element offset shape and stride can address."""
 
+    def repointed(self, array: np.ndarray | CudaArray | None) -> GlobalTensor:
+        """This validated tensor over ``array``, memory of the same kind (host or device), dtype, shape and
+        C-contiguity as the memory it wraps: nothing is checked again (the whole-array call cache re-points the
+        table it validated once at each call's memory). ``None`` gives the tensor without memory that a cache keeps,
+        so that it holds no caller's array."""
+        tensor = object.__new__(GlobalTensor)
+        tensor.__dict__.update(self.__dict__, array=array)
+        return tensor
+
     @property
     def writeable(self) -> bool:
         """False for a read-only numpy array (a table MSCATTER writes, a scratch MGATHER stages through)."""

@@ -55,15 +55,7 @@ class Tile:
             raise TypeError(f"Tile: fractal must be an int (bytes), got {fractal!r}")
         self.fractal = int(fractal)
         self.name = name
-        if valid is None:
-            valid = (self.rows, self.cols)
-        if not isinstance(valid, (tuple, list)) or len(valid) != 2:
-            raise TypeError(f"Tile: valid must be (valid_rows, valid_cols), got {valid!r}")
-        vr, vc = (_positive_int(v, "valid extent") for v in valid)
-        if vr > self.rows or vc > self.cols:
-            raise ConstraintError("Tile", None, "1 <= Valid <= Padded",
-                                  f"valid ({vr}, {vc}) exceeds the padded shape ({self.rows}, {self.cols})")
-        self.valid_rows, self.valid_cols = vr, vc
+        self.valid_rows, self.valid_cols = self._valid_extents((self.rows, self.cols) if valid is None else valid)
         if addr is not None:
             if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)) or addr < 0:
                 raise TypeError(f"Tile: addr must be a non-negative int (a UB byte offset), got {addr!r}")
@@ -79,6 +71,25 @@ class Tile:
                                   f"{self.rows} x {self.cols} {self.dtype} is {nbytes} B")
         self.data: np.ndarray = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
         """The flat storage, in storage order."""
+
+    def _valid_extents(self, valid: tuple[int, int] | list[int]) -> tuple[int, int]:
+        if not isinstance(valid, (tuple, list)) or len(valid) != 2:
+            raise TypeError(f"Tile: valid must be (valid_rows, valid_cols), got {valid!r}")
+        vr, vc = (_positive_int(v, "valid extent") for v in valid)
+        if vr > self.rows or vc > self.cols:
+            raise ConstraintError("Tile", None, "1 <= Valid <= Padded",
+                                  f"valid ({vr}, {vc}) exceeds the padded shape ({self.rows}, {self.cols})")
+        return vr, vc
+
+    def zeroed(self, valid: tuple[int, int] | list[int]) -> Tile:
+        """A new zeroed tile of this one's type, padded shape and layout, with the valid extents ``valid`` (checked,
+        as the constructor does); the rest was validated when this tile was made. How a whole-array call makes the
+        tiles of its validated plan (``tiling.tile_plan``) without validating each again."""
+        tile = object.__new__(type(self))
+        tile.__dict__.update(self.__dict__)
+        tile.valid_rows, tile.valid_cols = self._valid_extents(valid)
+        tile.data = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
+        return tile
 
     # -- layout -------------------------------------------------------------------------------
     @property

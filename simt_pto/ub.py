@@ -40,17 +40,24 @@ def budget(op: str, target: str, dyn_ubuf_size=None) -> int | None:
     return dyn_ubuf_size
 
 
-def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> None:
-    """Check the UB tiles of one op: the working set fits the budget, placed tiles fit and do not overlap.
-
-    ``tiles`` maps an operand name ("dst", "idx", ...) to its Tile; MAT tiles live in L1 and are skipped.
-    """
+def check_distinct_storage(op: str, target: str, tiles: dict) -> None:
+    """The part of :func:`check_working_set` that depends on the tiles' storage, not on their shapes: no two tiles
+    share memory (the same tile passed twice, or views of one buffer). A cached plan re-checks this on every call."""
     names = list(tiles)
-    for i, n1 in enumerate(names):  # the same memory passed twice (a Tile, or views of one buffer)
+    for i, n1 in enumerate(names):
         for n2 in names[i + 1:]:
             if np.shares_memory(tiles[n1].data, tiles[n2].data):
                 raise ConstraintError(op, target, "UB tiles do not overlap",
                                       f"{n1} and {n2} share memory (the same tile passed twice?)")
+
+
+def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> None:
+    """Check the UB tiles of one op: their storage is distinct (:func:`check_distinct_storage`), the working set
+    fits the budget, placed tiles fit and do not overlap.
+
+    ``tiles`` maps an operand name ("dst", "idx", ...) to its Tile; MAT tiles live in L1 and are skipped.
+    """
+    check_distinct_storage(op, target, tiles)
     limit = budget(op, target, dyn_ubuf_size)
     if limit is None:
         return

@@ -39,6 +39,14 @@ def gather_loop(source, rule: IndexRule, prefill: bool = False):
                              prefill=prefill)
 
 
+def gather_rows(plan, dst, dst_rs, table, idx, idx_stride, rows) -> None:
+    """The gather of an ND ``plan`` over ``rows`` rows straight into ``dst`` (raw bits, ``dst_rs`` elements per row)
+    from ``table`` (the flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in :func:`.walk.run_nd`):
+    a whole-array gather's tile, its rows written where the caller's result holds them (no tile in between)."""
+    rule = IndexRule(plan.rule)
+    walk.run_nd(plan, dst, dst_rs, table, idx, idx_stride, rows, lambda source: gather_loop(source, rule, False))
+
+
 def run_mgather(plan) -> None:
     if plan.l1:  # GM -> L1 (MAT destination): MGATHER.md, "GM → L1 Gather"; A2/A3 has one executor
         from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar

@@ -190,7 +190,16 @@ def run_walk(plan, tile, tile_rs, table, loop) -> None:
         else:
             loop(elem_nz)(tile, plan.tile.rows, table, idx, plan.idx.cols, plan.rows, plan.cols, plan.capacity,
                           lcols, bcols, kc0, s0, s1, s2, s3, s4)
-    elif row:
-        loop(row_nd)(tile, tile_rs, table, idx, plan.idx_step, plan.rows, plan.cols, plan.capacity, plan.row_stride)
     else:
-        loop(elem_nd)(tile, tile_rs, table, idx, plan.idx.cols, plan.rows, plan.cols, plan.capacity)
+        run_nd(plan, tile, tile_rs, table, idx, plan.idx_step if row else plan.idx.cols, plan.rows, loop)
+
+
+def run_nd(plan, tile, tile_rs, table, idx, idx_stride, rows, loop) -> None:
+    """The ND walk of ``plan`` over ``rows`` rows of ``plan.cols`` columns: ``tile`` (``tile_rs`` elements per row),
+    ``idx`` (uint32; Row: ``idx_stride`` elements between consecutive indices; Elem: ``idx_stride`` elements per
+    index row) and ``table`` (the GM table's flat storage). What :func:`run_walk` runs for an ND plan over its tiles,
+    and a whole-array A2/A3 gather over the caller's own arrays (row-major ``rows x C`` memory is such a tile)."""
+    if plan.coalesce == Coalesce.ROW:
+        loop(row_nd)(tile, tile_rs, table, idx, idx_stride, rows, plan.cols, plan.capacity, plan.row_stride)
+    else:
+        loop(elem_nd)(tile, tile_rs, table, idx, idx_stride, rows, plan.cols, plan.capacity)

@@ -227,7 +227,10 @@ def _run_ranges(kernel, ranges: _BlockRanges, grid: int, warps: int, args) -> No
 def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
     """Run a grid on ``cpu_workers()`` threads: ``CHUNKS_PER_WORKER`` block ranges per thread (load balance for
     uneven blocks), taken in order by the caller and by one pool task per other thread (a task costs a thread
-    hand-off; a block range does not)."""
+    hand-off; a block range does not). One block runs in the calling thread: there is nothing to share."""
+    if grid == 1:
+        _run_range(kernel, (0, 1, 1, warps), args)
+        return
     workers = cpu_workers()
     chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
     if chunks <= 1:

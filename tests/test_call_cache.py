@@ -1,0 +1,342 @@
+"""The memo of validated calls (issue 24, per-call overhead): a call of a signature seen before skips the shape, dtype,
+layout, policy and budget rules (``simt_pto.plan.CallCache``: the tile ops in ``simt_pto.constraints``, the
+whole-array calls in ``simt_pto.host.large``), and is still checked in what depends on its own operands' memory and
+values: their overlap, their alignment, the index values, the table's writability.
+
+Each test makes the cache hold a signature first (a clean call), then changes one thing the cache must not hide,
+and checks the result against numpy, or the refusal against the one a first, validating call gives (the caches
+emptied by ``CallCache.clear_all``). Oracles: numpy indexing.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from simt_pto import constraints
+from simt_pto.errors import ConstraintError, OutOfBoundsError
+from simt_pto.host import large
+from simt_pto.plan import CallCache
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    CallCache.clear_all()
+    yield
+    CallCache.clear_all()
+
+
+def refusal(call):
+    """``(type, message)`` of what ``call()`` raises."""
+    with pytest.raises(Exception) as info:  # noqa: PT011 - the type is compared by the caller
+        call()
+    return type(info.value), str(info.value)
+
+
+def first_and_cached_refusals(clean, bad):
+    """The refusal of ``bad()`` validated from scratch, then again with ``clean()``'s signature cached (twice)."""
+    CallCache.clear_all()
+    first = refusal(bad)
+    clean()
+    return first, refusal(bad), refusal(bad)
+
+
+def table_of(rows=64, cols=64, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal((rows, cols)).astype(dtype)
+
+
+# -- whole-array calls -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["a5", "a2a3", "cpu"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_a_cached_whole_array_gather_reads_the_new_arrays(target, coalesce):
+    for seed in range(3):  # one validating call, then two of the same signature over other arrays
+        table = table_of(seed=seed)
+        rng = np.random.default_rng(seed + 10)
+        idx = rng.integers(0, 64 if coalesce == "row" else table.size, 40).astype(np.int32)
+        got = pto.gather(table, idx, coalesce=coalesce, target=target, tile_rows=16)
+        want = table[idx] if coalesce == "row" else table.ravel()[idx]
+        assert np.array_equal(got, want)
+    assert len(large._VALIDATED) >= 1
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_cached_whole_array_scatter_writes_the_new_table(target):
+    for seed in range(3):
+        table = np.zeros((32, 16), np.int32)
+        rng = np.random.default_rng(seed)
+        idx = rng.permutation(32)[:12].astype(np.int32)
+        src = rng.integers(-99, 99, (12, 16)).astype(np.int32)
+        pto.scatter(table, src, idx, coalesce="row", target=target)
+        want = np.zeros_like(table)
+        want[idx] = src
+        assert np.array_equal(table, want)
+
+
+def test_the_cache_keeps_no_callers_array():
+    table = table_of()
+    idx = np.arange(8, dtype=np.int32)
+    pto.gather(table, idx, target="a5")
+    pto.scatter(np.zeros((64, 64), np.float32), table[:8].copy(), idx, target="a5")
+    alive = weakref.ref(table)
+    del table
+    gc.collect()
+    assert alive() is None
+    for entry in large._VALIDATED._entries.values():
+        assert entry[1].table.array is None
+        assert entry[1].tile.data.strides == (0,) and entry[1].idx.data.strides == (0,)  # no storage of their own
+
+
+def test_a_misaligned_table_of_a_cached_signature_moves_narrower_units():
+    # The Row move unit follows the table's address (a row is moved in 8-byte units only from an 8-byte aligned base):
+    # the cache keys no address, so the second call, 4 bytes off, must launch 4-byte moves and still be right.
+    memory = np.arange(64 * 64 + 1, dtype=np.float32)
+    aligned = memory[:-1].reshape(64, 64) if memory.ctypes.data % 8 == 0 else memory[1:].reshape(64, 64)
+    shifted = memory[1:].reshape(64, 64) if memory.ctypes.data % 8 == 0 else memory[:-1].reshape(64, 64)
+    idx = np.array([5, 0, 63, 7], np.int32)
+    units = []
+    for table in (aligned, shifted, aligned):
+        launch = pto.gather_plan(table, idx, target="a5", backend="multicore").launches[0]
+        units.append(launch.arguments["table"].dtype.itemsize)
+        assert np.array_equal(pto.gather(table, idx, target="a5"), table[idx])
+    assert units == [8, 4, 8]
+
+
+def test_a_mid_word_half_table_of_a_cached_signature_takes_the_edge_format():
+    # A float16 Add on a table that starts mid-word takes the boundary-word form, chosen per call from the address.
+    memory = np.zeros(65, np.float16)
+    even = memory[:-1] if memory.ctypes.data % 4 == 0 else memory[1:]
+    odd = memory[1:] if memory.ctypes.data % 4 == 0 else memory[:-1]
+    idx = np.array([0, 63, 5, 63], np.int32)
+    src = np.array([1, 2, 3, 4], np.float16)
+    for table in (even, odd, even):
+        table[:] = 0
+        pto.scatter(table, src, idx, coalesce="elem", atomic="add", conflict="default", target="a5")
+        want = np.zeros(64, np.float16)
+        np.add.at(want, idx, src)
+        assert np.array_equal(table, want)
+        memory[:] = 0
+
+
+def test_a_changed_dtype_or_shape_is_validated_again():
+    idx = np.arange(8, dtype=np.int32)
+    pto.gather(table_of(), idx, target="a5")
+    assert np.array_equal(pto.gather(table_of(dtype=np.int16), idx, target="a5"), table_of(dtype=np.int16)[idx])
+    first, again, third = first_and_cached_refusals(lambda: pto.gather(table_of(), idx, target="a5"),
+                                                    lambda: pto.gather(table_of(dtype=np.float64), idx, target="a5"))
+    assert first == again == third
+    wide = table_of(cols=64 * 1024)  # one row is 256 KB: no tile fits the UB
+    first, again, third = first_and_cached_refusals(lambda: pto.gather(table_of(), idx, target="a5"),
+                                                    lambda: pto.gather(wide, idx, target="a5"))
+    assert first == again == third and first[0] is ConstraintError
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_changed_policy_is_validated_again(target):
+    table = table_of()
+    idx = np.array([3, 64, 70], np.int32)
+    clamped = pto.gather(table, idx, oob="clamp", target=target)
+    assert np.array_equal(clamped, table[np.minimum(idx, 63)])
+    first, again, third = first_and_cached_refusals(
+        lambda: pto.gather(table, idx, oob="clamp", target=target),
+        lambda: pto.gather(table, idx, oob="undefined", target=target))
+    assert first == again == third and first[0] is OutOfBoundsError
+    masked = pto.gather(table, idx, oob="undefined", strict=False, target=target)
+    assert np.array_equal(masked[0], table[3]) and not masked[1:].any()
+
+
+def test_arguments_that_compare_equal_but_are_refused_stay_refused():
+    # True == 1 and False == 0: a cached tile_rows=1 / dyn_ubuf_size=0 call must not admit True / False.
+    table, idx = table_of(), np.arange(8, dtype=np.int32)
+    for clean, bad in ((dict(tile_rows=1), dict(tile_rows=True)), (dict(dyn_ubuf_size=0), dict(dyn_ubuf_size=False))):
+        first, again, third = first_and_cached_refusals(lambda: pto.gather(table, idx, target="a5", **clean),
+                                                        lambda: pto.gather(table, idx, target="a5", **bad))
+        assert first == again == third and first[0] is TypeError
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_read_only_table_is_refused_after_a_writable_one(target):
+    idx = np.arange(4, dtype=np.int32)
+    src = np.ones((4, 64), np.float32)
+    frozen = np.zeros((64, 64), np.float32)
+    frozen.flags.writeable = False
+    first, again, third = first_and_cached_refusals(lambda: pto.scatter(np.zeros((64, 64), np.float32), src, idx,
+                                                                        target=target),
+                                                    lambda: pto.scatter(frozen, src, idx, target=target))
+    assert first == again == third and first[0] is ConstraintError
+    assert not frozen.any()
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_overlapping_operands_are_refused_after_a_disjoint_call(target):
+    table = np.zeros((64, 64), np.float32)
+    idx = np.arange(4, dtype=np.int32)
+    first, again, third = first_and_cached_refusals(
+        lambda: pto.scatter(table, np.ones((4, 64), np.float32), idx, target=target),
+        lambda: pto.scatter(table, table[10:14], idx, target=target))  # src is a view of the table it writes
+    assert first == again == third and first[0] is ConstraintError and "shares memory" in first[1]
+    out = np.zeros((4, 64), np.float32)
+    first, again, third = first_and_cached_refusals(
+        lambda: pto.gather(table, idx, target=target, out=out),
+        lambda: pto.gather(table, idx, target=target, out=table[:4]))
+    assert first == again == third and first[0] is ConstraintError and "shares memory" in first[1]
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_out_of_range_indices_of_a_cached_signature_are_refused_before_any_write(target):
+    table = np.zeros((64, 64), np.float32)
+    src = np.ones((4, 64), np.float32)
+    first, again, third = first_and_cached_refusals(
+        lambda: pto.scatter(table, src, np.array([0, 1, 2, 3], np.int32), target=target),
+        lambda: pto.scatter(table, src, np.array([0, 1, 99, -1], np.int32), target=target))
+    assert first == again == third and first[0] is OutOfBoundsError
+    table[:] = 0
+    with pytest.raises(OutOfBoundsError):
+        pto.scatter(table, src, np.array([0, 1, 99, -1], np.int32), target=target)
+    assert not table.any()
+
+
+def test_threads_calling_one_signature_get_their_own_results():
+    tables = [table_of(seed=s) for s in range(4)]
+    indices = [np.random.default_rng(s).integers(0, 64, 24).astype(np.int32) for s in range(4)]
+    barrier = threading.Barrier(4)
+    failures = []
+
+    def worker(k):
+        target = ("a5", "a2a3")[k % 2]
+        barrier.wait()
+        for _ in range(50):
+            got = pto.gather(tables[k], indices[k], target=target)
+            if not np.array_equal(got, tables[k][indices[k]]):
+                failures.append(k)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_the_caches_are_bounded():
+    cache = CallCache(maxsize=4)
+    for k in range(10):
+        cache.put(("key", k), k)
+    assert len(cache) == 4 and cache.get(("key", 9)) == 9 and cache.get(("key", 0)) is None
+    cache.put(["unhashable"], 1)  # an unhashable key is never kept, and finds nothing
+    assert cache.get(["unhashable"]) is None and len(cache) == 4
+    for rows in range(1, 300):  # more signatures than the whole-array cache keeps
+        pto.gather(table_of(rows=4, cols=8), np.zeros(rows, np.int32), target="cpu")
+    assert len(large._VALIDATED) <= large._VALIDATED.maxsize
+
+
+# -- tile ops --------------------------------------------------------------------------------------------------
+
+def row_tiles(rows=8, cols=64):
+    return pto.Tile("float32", rows, cols), pto.Tile("int32", 1, max(8, rows), valid=(1, rows))
+
+
+def test_a_cached_tile_op_reads_and_writes_the_new_operands():
+    for seed in range(3):
+        table = table_of(seed=seed)
+        idx = np.random.default_rng(seed).integers(0, 64, 8).astype(np.int32)
+        dst, idx_tile = row_tiles()
+        idx_tile.set(idx.reshape(1, 8))
+        gt = pto.GlobalTensor(table)
+        plan = constraints.plan_mgather("a5", dst, gt, idx_tile, pto.Coalesce.ROW, pto.GatherOOB.UNDEFINED,
+                                        pto.GatherExec.SCALAR, None, True, None)
+        assert plan.tile is dst and plan.idx is idx_tile and plan.table is gt
+        pto.mgather(dst, gt, idx_tile, coalesce="row", target="a5")
+        assert np.array_equal(dst.valid_numpy(), table[idx])
+        target = np.zeros((64, 64), np.float32)
+        pto.mscatter(pto.GlobalTensor(target), dst, idx_tile, coalesce="row", target="a5")
+        want = np.zeros_like(target)
+        want[idx] = table[idx]
+        assert np.array_equal(target, want)
+    for entry in constraints._PLANS._entries.values():
+        assert entry.tile is None and entry.idx is None and entry.table is None
+
+
+def test_a_changed_tile_is_validated_again():
+    table = pto.GlobalTensor(table_of())
+    dst, idx_tile = row_tiles()
+    pto.mgather(dst, table, idx_tile, target="a5")
+    dst.valid_rows = 4  # fewer rows than the index tile names: the mode rule refuses it, cached or not
+    first, again, third = first_and_cached_refusals(lambda: None, lambda: pto.mgather(dst, table, idx_tile,
+                                                                                      target="a5"))
+    assert first == again == third and first[0] is ConstraintError
+
+
+def test_a_tile_op_on_a_read_only_table_is_refused_after_a_writable_one():
+    src, idx_tile = row_tiles()
+    frozen = np.zeros((64, 64), np.float32)
+    frozen.flags.writeable = False
+    first, again, third = first_and_cached_refusals(
+        lambda: pto.mscatter(pto.GlobalTensor(np.zeros((64, 64), np.float32)), src, idx_tile, target="a5"),
+        lambda: pto.mscatter(pto.GlobalTensor(frozen), src, idx_tile, target="a5"))
+    assert first == again == third and first[0] is ConstraintError
+
+
+def test_tile_storage_that_overlaps_is_refused_after_a_disjoint_call():
+    table = np.zeros((64, 64), np.float32)
+    gt = pto.GlobalTensor(table)
+    dst, idx_tile = row_tiles()
+    pto.mgather(dst, gt, idx_tile, target="a5")
+    aliased, _ = row_tiles()
+    aliased.data = table[:8].reshape(-1)  # the destination tile's storage is the table it reads
+    first, again, third = first_and_cached_refusals(lambda: pto.mgather(dst, gt, idx_tile, target="a5"),
+                                                    lambda: pto.mgather(aliased, gt, idx_tile, target="a5"))
+    assert first == again == third and first[0] is ConstraintError and "shares memory" in first[1]
+    shared_idx = pto.Tile("int32", 1, 8)
+    shared_idx.data = dst.data[:8].view(np.int32)  # the index tile inside the destination tile
+    first, again, third = first_and_cached_refusals(lambda: pto.mgather(dst, gt, idx_tile, target="a5"),
+                                                    lambda: pto.mgather(dst, gt, shared_idx, target="a5"))
+    assert first == again == third and first[0] is ConstraintError and "UB tiles do not overlap" in first[1]
+
+
+def test_out_of_range_tile_indices_are_refused_after_a_clean_call():
+    gt = pto.GlobalTensor(np.zeros((64, 64), np.float32))
+    src, idx_tile = row_tiles()
+    pto.mscatter(gt, src, idx_tile, target="a5")
+    bad = pto.Tile.from_array(np.array([[0, 1, 2, 3, 4, 5, 6, 64]], np.int32))
+    src.fill(1)
+    first, again, third = first_and_cached_refusals(lambda: pto.mscatter(gt, src, idx_tile, target="a5"),
+                                                    lambda: pto.mscatter(gt, src, bad, target="a5"))
+    assert first == again == third and first[0] is OutOfBoundsError
+
+
+def test_a_placed_tile_moved_onto_another_is_refused_after_a_clean_call():
+    gt = pto.GlobalTensor(table_of())
+    dst, idx_tile = row_tiles()
+    dst.addr, idx_tile.addr = 0, 0x800
+    pto.mgather(dst, gt, idx_tile, target="a5")
+    idx_tile.addr = 0x100  # inside dst's 2 KB
+    first, again, third = first_and_cached_refusals(lambda: None,
+                                                    lambda: pto.mgather(dst, gt, idx_tile, target="a5"))
+    assert first == again == third and first[0] is ConstraintError and "overlaps" in first[1]
+
+
+def test_threads_running_tile_ops_of_one_signature_get_their_own_results():
+    tables = [table_of(seed=s) for s in range(4)]
+    barrier = threading.Barrier(4)
+    failures = []
+
+    def worker(k):
+        dst, idx_tile = row_tiles()
+        idx = np.random.default_rng(k).integers(0, 64, 8).astype(np.int32)
+        idx_tile.set(idx.reshape(1, 8))
+        gt = pto.GlobalTensor(tables[k])
+        barrier.wait()
+        for _ in range(100):
+            pto.mgather(dst, gt, idx_tile, target="a5")
+            if not np.array_equal(dst.valid_numpy(), tables[k][idx]):
+                failures.append(k)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
