@@ -219,12 +219,10 @@ def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict,
         shape = Plan(op, target, coalesce, oob, index_rule(oob, strict), dst.dtype, None, None, None, capacity,
                      row_stride, idx_step, strict=strict)
         _PLANS.put(key, shape)
-    else:  # the budget is the signature's; the tiles' storage is this call's
-        ub.check_distinct_storage(op, target, tiles)
-    aliasing.check_disjoint(op, target, {"dst": dst.data}, {"table": table.array, "idx": idx.data})
-    plan = shape.repointed(tile=dst, idx=idx, table=table)
-    check_oob(plan)
-    return plan
+        return _this_call(op, target, shape, None, {"dst": dst.data}, {"table": table.array, "idx": idx.data},
+                          dst, idx, table)
+    return _this_call(op, target, shape, tiles, {"dst": dst.data}, {"table": table.array, "idx": idx.data},
+                      dst, idx, table)
 
 
 def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
@@ -256,9 +254,19 @@ def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, stri
         shape = Plan(op, target, coalesce, oob, rule, src.dtype, None, None, None, capacity, row_stride, idx_step,
                      atomic=atomic, conflict=conflict, strict=strict)
         _PLANS.put(key, shape)
-    else:  # the budget is the signature's; the tiles' storage is this call's
-        ub.check_distinct_storage(op, target, tiles)
-    aliasing.check_disjoint(op, target, {"table": table.array}, {"src": src.data, "idx": idx.data})
-    plan = shape.repointed(tile=src, idx=idx, table=table)
+        return _this_call(op, target, shape, None, {"table": table.array}, {"src": src.data, "idx": idx.data},
+                          src, idx, table)
+    return _this_call(op, target, shape, tiles, {"table": table.array}, {"src": src.data, "idx": idx.data},
+                      src, idx, table)
+
+
+def _this_call(op, target, shape: Plan, cached_tiles, written, read, tile, idx, table) -> Plan:
+    """The part of a plan that is this call's: the tiles' storage (``cached_tiles``: for a cached signature, whose
+    UB budget was checked already, only their storage is this call's), the operands' overlap, then the signature's
+    plan re-pointed at this call's operands and its indices checked."""
+    if cached_tiles is not None:
+        ub.check_distinct_storage(op, target, cached_tiles)
+    aliasing.check_disjoint(op, target, written, read)
+    plan = shape.repointed(tile=tile, idx=idx, table=table)
     check_oob(plan)
     return plan

@@ -30,6 +30,15 @@ def fresh_caches():
     CallCache.clear_all()
 
 
+def _run_in_threads(worker, n):
+    """``worker(k)`` for ``k`` in ``range(n)``, each on its own thread, all at once; returns when all are done."""
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def refusal(call):
     """``(type, message)`` of what ``call()`` raises."""
     with pytest.raises(Exception) as info:  # noqa: PT011 - the type is compared by the caller
@@ -213,11 +222,7 @@ def test_threads_calling_one_signature_get_their_own_results():
             got = pto.gather(tables[k], indices[k], target=target)
             if not np.array_equal(got, tables[k][indices[k]]):
                 failures.append(k)
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_in_threads(worker, 4)
     assert not failures
 
 
@@ -334,9 +339,5 @@ def test_threads_running_tile_ops_of_one_signature_get_their_own_results():
             pto.mgather(dst, gt, idx_tile, target="a5")
             if not np.array_equal(dst.valid_numpy(), tables[k][idx]):
                 failures.append(k)
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_in_threads(worker, 4)
     assert not failures
