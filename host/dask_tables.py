@@ -148,19 +148,13 @@ def _numpy_chunks(shape, rows=None):
     return (rows,) + tuple(shape[1:])
 
 
-def _squeezed(shape):
-    return tuple(n for n in shape if n != 1)
-
-
 def _check_src(op, target, table, src, idx, row, dtype):
     """A scatter's ``src``: ``idx.shape + (C,)`` (Row) or ``idx.shape`` (Elem), up to axes of length 1, of the
     table's dtype (the in-memory call's rule and message)."""
     want = tuple(idx.shape) + (table.shape[1],) if row else tuple(idx.shape)
     table_dt = _dt.resolve(dtype if dtype is not None else table.dtype)
     src_dt = _dt.resolve(dtype if dtype is not None else src.dtype)
-    if _squeezed(src.shape) != _squeezed(want) or src_dt != table_dt:
-        raise ConstraintError(op, target, "src matches idx (and the table row width, Row) and the table dtype",
-                              f"src {src.shape} {src_dt}, expected {want} {table_dt}")
+    large.check_src_shape(op, target, src.shape, src_dt, want, table_dt)
     return want
 
 

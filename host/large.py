@@ -152,8 +152,14 @@ def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn
     return _Call(target, coalesce, table_a, idx_a, tile_rows, plan, src_a)
 
 
-def _squeezed(shape) -> tuple:
-    return tuple(n for n in shape if n != 1)
+def check_src_shape(op: str, target: str, src_shape: tuple, src_dtype, want: tuple, table_dtype) -> None:
+    """The rule a scatter's ``src`` follows, in memory and on the Dask route: ``want`` (``idx.shape + (C,)``, Row;
+    ``idx.shape``, Elem) up to axes of length 1, and the table's dtype."""
+    def squeezed(shape):
+        return tuple(n for n in shape if n != 1)
+    if squeezed(src_shape) != squeezed(want) or src_dtype != table_dtype:
+        raise ConstraintError(op, target, "src matches idx (and the table row width, Row) and the table dtype",
+                              f"src {src_shape} {src_dtype}, expected {want} {table_dtype}")
 
 
 def _check_src(op, target, coalesce, src, dtype, table_a: WholeArray, idx_a: WholeArray) -> WholeArray:
@@ -162,9 +168,7 @@ def _check_src(op, target, coalesce, src, dtype, table_a: WholeArray, idx_a: Who
     src_a = wrap(src, "src", dtype, op=op, target=target)
     row = coalesce == Coalesce.ROW
     want = idx_a.shape + (table_a.cols,) if row else idx_a.shape
-    if _squeezed(src_a.shape) != _squeezed(want) or src_a.dtype != table_a.dtype:
-        raise ConstraintError(op, target, "src matches idx (and the table row width, Row) and the table dtype",
-                              f"src {src_a.shape} {src_a.dtype}, expected {want} {table_a.dtype}")
+    check_src_shape(op, target, src_a.shape, src_a.dtype, want, table_a.dtype)
     aliasing.check_disjoint(op, target, {"table": _written_memory(table_a)}, {"src": src_a.memory,
                                                                                "idx": idx_a.memory})
     return src_a.as_rows(idx_a.rows, table_a.cols if row else idx_a.cols)
