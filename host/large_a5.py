@@ -7,10 +7,14 @@ tile. One call is one plan (:func:`gather_plan`, :func:`scatter_plan`), run by :
 * gather: one launch, ``grid`` = the tiles;
 * scatter, atomics or Conflict::Default: one launch, ``grid`` = the tiles;
 * scatter, Conflict::Last, slot-centric (``last_path="slot"``): one launch per tile, in tile order;
-* scatter, Conflict::Last, owner path, one owner per table slot (``dense``): reset, claim, write;
+* scatter, Conflict::Last, owner path, one owner per table slot (``dense``): reset, claim, write (Elem: each owner
+  a key ``p << 32 | bits`` that carries the winning value, so the write reads no source);
 * scatter, Conflict::Last, owner path, one owner per distinct slot reached (``compact``): the host numbers the
   distinct slots while the plan is built (the owner array and the launches are sized by their count), then
   reset, claim, write.
+
+On the ``multicore`` backend an owner pass over few slots or updates runs on the calling thread alone, as one block
+of one warp (:data:`CPU_ONE_WORKER_SLOTS`, :data:`CPU_ONE_WORKER_CLAIMS`).
 
 Device arrays are used in place; host arrays stay host arrays in the plan, and on the GPU backend
 :func:`~simt_pto.host.a5.run_plan` stages them on the device once per call and copies back the ones a launch
@@ -19,6 +23,8 @@ backend (``backend``, default the current one): on the GPU the owner arrays and 
 memory, allocated while the plan is built; nothing runs until the plan does.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -160,7 +166,7 @@ def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work
     (Conflict::Last, atomic NONE): ``"slot"``, ``"owner"``, or ``"auto"`` (slot-centric while slots x sources is
     at most ``slot_path_max_work``); ``owner`` (the owner path): ``"dense"``, ``"compact"``, or None for the
     cheaper one (:func:`owner_layout`)."""
-    gpu = (a5_backend() if backend is None else backend) == "gpu"
+    backend = a5_backend() if backend is None else backend
     fmt = a5.element_format(plan)
     table_arg, boundary = a5.scatter_table(plan, fmt)  # a mid-word 16-bit float Add: the plan's guard
     src_flat = _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype))
@@ -178,7 +184,7 @@ def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work
             if layout not in ("dense", "compact"):
                 raise ValueError(f"owner: expected 'dense', 'compact' or None, got {owner!r}")
             last_owner = _last_owner_dense if layout == "dense" else _last_owner_compact
-            steps = last_owner(plan, table, table_arg, src_flat, idx, idx_flat, rows, cols, tile_rows, gpu)
+            steps = last_owner(plan, table, table_arg, src_flat, idx, idx_flat, rows, cols, tile_rows, backend)
     return a5.guarded(steps, boundary)
 
 
@@ -245,14 +251,31 @@ def _owner_dtype(updates: int) -> np.dtype:
     return np.dtype(np.int32 if updates < 2 ** 31 else np.int64)
 
 
-def _new_owner(table, n, owner_dtype, gpu):
+def _new_owner(table, n, owner_dtype, backend):
     """``n`` uninitialised owners: on the device (from the table's library when it is a device array)."""
-    if gpu:
+    if backend == "gpu":
         return _empty_device(table.obj if table.device else None, n, owner_dtype)[1]
     return np.empty(n, dtype=owner_dtype)
 
 
 _RESET = KernelPolicy()
+
+CPU_ONE_WORKER_SLOTS = 1 << 17
+"""On the ``multicore`` backend, the owner reset and the Elem owner write over at most this many slots run on the
+calling thread alone (:func:`_flat_launch`): handing a launch to the worker pool costs tens of microseconds, more
+than such a pass (a fill, or a masked copy, at memory speed) gains from a second core."""
+CPU_ONE_WORKER_CLAIMS = 1 << 18
+"""... and an owner claim of at most this many updates: a second core then gains less than it costs, the hand-off
+and two caches trading the lines of the owners both of them claim."""
+
+
+def _flat_launch(count: int, backend: str, one_worker_max: int):
+    """``(geometry, grid)`` of a flat grid-stride pass over ``count`` items: the flat grid, or on the ``multicore``
+    backend, for at most ``one_worker_max`` items, one block of one warp (the calling thread walks the items in
+    order, as one block range of the full grid would)."""
+    if backend == "multicore" and count <= one_worker_max:
+        return replace(geometry.flat_geometry(count), launch_warps=1), 1
+    return geometry.flat_geometry(count), geometry.flat_grid(count)
 
 
 def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows, **slot_args):
@@ -270,30 +293,54 @@ def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows
     return _widened(plan, cols, build, table_arg, src)
 
 
-def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, gpu):
+PACKED_OWNER_MAX_ITEMSIZE = 4
+"""Elem owners carry their value (``p << 32 | bits``) for elements of at most this many bytes."""
+PACKED_OWNER_MAX_UPDATES = 2 ** 31
+"""... and fewer than this many flat source positions (the key stays a non-negative int64)."""
+
+
+def _packed_owner(plan, updates: int) -> bool:
+    """True when an Elem Last scatter's owner keys carry the value (:func:`.device.claim_elem_owner`)."""
+    return plan.dtype.itemsize <= PACKED_OWNER_MAX_ITEMSIZE and updates < PACKED_OWNER_MAX_UPDATES
+
+
+def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, backend):
     """Owner-based Last, one owner per table slot: mark every owner unowned, claim each slot for its largest flat
     source position with an atomic max (the claim remaps on the device), then write each owned slot from its
     owner, walking the whole table (MSCATTER.md, "Conflict Resolution": the result of
-    ``for i in order: table[remap(idx[i])] = src[i]``)."""
+    ``for i in order: table[remap(idx[i])] = src[i]``).
+
+    Elem elements of at most 4 bytes claim with a key that carries the value (``p << 32 | bits``), so the write
+    reads the owners alone; wider elements (or ``2**31`` positions and more) take the Row kernels with one-element
+    rows (an Elem scatter into a flat table is a Row scatter of one-column rows; the Row write copies from the
+    source row its owner names)."""
     cap = plan.capacity
-    owner = _new_owner(table, cap, _owner_dtype(rows * cols), gpu)  # (Row: rows * cols bounds the rows too)
-    claim_policy = KernelPolicy(rule=plan.rule, conflict=plan.conflict)
-    reset = launch_spec("simt_mscatter_owner_reset_kernel", _RESET, geometry.flat_geometry(cap), grid=geometry.flat_grid(cap),
-                        writes=("owner",), owner=owner)
-    if plan.coalesce == Coalesce.ROW:
-        claim = launch_spec("simt_mscatter_row_owner_claim_kernel", claim_policy, geometry.flat_geometry(rows),
-                            grid=geometry.flat_grid(rows), writes=("owner",), owner=owner, idx=idx_flat, idx_step=1,
-                            table_rows=cap, valid_rows=rows)
-        write = _row_owner_write("simt_mscatter_row_owner_write_kernel", plan, table_arg, src, owner, cap, cols,
-                                 tile_rows, table_rows=cap)
-    else:
-        claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", claim_policy, geometry.flat_geometry(rows * cols),
-                            grid=geometry.flat_grid(rows * cols), writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols,
-                            idx_cs=1, table_size=cap, valid_rows=rows, valid_cols=cols)
-        write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, geometry.flat_geometry(cap), grid=geometry.flat_grid(cap),
-                            writes=("table",), table=table_arg, src=src, src_rs=cols, src_cs=1, owner=owner,
-                            table_size=cap, valid_cols=cols)
-    return reset, claim, write
+    if plan.coalesce == Coalesce.ELEM and _packed_owner(plan, rows * cols):
+        owner = _new_owner(table, cap, np.dtype(np.int64), backend)
+        geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
+        claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
+                            geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1, src=src,
+                            src_rs=cols, src_cs=1, table_size=cap, valid_rows=rows, valid_cols=cols)
+        geo, grid = _flat_launch(cap, backend, CPU_ONE_WORKER_SLOTS)
+        write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, geo, grid=grid, writes=("table",),
+                            table=table_arg, owner=owner, table_size=cap)
+        return _reset(owner, backend), claim, write
+    if plan.coalesce == Coalesce.ELEM:  # one-element rows
+        rows, cols = rows * cols, 1
+    owner = _new_owner(table, cap, _owner_dtype(rows * cols), backend)  # (Row: rows * cols bounds the rows too)
+    geo, grid = _flat_launch(rows, backend, CPU_ONE_WORKER_CLAIMS)
+    claim = launch_spec("simt_mscatter_row_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
+                        geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_step=1, table_rows=cap,
+                        valid_rows=rows)
+    write = _row_owner_write("simt_mscatter_row_owner_write_kernel", plan, table_arg, src, owner, cap, cols,
+                             tile_rows, table_rows=cap)
+    return _reset(owner, backend), claim, write
+
+
+def _reset(owner, backend):
+    """The launch that marks every owner unowned (-1)."""
+    geo, grid = _flat_launch(owner.size, backend, CPU_ONE_WORKER_SLOTS)
+    return launch_spec("simt_mscatter_owner_reset_kernel", _RESET, geo, grid=grid, writes=("owner",), owner=owner)
 
 
 def compact_slots(raw, capacity: int, rule, id_dtype=np.int64):
@@ -311,7 +358,7 @@ def compact_slots(raw, capacity: int, rule, id_dtype=np.int64):
     return slots, ids
 
 
-def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, gpu):
+def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, backend):
     """Owner-based Last, one owner per distinct slot reached: the host numbers the slots now
     (:func:`compact_slots`, on a host copy of device indices), since the owner array and the launches are sized
     by their count; the device then resets the owners, claims ``owner[ids[p]]`` and writes only those slots.
@@ -322,20 +369,19 @@ def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, 
     distinct = slots.size
     if distinct == 0:  # every update dropped: nothing to write
         return ()
-    owner = _new_owner(table, distinct, owner_dtype, gpu)
-    reset = launch_spec("simt_mscatter_owner_reset_kernel", _RESET, geometry.flat_geometry(distinct),
-                        grid=geometry.flat_grid(distinct), writes=("owner",), owner=owner)
-    claim = launch_spec("simt_mscatter_compact_owner_claim_kernel", KernelPolicy(conflict=plan.conflict),
-                        geometry.flat_geometry(updates), grid=geometry.flat_grid(updates), writes=("owner",), owner=owner, ids=ids,
-                        updates=updates)
+    owner = _new_owner(table, distinct, owner_dtype, backend)
+    geo, grid = _flat_launch(updates, backend, CPU_ONE_WORKER_CLAIMS)
+    claim = launch_spec("simt_mscatter_compact_owner_claim_kernel", KernelPolicy(conflict=plan.conflict), geo,
+                        grid=grid, writes=("owner",), owner=owner, ids=ids, updates=updates)
     if plan.coalesce == Coalesce.ROW:
         write = _row_owner_write("simt_mscatter_row_compact_owner_write_kernel", plan, table_arg, src, owner,
                                  distinct, cols, tile_rows, slots=slots, distinct=distinct)
     else:
-        write = launch_spec("simt_mscatter_elem_compact_owner_write_kernel", _RESET, geometry.flat_geometry(distinct),
-                            grid=geometry.flat_grid(distinct), writes=("table",), table=table_arg, src=src, src_rs=cols,
-                            src_cs=1, owner=owner, slots=slots, distinct=distinct, valid_cols=cols)
-    return reset, claim, write
+        geo, grid = _flat_launch(distinct, backend, CPU_ONE_WORKER_SLOTS)
+        write = launch_spec("simt_mscatter_elem_compact_owner_write_kernel", _RESET, geo, grid=grid, writes=("table",),
+                            table=table_arg, src=src, src_rs=cols, src_cs=1, owner=owner, slots=slots,
+                            distinct=distinct, valid_cols=cols)
+    return _reset(owner, backend), claim, write
 
 
 __all__ = ["DENSE_OWNER_MIN_SLOTS", "DENSE_OWNER_SLOTS_PER_UPDATE", "compact_slots", "gather",

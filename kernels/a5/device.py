@@ -288,45 +288,104 @@ def walk_grid(launch, count, visit, args):
 
 
 def reset_owner(args, s):
-    """``simt_mscatter_owner_reset_kernel``'s visitor: slot ``s`` has no writer. ``args = (owner,)``."""
+    """``simt_mscatter_owner_reset_kernel``'s visitor: slot ``s`` has no writer. ``args = (owner,)``. The offset is
+    unsigned (:func:`unsigned_offset`), so that a CPU span is one vectorised fill."""
     owner, = args
-    owner[s] = -1
+    owner[unsigned_offset(s)] = -1
 
 
-def claim_row_owner(args, r):
-    """``simt_mscatter_row_owner_claim_kernel``'s visitor: ``owner[remap(idx[r])] = max(..., r)``. ``args = (owner,
-    idx, idx_step, table_rows, rule)``."""
-    owner, idx, idx_step, table_rows, rule = args
-    slot, in_range = remap_index(idx[r * idx_step], table_rows, rule)
+def claim_row_owner(args, item):
+    """``simt_mscatter_row_owner_claim_kernel``'s visitor: ``owner[remap(idx[r])] = max(..., r)`` for source row ``r =
+    valid_rows - 1 - item``: the rows from the last down, so that most claims find a larger owner there and stay
+    plain reads (:func:`claim_elem_owner`). ``args = (owner, idx, idx_step, table_rows, valid_rows, rule)``."""
+    owner, idx, idx_step, table_rows, valid_rows, rule = args
+    r = valid_rows - 1 - item
+    slot, in_range = remap_index(idx[unsigned_offset(r * idx_step)], table_rows, rule)
     if in_range:
         atomic_max(owner, slot, r)
 
 
-def claim_compact_owner(args, p):
-    """``simt_mscatter_compact_owner_claim_kernel``'s visitor: ``owner[ids[p]] = max(..., p)`` unless ``ids[p] < 0``.
-    ``args = (owner, ids)``."""
-    owner, ids = args
-    k = ids[p]
+def claim_compact_owner(args, item):
+    """``simt_mscatter_compact_owner_claim_kernel``'s visitor: ``owner[ids[p]] = max(..., p)`` unless ``ids[p] < 0``,
+    for the flat source position ``p = updates - 1 - item`` (from the last down, as :func:`claim_row_owner`).
+    ``args = (owner, ids, updates)``."""
+    owner, ids, updates = args
+    p = updates - 1 - item
+    k = ids[unsigned_offset(p)]
     if k >= 0:
         atomic_max(owner, k, p)
 
 
+OWNER_VALUE_BITS = 32
+"""The Elem owner key is ``p << 32 | bits``: the flat source position ``p`` above the winning value's raw bits (an
+element of at most 4 bytes, zero-extended), so that one signed 64-bit atomic max picks the largest ``p`` and carries
+its value with it (``p < 2**31`` keeps the key non-negative; -1 is no writer)."""
+
+
+CLAIM_PREFETCH_AHEAD = 64
+"""A CPU worker prefetches the owner this many positions ahead of the one it claims (the positions it visits next)."""
+CLAIM_PREFETCH_MIN_SLOTS = 1 << 16
+"""... from this many owners on (512 KB of keys); below, they stay in the core's L2 cache and the prefetch is only
+instructions."""
+
+
+def claim_elem_owner(args, item):
+    """``simt_mscatter_elem_owner_claim_kernel``'s visitor: ``owner[remap(idx[p])] = max(..., p << 32 | bits(src[p]))``
+    for the flat source position ``p = total - 1 - item``. The walk visits positions in falling order, so the first
+    claim of a slot is usually its largest: on the CPU the rest find a larger key already there and stay plain reads
+    (``atomic_max`` reads first), not locked read-modify-writes. Contiguous tiles (the whole-array call's) are
+    addressed by ``p`` alone; a CPU worker with a large owner array prefetches the owner it claims
+    :data:`CLAIM_PREFETCH_AHEAD` positions later (random reads wait for their misses; a locked one stalls the
+    worker). ``alone``: nothing else claims meanwhile (a CPU launch of one block runs on one thread), so the max is a
+    plain read and store. ``args = (owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size, valid_cols, total,
+    contiguous, prefetches, alone, rule)``, the three flags loop-invariant."""
+    (owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size, valid_cols, total, contiguous, prefetches, alone,
+     rule) = args
+    p = total - 1 - item
+    _, lanes = lane_span()
+    if lanes > 1 and contiguous and prefetches and p >= CLAIM_PREFETCH_AHEAD:
+        ahead, ahead_in_range = remap_index(idx[unsigned_offset(p - CLAIM_PREFETCH_AHEAD)], table_size, rule)
+        if ahead_in_range:
+            prefetch(owner, ahead)
+    if contiguous:
+        raw, bits = idx[unsigned_offset(p)], src[unsigned_offset(p)]
+    else:
+        r = p // valid_cols
+        c = p % valid_cols
+        raw = idx[unsigned_offset(tile_offset_2d(r, c, idx_rs, idx_cs))]
+        bits = src[unsigned_offset(tile_offset_2d(r, c, src_rs, src_cs))]
+    slot, in_range = remap_index(raw, table_size, rule)
+    if in_range:
+        key = (numba.int64(p) << OWNER_VALUE_BITS) | numba.int64(numba.uint32(bits))
+        if alone:
+            if key > owner[unsigned_offset(slot)]:
+                owner[unsigned_offset(slot)] = key
+        else:
+            atomic_max(owner, slot, key)
+
+
 def write_elem_owner(args, s):
-    """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes ``src[p // validCols, p % validCols]``
-    for its owner ``p = owner[s]``, if any (``>= 0``). ``args = (table, src, src_rs, src_cs, owner, valid_cols)``."""
-    table, src, src_rs, src_cs, owner, valid_cols = args
-    p = owner[s]
-    if p >= 0:
-        table[s] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+    """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes the value bits its owner key carries
+    (:func:`claim_elem_owner`), if it has one (``>= 0``); the table's own width keeps the low bits. No source read: a
+    CPU span is one vectorised masked copy. ``args = (table, owner)``."""
+    table, owner = args
+    key = owner[unsigned_offset(s)]
+    if key >= 0:
+        table[unsigned_offset(s)] = key
 
 
 def write_compact_elem_owner(args, k):
-    """``simt_mscatter_elem_compact_owner_write_kernel``'s visitor: as :func:`write_elem_owner` for distinct slot
-    ``k``, element ``slots[k]``. ``args = (table, src, src_rs, src_cs, owner, slots, valid_cols)``."""
+    """``simt_mscatter_elem_compact_owner_write_kernel``'s visitor: table element ``slots[k]`` takes ``src[p // validCols,
+    p % validCols]`` for the owner ``p = owner[k]`` of distinct slot ``k`` (a flat source position), if it has one
+    (``>= 0``). ``args = (table, src, src_rs, src_cs, owner, slots, valid_cols)``."""
     table, src, src_rs, src_cs, owner, slots, valid_cols = args
     p = owner[k]
     if p >= 0:
-        table[slots[k]] = src[tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)]
+        if dense_tile(src_rs, src_cs, valid_cols):  # the whole-array source: no division
+            at = p * src_cs
+        else:
+            at = tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)
+        table[slots[k]] = src[unsigned_offset(at)]
 
 
 def last_row(args, slot):
@@ -439,7 +498,8 @@ HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, ti
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, gather_elems, scatter_elems,
-           walk_grid, reset_owner, claim_row_owner, claim_compact_owner, write_elem_owner, write_compact_elem_owner,
+           walk_grid, reset_owner, claim_row_owner, claim_compact_owner, claim_elem_owner, write_elem_owner,
+           write_compact_elem_owner,
            last_row, last_elem,
            cas_add_half, atomic_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 
-from simt_pto.kernels.index_policy import remap_index
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
-from .device import (claim_compact_owner, claim_row_owner, compact_owner_row, dense_tile, grid_stride, last_elem,
-                     last_row, next_position, owner_row, reset_owner, scatter_elems, scatter_row, span_end,
-                     tile_offset_2d, walk_elems, walk_grid, walk_rows, write_compact_elem_owner, write_elem_owner)
-from .intrinsics import atomic_max, block_range, lane_span, prefetch, warp_range
+from .device import (CLAIM_PREFETCH_MIN_SLOTS, claim_compact_owner, claim_elem_owner, claim_row_owner, compact_owner_row,
+                     dense_tile, last_elem, last_row, owner_row, reset_owner, scatter_elems, scatter_row, walk_elems,
+                     walk_grid, walk_rows, write_compact_elem_owner, write_elem_owner)
+from .intrinsics import lane_span
 
 
 @functools.cache
@@ -96,12 +95,15 @@ def simt_mscatter_elem_last_kernel(rule: IndexRule):
     return simt_mscatter_elem_last_kernel
 
 
-# -- Conflict::Last at scale: the owner-based path (host/large.py) ------------------------------------------
+# -- Conflict::Last at scale: the owner-based path (host/large_a5.py) ---------------------------------------
 # Pass 0 marks every destination slot unowned (-1) on the device; pass 1 claims each slot for the largest
 # flat source index that writes it (an atomic max, after the OOB remap); pass 2 walks the destination and
 # writes each owned slot from its owner. Bitwise identical to the slot-centric kernels and to the
 # sequential order, in O(sources + slots) work, with no host round trip. The reset and claim passes run
 # on a flat grid-stride walk: thread ``g = b * threads + ty * 32 + tx`` takes items ``g, g + grid threads, ...``.
+# The claims visit the sources from the last down (item ``i`` is source ``n - 1 - i``): a slot's first claim is
+# then usually its winner, and on the CPU the later ones find a larger owner and stay plain reads. An Elem owner
+# is a key ``p << 32 | bits(src[p])`` that carries the winning value, so its write pass reads the owners alone.
 
 @functools.cache
 def simt_mscatter_owner_reset_kernel():
@@ -115,10 +117,11 @@ def simt_mscatter_owner_reset_kernel():
 
 @functools.cache
 def simt_mscatter_row_owner_claim_kernel(rule: IndexRule):
-    """Row: ``owner[remap(idx[r])] = max(owner[...], r)`` over all source rows (a flat grid)."""
+    """Row: ``owner[remap(idx[r])] = max(owner[...], r)`` over all source rows (a flat grid, from the last row down;
+    :func:`.device.claim_row_owner`)."""
 
     def simt_mscatter_row_owner_claim_kernel(launch, owner, idx, idx_step, table_rows, valid_rows):
-        walk_grid(launch, valid_rows, claim_row_owner, (owner, idx, idx_step, table_rows, rule))
+        walk_grid(launch, valid_rows, claim_row_owner, (owner, idx, idx_step, table_rows, valid_rows, rule))
 
     return simt_mscatter_row_owner_claim_kernel
 
@@ -139,48 +142,32 @@ def simt_mscatter_row_owner_write_kernel():
 
 @functools.cache
 def simt_mscatter_elem_owner_claim_kernel(rule: IndexRule):
-    """Elem: ``owner[remap(idx[p])] = max(owner[...], p)`` over all flat source positions."""
+    """Elem: ``owner[remap(idx[p])] = max(owner[...], p << 32 | bits(src[p]))`` over all flat source positions
+    (:func:`.device.claim_elem_owner`): the winning key carries its value, so the write reads no source. For
+    elements of at most 4 bytes and fewer than ``2**31`` positions (wider ones take the Row owner kernels with
+    one-element rows, ``host/large_a5.py``). The flat grid walks the positions from the last down."""
 
-    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows,
-                                              valid_cols):
-        lane0, lanes = lane_span()
+    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size,
+                                              valid_rows, valid_cols):
         total = valid_rows * valid_cols
-        dense = dense_tile(idx_rs, idx_cs, valid_cols)
-        for b in block_range(launch):
-            for ty in warp_range(launch):
-                first, step = grid_stride(launch, b, ty, lane0)
-                while first < total:
-                    end = span_end(first, lanes, total)
-                    if lanes > 1 and dense:
-                        # a locked read-modify-write waits for its own miss: touch the span's slots first
-                        for p in range(first, end):
-                            slot, in_range = remap_index(idx[p * idx_cs], table_size, rule)
-                            if in_range:
-                                prefetch(owner, slot)
-                        for p in range(first, end):
-                            slot, in_range = remap_index(idx[p * idx_cs], table_size, rule)
-                            if in_range:
-                                atomic_max(owner, slot, p)
-                    else:
-                        r = first // valid_cols
-                        c = first % valid_cols
-                        for p in range(first, end):
-                            slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
-                            if in_range:
-                                atomic_max(owner, slot, p)
-                            r, c = next_position(r, c, valid_cols, lanes)
-                    first += step
+        contiguous = (idx_cs == 1 and src_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
+                      and dense_tile(src_rs, src_cs, valid_cols))
+        prefetches = owner.size >= CLAIM_PREFETCH_MIN_SLOTS
+        _, lanes = lane_span()
+        alone = lanes > 1 and launch[2] == 1  # a CPU grid of one block: one thread runs it (never so on CUDA)
+        walk_grid(launch, total, claim_elem_owner, (owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size,
+                                                    valid_cols, total, contiguous, prefetches, alone, rule))
 
     return simt_mscatter_elem_owner_claim_kernel
 
 
 @functools.cache
 def simt_mscatter_elem_owner_write_kernel():
-    """Elem: every owned slot takes ``src[owner[slot]]``; a thread per slot, in a flat grid, like the
-    slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
+    """Elem: every owned slot takes the value bits of its owner key (:func:`.device.write_elem_owner`); a thread per
+    slot, in a flat grid, like the slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
 
-    def simt_mscatter_elem_owner_write_kernel(launch, table, src, src_rs, src_cs, owner, table_size, valid_cols):
-        walk_grid(launch, table_size, write_elem_owner, (table, src, src_rs, src_cs, owner, valid_cols))
+    def simt_mscatter_elem_owner_write_kernel(launch, table, owner, table_size):
+        walk_grid(launch, table_size, write_elem_owner, (table, owner))
 
     return simt_mscatter_elem_owner_write_kernel
 
@@ -199,7 +186,7 @@ def simt_mscatter_compact_owner_claim_kernel():
     source row), skipping ``ids[p] < 0`` (a flat grid). The remap happened on the host, so there is no rule."""
 
     def simt_mscatter_compact_owner_claim_kernel(launch, owner, ids, updates):
-        walk_grid(launch, updates, claim_compact_owner, (owner, ids))
+        walk_grid(launch, updates, claim_compact_owner, (owner, ids, updates))
 
     return simt_mscatter_compact_owner_claim_kernel
 
