@@ -10,7 +10,6 @@ plans from :func:`scatter_table` and run them with :func:`run_plan`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import threading
 
@@ -24,6 +23,8 @@ from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
+
+from .arrays import base_address
 
 
 def on_gpu() -> bool:
@@ -391,16 +392,6 @@ def _words_at(owner, offset: int, count: int, device: bool):
         lo = _allocation(owner, 0, 0)[0]
         return _cuda().as_cuda_array(_DeviceWords(owner, lo + offset, count))
     return owner[offset:offset + 4 * count].view(np.uint32)
-
-
-def base_address(array) -> int:
-    """The address of a host (numpy) or device (Numba) array's first element."""
-    if isinstance(array, np.ndarray):
-        try:  # a writable C-contiguous array: read through ctypes' buffer view, a quarter of the cost of .ctypes
-            return ctypes.addressof(ctypes.c_char.from_buffer(array))
-        except (TypeError, ValueError, BufferError):  # read-only, not C-contiguous, or empty
-            return array.ctypes.data
-    return array.device_ctypes_pointer.value
 
 
 def scatter_policy(plan, fmt: ElementFormat) -> KernelPolicy:

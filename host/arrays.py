@@ -377,6 +377,16 @@ def to_host(a: WholeArray) -> np.ndarray:
     return a.obj.view(a.dtype.numpy) if a.obj.dtype != a.dtype.numpy else a.obj
 
 
+def base_address(array) -> int:
+    """The address of a host (numpy) or device (Numba) array's first element."""
+    if isinstance(array, np.ndarray):
+        try:  # a writable C-contiguous array: read through ctypes' buffer view, a quarter of the cost of .ctypes
+            return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        except (TypeError, ValueError, BufferError):  # read-only, not C-contiguous, or empty
+            return array.ctypes.data
+    return array.device_ctypes_pointer.value
+
+
 def like(table: WholeArray, result: np.ndarray) -> Any:
     """A gather's host result as an array of the table's kind: numpy for numpy and other producers, a PyTorch
     tensor (of the table's own torch dtype, bfloat16 included) for a PyTorch table, a JAX array for a JAX one.
@@ -391,5 +401,5 @@ def like(table: WholeArray, result: np.ndarray) -> Any:
     return result
 
 
-__all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "WholeArray", "checked_indices", "host_memory",
-           "like", "to_host", "wrap"]
+__all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "WholeArray", "base_address", "checked_indices",
+           "host_memory", "like", "to_host", "wrap"]

@@ -56,7 +56,7 @@ from simt_pto.plan import CallCache, Plan, check_indices, typed
 from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
-from . import dispatch, tiling
+from . import dispatch, fast_path, tiling
 from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
 
 TableT = TypeVar("TableT")
@@ -257,7 +257,8 @@ def _plan_gather(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, oob, 
 
 
 def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend=None, out=None):
-    """``(plan, result)`` of a whole-array gather: validated, built, not run; ``result()`` after the run."""
+    """``(plan, result, validated call)`` of a whole-array gather: validated, built, not run; ``result()`` after the
+    run."""
     oob = from_any(GatherOOB, oob, "oob")
     c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _plan_gather, (oob, strict), dtype)
     row = c.coalesce == Coalesce.ROW
@@ -266,20 +267,21 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
     out_a = None if out is None else _wrap_out(out, c, out_shape, c.target, dtype)
     if c.idx.size == 0:
         return CallPlan(()), (lambda: out) if out_a else (
-            lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy)))
+            lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy))), c
     if c.target == "a5":
         call, gathered = _a5_side()[0].gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
         if out_a is None:
-            return call, lambda: like(c.table, gathered().reshape(out_shape))
+            return call, lambda: like(c.table, gathered().reshape(out_shape)), c
         return _followed_by(call, HostStep("copy the gathered elements into out",
-                                           lambda: _copy_into(out_a, gathered()))), lambda: out
+                                           lambda: _copy_into(out_a, gathered()))), lambda: out, c
     if out_a is not None and not out_a.device:  # the tiles write the caller's out (or its contiguous copy)
         dest = out_a.obj.reshape(-1).view(c.table.dtype.numpy).reshape(c.idx.rows, out_cols)
     else:
         dest = np.zeros((c.idx.rows, out_cols), dtype=c.table.dtype.numpy)
     host_idx = to_host(c.idx).reshape(c.idx.rows, c.idx.cols)
     if c.target == "a2a3":
-        gather_tile = _a2a3_gather_tile(c, dest, host_idx)
+        gather_tile = a2a3_gather_tile(c.plan, dest, to_host(c.table), host_idx.reshape(-1).view(np.uint32),
+                                       c.idx.cols)
     else:
         gt = _host_tensor(c.plan, to_host(c.table))
 
@@ -288,28 +290,30 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
             dispatch.run_mgather(tile)
             dest[r0:r1] = tile.tile.valid_numpy()
     if out_a is None:
-        return _tile_steps("MGATHER", c, gather_tile), lambda: like(c.table, dest.reshape(out_shape))
+        return _tile_steps("MGATHER", c, gather_tile), lambda: like(c.table, dest.reshape(out_shape)), c
     after = ()
     if out_a.device or out_a.copied:
         after = (HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, dest)),)
-    return _tile_steps("MGATHER", c, gather_tile, after), lambda: out
+    return _tile_steps("MGATHER", c, gather_tile, after), lambda: out, c
 
 
-def _a2a3_gather_tile(c: _Call, dest, host_idx) -> Callable[[int, int], None]:
-    """The A2/A3 gather of rows ``[r0, r1)``: the walk of the validated plan writes them straight into ``dest``'s
-    rows, from the table's memory through the caller's indices (:func:`simt_pto.kernels.a2a3.gather_rows`), as the
-    tile of those rows would hold them (every valid element is written: the gathered one, or ``T(0)``)."""
+def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.ndarray,
+                     idx_cols: int) -> Callable[[int, int], None]:
+    """The A2/A3 gather of rows ``[r0, r1)``: the walk of the validated ``plan`` writes them straight into the rows
+    of ``dest`` (the 2-D result), from the host ``table``'s memory through the caller's indices (``idx_bits``, flat
+    uint32, ``idx_cols`` per row; :func:`simt_pto.kernels.a2a3.gather_rows`), as the tile of those rows would hold
+    them (every valid element is written: the gathered one, or ``T(0)``). The full path runs it tile by tile as host
+    steps, the fast path (:mod:`.fast_path`) in a loop."""
     gather_rows = dispatch.runner("a2a3").gather_rows  # simt_pto.kernels.a2a3, imported at the first a2a3 call
-    bits = c.plan.dtype.bits
-    table = to_host(c.table).reshape(-1).view(bits)
+    bits = plan.dtype.bits
+    table_bits = table.reshape(-1).view(bits)
     dst, out_cols = dest.reshape(-1).view(bits), dest.shape[1]
-    idx, idx_cols = host_idx.reshape(-1).view(np.uint32), host_idx.shape[1]
-    idx_stride = 1 if c.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
+    idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
 
     def gather_tile(r0, r1):
         require_jit("a2a3")
-        gather_rows(c.plan, dst[r0 * out_cols:r1 * out_cols], out_cols, table, idx[r0 * idx_cols:r1 * idx_cols],
-                    idx_stride, r1 - r0)
+        gather_rows(plan, dst[r0 * out_cols:r1 * out_cols], out_cols, table_bits,
+                    idx_bits[r0 * idx_cols:r1 * idx_cols], idx_stride, r1 - r0)
     return gather_tile
 
 
@@ -357,9 +361,49 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     ``dtype`` reinterprets the table's elements (e.g. ``"bfloat16"`` over a uint16 device array).
 
     """
-    call, result = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, None, out)
-    _run(call, target_from_any(target))
-    return result()
+    options = (coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
+    if out is None:  # a call of a signature that has run: its runner (fast_path), unless an index is refused
+        gathered = fast_path.gather(table, idx, options)
+        if gathered is not None:
+            return gathered
+    call, result, c = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, None, out)
+    _run(call, c.target)
+    gathered = result()
+    if out is None and type(gathered) is np.ndarray and c.idx.size:
+        fast_path.remember_gather(table, idx, options, _runner(c, call, gathered))
+    return gathered
+
+
+def _runner(c: _Call, call: CallPlan, result: np.ndarray) -> Callable | None:
+    """The fast path's runner (:mod:`.fast_path`) of a gather that has run as ``call`` and returned ``result``, for
+    its validated plan without the call's arrays; None for a target without one (``cpu``)."""
+    plan = c.plan.repointed(tile=tiling.weightless(c.plan.tile), idx=tiling.weightless(c.plan.idx),
+                            table=c.plan.table.repointed(None))
+    if c.target == "a5":
+        return fast_path.A5Gather.of(call, plan, result)
+    if c.target == "a2a3":
+        return _A2A3Gather(c, plan, result)
+    return None
+
+
+class _A2A3Gather:
+    """The fast path's runner of an ``a2a3`` whole-array gather: :func:`a2a3_gather_tile` over each tile, in order,
+    straight from the caller's table and indices into the result."""
+
+    def __init__(self, c: _Call, plan: Plan, result: np.ndarray):
+        self.plan, self.rows, self.idx_cols, self.tile_rows = plan, c.idx.rows, c.idx.cols, c.tile_rows
+        self.out_cols = result.size // c.idx.rows
+        self.out_dtype, self.out_shape = result.dtype, result.shape
+
+    def __call__(self, table: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
+        bits = fast_path.index_bits(idx, self.plan)
+        if bits is None:
+            return None
+        dest = np.zeros((self.rows, self.out_cols), dtype=self.out_dtype)
+        gather_tile = a2a3_gather_tile(self.plan, dest, table, bits, self.idx_cols)
+        for r0 in tiling.tile_starts(self.rows, self.tile_rows):
+            gather_tile(r0, min(r0 + self.tile_rows, self.rows))
+        return dest.reshape(self.out_shape)
 
 
 # -- scatter -----------------------------------------------------------------------------------------------

@@ -76,6 +76,23 @@ def _tile_grid(rows, tile_rows):
     return -(-rows // tile_rows)
 
 
+CPU_ONE_THREAD_ROW_BYTES = 1 << 21
+"""On the ``multicore`` backend, a launch that copies rows (the Row gather, a Row store, the owner path's Row
+write) of at most this many bytes runs on the calling thread alone (``LaunchSpec.cpu_threads``): waking a helper
+thread costs tens of microseconds, and one core copying whole rows already draws most of what memory gives two.
+Measured on 2 cores (``bench/bench_peers.py``): two threads break even at about 2 MB."""
+CPU_ONE_THREAD_GATHER_ELEMS = 1 << 17
+"""... an Elem gather of at most this many elements (random reads: a second core overlaps their misses, and wins
+from about 256K elements)."""
+CPU_ONE_THREAD_UPDATES = 1 << 16
+"""... a scatter with a read-modify-write per element (atomics) of at most this many elements."""
+
+
+def _cpu_threads(work: int, one_thread_max: int) -> int | None:
+    """``LaunchSpec.cpu_threads`` of a launch of ``work`` (bytes or elements, as ``one_thread_max`` counts them)."""
+    return 1 if work <= one_thread_max else None
+
+
 def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
     """Bytes each lane moves per access in a whole-array row copy (the Row gather, the owner-based Last
     write): the widest of 8, 4, 2, 1 that divides the row and every array's base address. A row is a
@@ -135,14 +152,16 @@ def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
                 ("dst", out.view(unit)), ("dst_rs", units), ("dst_cs", 1), ("idx", idx_flat), ("idx_step", 1),
                 ("table", table_flat.view(unit)), ("table_rows", plan.capacity), ("valid_rows", rows),
                 ("valid_cols", units), ("tile_rows", tile_rows), ("row_warps", geo.row_warps),
-                ("warps_per_row", geo.warps_per_row)), geo, grid, ("dst",), hardware)
+                ("warps_per_row", geo.warps_per_row)), geo, grid, ("dst",), hardware,
+                _cpu_threads(n * plan.dtype.itemsize, CPU_ONE_THREAD_ROW_BYTES))
         # a fresh device allocation starts on a 256-byte boundary: only a host output's address can narrow the unit
         launch = _widened(plan, out_cols, build, table_flat, *(() if gpu else (out,)))
     else:
         launch = LaunchSpec("simt_mgather_elem_kernel", policy, (
             ("dst", out), ("dst_rs", out_cols), ("dst_cs", 1), ("idx", idx_flat), ("idx_rs", out_cols), ("idx_cs", 1),
             ("table", table_flat), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", out_cols),
-            ("tile_rows", tile_rows)), geometry.elem_geometry(tile_rows, out_cols), grid, ("dst",))
+            ("tile_rows", tile_rows)), geometry.elem_geometry(tile_rows, out_cols), grid, ("dst",), None,
+            _cpu_threads(n, CPU_ONE_THREAD_GATHER_ELEMS))
     steps = [launch]
     if gpu and host_out is not None:
         steps.append(HostStep("copy the gathered elements to the host", lambda: out.copy_to_host(host_out)))
@@ -196,14 +215,19 @@ def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):
 def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     """Atomics and Conflict::Default: one launch of the tile op's kernel over all tiles (their writes compose)."""
     grid, policy = _tile_grid(rows, tile_rows), a5.scatter_policy(plan, fmt)
+    if plan.atomic == ScatterAtomicOp.NONE and plan.coalesce == Coalesce.ROW:  # Conflict::Default: a row copy
+        threads = _cpu_threads(rows * cols * plan.dtype.itemsize, CPU_ONE_THREAD_ROW_BYTES)
+    else:
+        threads = _cpu_threads(rows * cols, CPU_ONE_THREAD_UPDATES)
     if plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(tile_rows, cols)
-        return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), table=table_arg,
+        return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), cpu_threads=threads,
+                           table=table_arg,
                            src=src, src_rs=cols, src_cs=1, idx=idx, idx_step=1, table_rows=plan.capacity,
                            valid_rows=rows, valid_cols=cols, tile_rows=tile_rows, row_warps=geo.row_warps,
                            warps_per_row=geo.warps_per_row)
     return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, cols), grid=grid,
-                       writes=("table",), table=table_arg, src=src, src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
+                       writes=("table",), cpu_threads=threads, table=table_arg, src=src, src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
                        idx_cs=1, table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
 
 
@@ -287,7 +311,9 @@ def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows
     def build(unit, units, hardware=None):
         geo = geometry.row_geometry(per_block, units)
         return launch_spec(kernel, _RESET, geo, grid=_tile_grid(count, per_block), writes=("table",),
-                           hardware=hardware, table=table_arg.view(unit), src=src.view(unit), src_rs=units, src_cs=1,
+                           hardware=hardware,
+                           cpu_threads=_cpu_threads(count * cols * plan.dtype.itemsize, CPU_ONE_THREAD_ROW_BYTES),
+                           table=table_arg.view(unit), src=src.view(unit), src_rs=units, src_cs=1,
                            owner=owner, **slot_args, valid_cols=units, tile_rows=per_block, row_warps=geo.row_warps,
                            warps_per_row=geo.warps_per_row)
     return _widened(plan, cols, build, table_arg, src)

@@ -22,8 +22,12 @@ TableT = TypeVar("TableT")
 
 
 def _dask_operand(*arrays: object) -> bool:
-    """Whether any operand is a Dask array, told by its class's module (no Dask import)."""
-    return any(type(a).__module__.partition(".")[0] == "dask" for a in arrays if a is not None)
+    """Whether any operand is a Dask array, told by its class's module (no Dask import; a loop, not ``any()`` over a
+    generator: this runs on every call)."""
+    for a in arrays:
+        if type(a).__module__.startswith("dask."):
+            return True
+    return False
 
 
 @overload
@@ -45,12 +49,12 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
 
     With a Dask array among the operands, :func:`simt_pto.host.dask_tables.gather`: the result is a Dask array
     chunked like ``idx``, with the same semantics, computed where the table's chunks are."""
-    kwargs = dict(coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size,
-                  strict=strict, dtype=dtype, out=out)
     if _dask_operand(table, idx, out):
         from . import dask_tables  # imports Dask: only for a call that passes a Dask array
-        return dask_tables.gather(table, idx, **kwargs)
-    return large.gather(table, idx, **kwargs)
+        return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
+                                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
+    return large.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
+                        dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
 
 
 def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
@@ -65,13 +69,15 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
 
     With a Dask array among the operands, :func:`simt_pto.host.dask_tables.scatter`: Dask arrays cannot be
     written, so the updated table is returned as a new Dask array, with the same semantics."""
-    kwargs = dict(coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target, tile_rows=tile_rows,
-                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
     if _dask_operand(table, src, idx):
         from . import dask_tables  # imports Dask: only for a call that passes a Dask array
-        updated_dask: TableT = dask_tables.scatter(table, src, idx, **kwargs)
+        updated_dask: TableT = dask_tables.scatter(
+            table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
+            tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
         return updated_dask
-    return large.scatter(table, src, idx, **kwargs)
+    return large.scatter(table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
+                         tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path,
+                         dtype=dtype)
 
 
 __all__ = ["gather", "scatter"]

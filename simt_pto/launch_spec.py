@@ -86,13 +86,18 @@ class LaunchSpec:
     """Where the emulator launches something other than the hardware would (the whole-array Row gather and the
     owner write move each row in units of up to 8 bytes, a bit copy either way), the hardware's launch: element
     moves. The coalescing analyzer models this one; None where the two are the same."""
+    cpu_threads: int | None = None
+    """The most threads the ``multicore`` backend runs this launch on (None: all of them). A launch too small to
+    pay for waking a second thread says 1: its blocks then run in order on the calling thread. Nothing else reads
+    it: a GPU runs the blocks as it schedules them."""
 
     def __init__(self, kernel: str, policy: KernelPolicy, args: tuple[tuple[str, Any], ...], geometry: LaunchGeometry,
-                 grid: int = 1, writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None) -> None:
-        # one update of the instance's dict instead of a frozen dataclass's seven object.__setattr__ calls: every
+                 grid: int = 1, writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None,
+                 cpu_threads: int | None = None) -> None:
+        # one update of the instance's dict instead of a frozen dataclass's eight object.__setattr__ calls: every
         # call builds its launches
         self.__dict__.update(kernel=kernel, policy=policy, args=args, geometry=geometry, grid=grid, writes=writes,
-                             hardware=hardware)
+                             hardware=hardware, cpu_threads=cpu_threads)
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -112,9 +117,10 @@ class LaunchSpec:
 
 
 def launch_spec(kernel: str, policy: KernelPolicy, geometry: LaunchGeometry, *, grid: int = 1,
-                writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None, **args: Any) -> LaunchSpec:
+                writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None, cpu_threads: int | None = None,
+                **args: Any) -> LaunchSpec:
     """A :class:`LaunchSpec` with its arguments as keywords, in the kernel's parameter order."""
-    return LaunchSpec(kernel, policy, tuple(args.items()), geometry, int(grid), tuple(writes), hardware)
+    return LaunchSpec(kernel, policy, tuple(args.items()), geometry, int(grid), tuple(writes), hardware, cpu_threads)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,11 @@ class Plan:
         return self.table.layout == Layout.NZ
 
     @property
+    def checks_range(self) -> bool:
+        """Whether the call refuses out-of-range indices (:func:`check_indices`: rule IDENTITY)."""
+        return self.rule == IndexRule.IDENTITY
+
+    @property
     def l1(self) -> bool:
         return self.tile.loc == TileType.MAT
 
@@ -172,7 +177,7 @@ def check_indices(op, target, capacity: int, rule, bits=None, *, scan=None) -> N
         if count:
             raise out_of_range(op, target, capacity, [first], [value], count)
         return
-    if bits.size == 0 or _largest(bits) < capacity:  # one pass, no temporaries: positions only on failure
+    if indices_below(bits, capacity):  # one pass, no temporaries: positions only on failure
         return
     bad = bits >= capacity
     pos = np.argwhere(bad)[:5]
@@ -184,6 +189,12 @@ def check_indices(op, target, capacity: int, rule, bits=None, *, scan=None) -> N
 SMALL_INDEX_COUNT = 64
 """Up to this many indices, :func:`_largest` reads them as Python ints: a numpy reduction's fixed cost (about
 1.5 µs) is larger than the pass itself there."""
+
+
+def indices_below(bits: np.ndarray, capacity: int) -> bool:
+    """Whether every one of the uint32 ``bits`` is below ``capacity`` (what :func:`check_indices` refuses when it
+    is not): one pass, no temporaries."""
+    return bits.size == 0 or _largest(bits) < capacity
 
 
 def _largest(bits: np.ndarray) -> int:

@@ -209,6 +209,66 @@ def test_out_of_range_indices_of_a_cached_signature_are_refused_before_any_write
     assert not table.any()
 
 
+# -- the fast path of repeated gathers (host/fast_path.py) --------------------------------------------------------
+
+@pytest.fixture
+def no_full_path(monkeypatch):
+    """``forbid()``: from then on a whole-array gather that takes the full path (validation and plan) fails."""
+    def forbid():
+        def full_path(*args, **kwargs):
+            raise AssertionError("the call took the full path")
+        monkeypatch.setattr(large, "_gather", full_path)
+    return forbid
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.uint32, np.int64])
+def test_a_repeated_gather_runs_without_the_full_path_and_reads_the_new_arrays(target, coalesce, index_dtype,
+                                                                              no_full_path):
+    shape = (5, 8)  # N-D indices: Row gathers (5, 8, 64), Elem (5, 8)
+    capacity = 64 if coalesce == "row" else 64 * 64
+
+    def call(seed):
+        table = table_of(seed=seed)
+        idx = np.random.default_rng(seed).integers(0, capacity, shape).astype(index_dtype)
+        got = pto.gather(table, idx, coalesce=coalesce, target=target, tile_rows=16)
+        want = table[idx] if coalesce == "row" else table.ravel()[idx]
+        assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(got, want)
+    call(0)
+    no_full_path()
+    for seed in (1, 2):
+        call(seed)
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_indices_a_repeated_gather_cannot_take_get_the_full_paths_refusal(target, coalesce):
+    table = table_of()
+    capacity = 64 if coalesce == "row" else table.size
+    clean = lambda dtype: pto.gather(table, np.arange(4, dtype=dtype), coalesce=coalesce, target=target)  # noqa: E731
+    out_of_range = lambda: pto.gather(table, np.array([0, capacity, 1, 2], np.int32), coalesce=coalesce,  # noqa: E731
+                                      target=target)
+    first, again, third = first_and_cached_refusals(lambda: clean(np.int32), out_of_range)
+    assert first == again == third and first[0] is OutOfBoundsError
+    too_wide = lambda: pto.gather(table, np.array([0, 1, 2 ** 40, 2], np.int64), coalesce=coalesce,  # noqa: E731
+                                  target=target)
+    first, again, third = first_and_cached_refusals(lambda: clean(np.int64), too_wide)
+    assert first == again == third and first[0] is ConstraintError and "1099511627776" in first[1]
+
+
+def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
+    from simt_pto.kernels.a5 import simt
+    table = table_of()
+    with simt.trace_cpu_launches() as ranges:
+        assert np.array_equal(pto.gather(table, np.arange(8, dtype=np.int32), target="a5"), table[:8])
+    assert ranges and {r[0] for r in ranges} == {threading.get_ident()}
+    small = pto.gather_plan(table, np.zeros(1 << 10, np.int32), coalesce="elem", backend="multicore")
+    large_call = pto.gather_plan(np.zeros(1 << 20, np.float32), np.zeros(1 << 20, np.int32), coalesce="elem",
+                                 backend="multicore")
+    assert small.launches[0].cpu_threads == 1 and large_call.launches[0].cpu_threads is None
+
+
 def test_threads_calling_one_signature_get_their_own_results():
     tables = [table_of(seed=s) for s in range(4)]
     indices = [np.random.default_rng(s).integers(0, 64, 24).astype(np.int32) for s in range(4)]

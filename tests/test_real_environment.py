@@ -168,7 +168,7 @@ def fault_hook():
 def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, monkeypatch):
     simt = fault_hook
     monkeypatch.setattr(simt, "cpu_workers", lambda: 2)
-    table = np.zeros(1 << 16, np.int32)
+    table = np.zeros(1 << 18, np.int32)  # large enough for a launch on several threads (large_a5.CPU_ONE_THREAD_*)
     idx = np.arange(table.size, dtype=np.int32)
     src = np.ones(table.size, np.int32)
     pto.scatter(table, src, idx, coalesce="elem", atomic="add", conflict="default")  # compiled, warm

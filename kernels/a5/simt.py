@@ -17,7 +17,6 @@ Nothing here imports ``numba.cuda`` unless a CUDA backend is used.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import functools
 import os
@@ -127,7 +126,9 @@ def forget_compiled() -> None:
 def _dispatcher(kernel: str, policy: KernelPolicy, family_name: str):
     bound = bound_source(kernel, policy, family_name)
     if family_name == "cpu":
-        return cache.njit(nogil=True, cache=True, key=policy.cache_key)(bound)
+        # _nrt=False: a kernel allocates nothing, so it needs no reference counts; with them, every array a loop
+        # passes to an inlined helper costs an atomic increment and decrement (a locked instruction) per iteration
+        return cache.njit(nogil=True, cache=True, _nrt=False, key=policy.cache_key)(bound)
     return cache.cuda_jit(cache=True, key=policy.cache_key)(bound)
 
 
@@ -142,31 +143,12 @@ def argument_types(args) -> tuple:
 # -- launching ---------------------------------------------------------------------------------------------
 
 _simulator_lock = threading.Lock()
-_pool = None
-_pool_lock = threading.Lock()
 _trace: list | None = None
 
 
 def cpu_workers() -> int:
     """Threads a ``multicore`` launch uses: Numba's thread count (``NUMBA_NUM_THREADS``, the cores by default)."""
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
-
-
-def _worker_pool():
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=cpu_workers(), thread_name_prefix="simt_pto-a5-cpu")
-        return _pool
-
-
-def _forget_pool():  # a forked child has none of the parent's threads
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
 
 
 @contextlib.contextmanager
@@ -198,15 +180,21 @@ def _run_range(kernel, launch, args):
     _trace.append((threading.get_ident(), t0, time.perf_counter(), launch[1] - launch[0]))
 
 
-class _BlockRanges:
-    """The block ranges of one ``multicore`` launch, handed out in order to the workers that ask (a cursor under a
-    lock), until they run out or the launch is stopped."""
+class _Launch:
+    """One ``multicore`` launch as its threads share it: the block ranges, handed out in order to the threads that
+    ask (a cursor under a lock) until they run out or the launch is stopped, and the count of helper threads still
+    running, whose last one releases :attr:`done`."""
 
-    def __init__(self, grid: int, chunks: int):
+    def __init__(self, kernel, grid: int, warps: int, args, chunks: int):
+        self.kernel, self.grid, self.warps, self.args = kernel, grid, warps, args
         self.bounds = [grid * k // chunks for k in range(chunks + 1)]
         self._next = 0
         self._lock = threading.Lock()
         self.stopped = False
+        self.helpers = 0
+        self.errors: list[BaseException] = []
+        self.done = threading.Lock()
+        self.done.acquire()
 
     def take(self):
         """``(lo, hi)`` of the next block range not yet started, or None."""
@@ -217,52 +205,125 @@ class _BlockRanges:
             self._next = k + 1
         return self.bounds[k], self.bounds[k + 1]
 
+    def run(self) -> None:
+        """One thread's share: block ranges until none is left."""
+        while (taken := self.take()) is not None:
+            _run_range(self.kernel, (taken[0], taken[1], self.grid, self.warps), self.args)
 
-def _run_ranges(kernel, ranges: _BlockRanges, grid: int, warps: int, args) -> None:
-    """One worker's share of a launch: block ranges from ``ranges`` until none is left."""
-    while (taken := ranges.take()) is not None:
-        _run_range(kernel, (taken[0], taken[1], grid, warps), args)
+    def helper_finished(self, error: BaseException | None) -> None:
+        with self._lock:
+            if error is not None:
+                self.errors.append(error)
+            self.helpers -= 1
+            last = self.helpers == 0
+        if last:
+            self.done.release()
 
 
-def _launch_cpu(kernel, grid: int, warps: int, args) -> None:
-    """Run a grid on ``cpu_workers()`` threads: ``CHUNKS_PER_WORKER`` block ranges per thread (load balance for
-    uneven blocks), taken in order by the caller and by one pool task per other thread (a task costs a thread
-    hand-off; a block range does not). One block runs in the calling thread: there is nothing to share."""
-    if grid == 1:
-        _run_range(kernel, (0, 1, 1, warps), args)
-        return
-    workers = cpu_workers()
+class _Helper:
+    """A thread of the package's own that runs the block ranges of the launches it is handed. It sleeps on a lock of
+    its own (one release wakes it: the cheapest hand-off Python threads have, about as much as one wake-up of the
+    kernel), and goes back to the idle list before it reports its launch finished."""
+
+    def __init__(self, pool: _HelperPool):
+        self.pool = pool
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.launch: _Launch | None = None
+        threading.Thread(target=self._loop, name="simt_pto-a5-cpu", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.wake.acquire()
+            launch, self.launch = self.launch, None
+            error = None
+            try:
+                launch.run()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of the launch
+                error = exc
+            self.pool.idle(self)
+            launch.helper_finished(error)
+
+
+class _HelperPool:
+    """The helper threads of ``multicore`` launches (``cpu_workers() - 1``: the caller is a thread of its launch
+    too). A launch takes the helpers that are idle; launches from several threads at once share them, and one that
+    finds none idle runs on its caller alone (the block ranges are the same either way)."""
+
+    def __init__(self, size: int):
+        self._lock = threading.Lock()
+        self._idle = [_Helper(self) for _ in range(size)]
+
+    def start(self, launch: _Launch, wanted: int) -> None:
+        with self._lock:
+            taken = self._idle[len(self._idle) - min(wanted, len(self._idle)):]
+            del self._idle[len(self._idle) - len(taken):]
+        launch.helpers = len(taken)
+        for helper in taken:
+            helper.launch = launch
+            helper.wake.release()
+
+    def idle(self, helper: _Helper) -> None:
+        with self._lock:
+            self._idle.append(helper)
+
+
+_pool: _HelperPool | None = None
+_pool_lock = threading.Lock()
+
+
+def _helper_pool() -> _HelperPool:
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = _HelperPool(cpu_workers() - 1)
+    return _pool
+
+
+def _forget_pool():  # a forked child has none of the parent's threads
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _launch_cpu(kernel, grid: int, warps: int, args, threads: int | None = None) -> None:
+    """Run a grid on up to ``threads`` threads (default ``cpu_workers()``): ``CHUNKS_PER_WORKER`` block ranges per
+    thread (load balance for uneven blocks), taken in order by the caller and by the idle helper threads (waking a
+    helper costs a thread hand-off; a block range does not). One block, or one thread, runs in the calling thread
+    alone."""
+    workers = cpu_workers() if threads is None else max(1, min(threads, cpu_workers()))
     chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
     if chunks <= 1:
         _run_range(kernel, (0, grid, grid, warps), args)
         return
-    ranges = _BlockRanges(grid, chunks)
-    pool = _worker_pool()
-    futures = [pool.submit(_run_ranges, kernel, ranges, grid, warps, args) for _ in range(min(workers, chunks) - 1)]
+    launch = _Launch(kernel, grid, warps, args, chunks)
+    _helper_pool().start(launch, min(workers, chunks) - 1)
     try:
         if fault_hook is not None:
             fault_hook("launch-wait")
-        _run_ranges(kernel, ranges, grid, warps, args)  # the caller is one of the threads
-        concurrent.futures.wait(futures)
+        launch.run()  # the caller is one of the threads
+        if launch.helpers:
+            launch.done.acquire()
     except BaseException:
-        _stop(futures, ranges)
+        _stop(launch)
         raise
-    for future in futures:
-        error = future.exception()
-        if error is not None:
-            raise error
+    if launch.errors:
+        raise launch.errors[0]
 
 
-def _stop(futures, ranges: _BlockRanges) -> None:
+def _stop(launch: _Launch) -> None:
     """After an exception in the caller (Ctrl-C): hand out no more block ranges and wait for the running ones, so
     that no thread of ours writes the caller's arrays once the exception leaves the call. A second interrupt during
     that wait (a few milliseconds: one block range) is held back until the wait is over."""
-    ranges.stopped = True
-    for future in futures:
-        future.cancel()
+    launch.stopped = True
     while True:
         try:
-            concurrent.futures.wait(futures)
+            if launch.helpers:
+                launch.done.acquire()
             return
         except BaseException:  # noqa: BLE001 - the first exception is the one the caller gets
             continue
@@ -287,7 +348,7 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
     args = spec.values() if args is None else tuple(args)
     kernel = compile_kernel(spec.kernel, spec.policy, family(backend))
     if backend == "multicore":
-        _launch_cpu(kernel, grid, warps, args)
+        _launch_cpu(kernel, grid, warps, args, spec.cpu_threads)
         return
     config = kernel[grid, (geometry.WARP, warps)]
     if backend == "simulator":
@@ -302,6 +363,18 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
                 raise
     else:
         config((0, grid, grid, warps), *args)
+
+
+def cpu_launcher(spec: LaunchSpec):
+    """``run(args)``: ``spec``'s launch on the ``multicore`` backend with other arguments in its place (of the same
+    Numba types: the kernel is looked up once, here). What a repeated call of one signature runs
+    (:mod:`simt_pto.host.fast_path`)."""
+    grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.cpu_threads
+    kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
+
+    def run(args) -> None:
+        _launch_cpu(kernel, grid, warps, args, threads)
+    return run
 
 
 def _join_simulator_threads(timeout: float = 60.0) -> None:
@@ -327,5 +400,5 @@ def host_store(atomic: int, fmt: int):
     return _store_element("cpu", atomic, fmt)
 
 
-__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "cpu_workers", "family", "forget_compiled",
-           "host_store", "kernel_source", "launch", "namespace", "trace_cpu_launches"]
+__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "cpu_launcher", "cpu_workers", "family",
+           "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "trace_cpu_launches"]

@@ -1,0 +1,124 @@
+"""The fast path of repeated whole-array gathers: one ready runner per call signature.
+
+A whole-array gather (:mod:`.large`) wraps its operands, validates the call as one full tile, checks its indices
+and builds its plan (the kernel launch on ``a5``, one host step per tile on ``a2a3``) on every call: tens of
+microseconds, more than gathering a few rows costs. All of that but the index check gives the same answer for
+every call of one signature, and once such a call has run, :func:`remember_gather` keeps a runner for it. A later
+call of that signature, with numpy operands that are C-contiguous and no ``out``, is then run by :func:`gather`
+straight from the caller's arrays:
+
+* the index array goes through the same narrowing (:func:`~.arrays.checked_indices`: int64 values outside
+  ``[-2**31, 2**32)`` are refused with the full path's message) and, under a policy that leaves out-of-range
+  indices undefined, the same range check, before anything is written;
+* the kernel launch (``a5``, on the ``multicore`` backend) or the A2/A3 row walk (``a2a3``) runs with the call's
+  own arrays in place of the first call's;
+* an index the check refuses sends the call back to the full path, which raises its one refusal
+  (:func:`simt_pto.plan.check_indices`).
+
+The signature holds everything the full path's validation and plan read but the index values: the operands' shapes
+and dtypes, every option (with its type: ``True`` and ``1`` are validated differently) and the table's address
+modulo 8 (the ``a5`` Row copy's move unit, :func:`.large_a5.row_move_unit`). An ``a5`` runner runs on the
+``multicore`` backend only. Runners hold no caller's array. Device arrays, other libraries' arrays, non-contiguous
+operands, ``out=``, scatters and the ``cpu`` target always take the full path.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from simt_pto.backend import a5_backend
+from simt_pto.plan import CallCache, indices_below
+
+from .arrays import base_address, checked_indices
+
+_RUNNERS = CallCache(maxsize=256)
+"""Gather signatures (:func:`_signature`) -> their runner (:class:`A5Gather`, or :mod:`.large`'s A2/A3 one)."""
+
+_GATHER_ROLES = frozenset({"dst", "idx", "table"})
+"""The array arguments of the A5 gather kernels, by name: the output, the index bits, the table."""
+
+
+def _signature(table, idx, options: tuple) -> tuple | None:
+    """The key of a gather of ``table`` through ``idx`` with ``options`` (every keyword argument but ``out``), or
+    None for a call that always takes the full path."""
+    if type(table) is not np.ndarray or type(idx) is not np.ndarray:
+        return None
+    if not (table.flags.c_contiguous and idx.flags.c_contiguous) or not table.size:
+        return None
+    return (table.shape, table.dtype, idx.shape, idx.dtype, options, tuple(map(type, options)),
+            base_address(table) & 7)
+
+
+def gather(table, idx, options: tuple) -> Any | None:
+    """The gathered array of a call of a known signature, run by its runner; None when the call must take the full
+    path (no runner, or an index value that the full path refuses)."""
+    runner = _RUNNERS.get(_signature(table, idx, options))
+    if runner is None:
+        return None
+    return runner(table, idx)
+
+
+def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None:
+    """Keep ``runner`` (``runner(table, idx)``: the gathered array, or None for a call it cannot take) for the
+    signature of a gather that has just run on the full path: :class:`A5Gather`, or the A2/A3 one of
+    :mod:`.large`. Runners hold no caller's array."""
+    key = _signature(table, idx, options)
+    if key is not None and runner is not None and idx.size:
+        _RUNNERS.put(key, runner)
+
+
+def index_bits(idx: np.ndarray, plan) -> np.ndarray | None:
+    """The call's indices after the ISA's uint32 cast (int64 narrowed, or refused, as on the full path), or None
+    when the policy leaves out-of-range indices undefined and one is out of range (the full path refuses it)."""
+    bits = checked_indices(idx, plan.op, plan.target).reshape(-1).view(np.uint32)
+    if plan.checks_range and not indices_below(bits, plan.capacity):
+        return None
+    return bits
+
+
+class A5Gather:
+    """The one kernel launch of an ``a5`` whole-array gather on the ``multicore`` backend, with a call's own output,
+    index bits and table in the places of the first call's."""
+
+    def __init__(self, plan, launch: Callable, args: tuple, places: dict, result: np.ndarray):
+        self.plan, self.launch, self.args = plan, launch, args
+        (self.dst_at, self.dst_view), (self.idx_at, _), (self.table_at, self.table_view) = (
+            places["dst"], places["idx"], places["table"])
+        self.out_size, self.out_words = result.size, self.dst_view
+        self.out_dtype, self.out_shape = result.dtype, result.shape
+
+    @classmethod
+    def of(cls, call, plan, result) -> A5Gather | None:
+        """The runner of a call that ran ``call`` on the ``multicore`` backend: one launch, no host step, no guard,
+        whose only arrays are the gather kernels' (:data:`_GATHER_ROLES`); else None."""
+        if a5_backend() != "multicore" or len(call.steps) != 1 or call.guard_name is not None:
+            return None
+        spec = call.steps[0]
+        if not hasattr(spec, "kernel"):
+            return None
+        places = {name: (at, value.dtype) for at, (name, value) in enumerate(spec.args)
+                  if isinstance(value, np.ndarray)}
+        if set(places) != _GATHER_ROLES or any(isinstance(v, tuple) for _, v in spec.args):
+            return None
+        from simt_pto.kernels.a5 import simt
+        constants = tuple(None if isinstance(value, np.ndarray) else value for value in spec.values())
+        return cls(plan, simt.cpu_launcher(spec), constants, places, result)
+
+    def __call__(self, table: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
+        if a5_backend() != "multicore":
+            return None
+        bits = index_bits(idx, self.plan)
+        if bits is None:
+            return None
+        out = np.empty(self.out_size, self.out_dtype)
+        args = list(self.args)
+        args[self.dst_at] = out.reshape(-1).view(self.out_words)
+        args[self.idx_at] = bits
+        args[self.table_at] = table.reshape(-1).view(self.table_view)
+        self.launch(args)
+        return out.reshape(self.out_shape)
+
+
+__all__ = ["A5Gather", "gather", "index_bits", "remember_gather"]
