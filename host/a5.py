@@ -23,6 +23,7 @@ from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
+from simt_pto.plan import CallCache
 
 from .arrays import base_address
 
@@ -495,9 +496,30 @@ def mscatter_scalar_impl(plan) -> None:
         simt.host_store(plan.atomic, fmt)(table, slot, value)
 
 
+_TILE_GATHERS = CallCache(maxsize=256)
+"""The tile ops' MGATHER launches on the ``multicore`` backend, by signature: ``id(plan.signature)`` -> (that
+signature plan, ``run(dst bits, idx bits, table memory)``, :func:`simt.cpu_launcher`). A call of a cached signature
+differs from the one whose launch is kept only in its operands' memory (:func:`mgather_plan` reads nothing else), so
+it runs that launch on its own tiles and table instead of building one."""
+
+
 def run_mgather(plan, backend: str | None = None) -> None:
-    """MGATHER on A5: :func:`mgather_plan` run on ``backend``."""
-    run_plan(mgather_plan(plan), backend)
+    """MGATHER on A5: :func:`mgather_plan` run on ``backend``; on ``multicore``, the kept launch of its signature
+    (:data:`_TILE_GATHERS`) when there is one."""
+    backend = a5_backend() if backend is None else backend
+    signature = plan.signature
+    if backend == "multicore" and signature is not None:
+        kept = _TILE_GATHERS.get(id(signature))
+        if kept is not None and kept[0] is signature:  # (the identity: an id outlives its object)
+            kept[1](tile_bits(plan.tile), tile_bits(plan.idx), table_memory(plan, plan.dtype.bits))
+            return
+    call = mgather_plan(plan)
+    run_plan(call, backend)
+    if backend == "multicore" and signature is not None and len(call.steps) == 1 and isinstance(call.steps[0],
+                                                                                                LaunchSpec):
+        launch = simt.cpu_launcher(call.steps[0], ("dst", "idx", "table"))
+        if launch is not None:
+            _TILE_GATHERS.put(id(signature), (signature, launch))
 
 
 def run_mscatter(plan, backend: str | None = None) -> None:

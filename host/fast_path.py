@@ -80,31 +80,27 @@ def index_bits(idx: np.ndarray, plan) -> np.ndarray | None:
 
 class A5Gather:
     """The one kernel launch of an ``a5`` whole-array gather on the ``multicore`` backend, with a call's own output,
-    index bits and table in the places of the first call's."""
+    index bits and table in the places of the first call's (``simt.cpu_launcher``)."""
 
-    def __init__(self, plan, launch: Callable, args: tuple, places: dict, result: np.ndarray):
-        self.plan, self.launch, self.args = plan, launch, args
-        (self.dst_at, self.dst_view), (self.idx_at, _), (self.table_at, self.table_view) = (
-            places["dst"], places["idx"], places["table"])
-        self.out_size, self.out_words = result.size, self.dst_view
-        self.out_dtype, self.out_shape = result.dtype, result.shape
+    def __init__(self, plan, launch: Callable, dst_view: np.dtype, table_view: np.dtype, result: np.ndarray):
+        self.plan, self.launch, self.dst_view, self.table_view = plan, launch, dst_view, table_view
+        self.out_size, self.out_dtype, self.out_shape = result.size, result.dtype, result.shape
 
     @classmethod
     def of(cls, call, plan, result) -> A5Gather | None:
         """The runner of a call that ran ``call`` on the ``multicore`` backend: one launch, no host step, no guard,
-        whose only arrays are the gather kernels' (:data:`_GATHER_ROLES`); else None."""
+        whose only arrays are the gather kernels' (``dst``, ``idx``, ``table``); else None."""
         if a5_backend() != "multicore" or len(call.steps) != 1 or call.guard_name is not None:
             return None
         spec = call.steps[0]
-        if not hasattr(spec, "kernel"):
-            return None
-        places = {name: (at, value.dtype) for at, (name, value) in enumerate(spec.args)
-                  if isinstance(value, np.ndarray)}
-        if set(places) != _GATHER_ROLES or any(isinstance(v, tuple) for _, v in spec.args):
+        if not hasattr(spec, "kernel"):  # a host step
             return None
         from simt_pto.kernels.a5 import simt
-        constants = tuple(None if isinstance(value, np.ndarray) else value for value in spec.values())
-        return cls(plan, simt.cpu_launcher(spec), constants, places, result)
+        launch = simt.cpu_launcher(spec, ("dst", "idx", "table"))
+        if launch is None:
+            return None
+        args = spec.arguments
+        return cls(plan, launch, args["dst"].dtype, args["table"].dtype, result)
 
     def __call__(self, table: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
         if a5_backend() != "multicore":
@@ -113,11 +109,7 @@ class A5Gather:
         if bits is None:
             return None
         out = np.empty(self.out_size, self.out_dtype)
-        args = list(self.args)
-        args[self.dst_at] = out.reshape(-1).view(self.out_words)
-        args[self.idx_at] = bits
-        args[self.table_at] = table.reshape(-1).view(self.table_view)
-        self.launch(args)
+        self.launch(out.reshape(-1).view(self.dst_view), bits, table.reshape(-1).view(self.table_view))
         return out.reshape(self.out_shape)
 
 

@@ -267,6 +267,6 @@ def _this_call(op, target, shape: Plan, cached_tiles, written, read, tile, idx, 
     if cached_tiles is not None:
         ub.check_distinct_storage(op, target, cached_tiles)
     aliasing.check_disjoint(op, target, written, read)
-    plan = shape.repointed(tile=tile, idx=idx, table=table)
+    plan = shape.repointed(tile=tile, idx=idx, table=table, signature=shape)
     check_oob(plan)
     return plan

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Hashable
 from typing import Any
 
@@ -48,6 +48,9 @@ class Plan:
     exec: GatherExec = GatherExec.SCALAR
     scratch: GlobalTensor | None = None
     strict: bool = True
+    signature: Plan | None = field(default=None, compare=False, repr=False)
+    """The cached plan of this call's signature (:class:`CallCache`) this plan was re-pointed from, or None: a runtime
+    may keep what it built for a signature by it (the tile ops' launches, ``simt_pto.host.a5.run_mgather``)."""
 
     @property
     def rows(self) -> int:

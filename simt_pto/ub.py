@@ -46,7 +46,8 @@ def check_distinct_storage(op: str, target: str, tiles: dict) -> None:
     names = list(tiles)
     for i, n1 in enumerate(names):
         for n2 in names[i + 1:]:
-            if np.shares_memory(tiles[n1].data, tiles[n2].data):
+            a, b = tiles[n1].data, tiles[n2].data
+            if np.may_share_memory(a, b) and np.shares_memory(a, b):  # bounds first (cheap), then exactly
                 raise ConstraintError(op, target, "UB tiles do not overlap",
                                       f"{n1} and {n2} share memory (the same tile passed twice?)")
 

@@ -325,6 +325,36 @@ def test_a_cached_tile_op_reads_and_writes_the_new_operands():
         assert entry.tile is None and entry.idx is None and entry.table is None
 
 
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_a_repeated_tile_gather_runs_its_kept_launch_on_the_new_operands(coalesce, monkeypatch):
+    from simt_pto.host import a5
+    if a5.a5_backend() != "multicore":
+        pytest.skip("the kept launches are the multicore backend's")
+    rng = np.random.default_rng(5)
+
+    def call(seed, data_of_its_own=False):
+        table = table_of(seed=seed)
+        if coalesce == "row":
+            dst, idx_tile = row_tiles()
+            idx = rng.integers(0, 64, (1, 8)).astype(np.int32)
+        else:
+            dst, idx_tile = pto.Tile("float32", 4, 16), pto.Tile("int32", 4, 16)
+            idx = rng.integers(0, table.size, (4, 16)).astype(np.int32)
+        if data_of_its_own:  # the tile's storage swapped for another buffer: the launch must follow it
+            dst.data = np.full_like(dst.data, 7)
+        idx_tile.set(idx)
+        pto.mgather(dst, pto.GlobalTensor(table), idx_tile, coalesce=coalesce, target="a5")
+        want = table[idx[0]] if coalesce == "row" else table.ravel()[idx]
+        assert np.array_equal(dst.valid_numpy(), want)
+    call(0)
+
+    def no_plan(plan):
+        raise AssertionError("the call built its launch again")
+    monkeypatch.setattr(a5, "mgather_plan", no_plan)
+    call(1)
+    call(2, data_of_its_own=True)
+
+
 def test_a_changed_tile_is_validated_again():
     table = pto.GlobalTensor(table_of())
     dst, idx_tile = row_tiles()

@@ -365,14 +365,24 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
         config((0, grid, grid, warps), *args)
 
 
-def cpu_launcher(spec: LaunchSpec):
-    """``run(args)``: ``spec``'s launch on the ``multicore`` backend with other arguments in its place (of the same
-    Numba types: the kernel is looked up once, here). What a repeated call of one signature runs
-    (:mod:`simt_pto.host.fast_path`)."""
+def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
+    """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
+    named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
+    looked up once, here: what a repeated call of one signature runs (the whole-array fast path,
+    :mod:`simt_pto.host.fast_path`; the tile ops, :func:`simt_pto.host.a5.run_mgather`). None when ``spec`` holds an
+    array outside ``operands`` (a launch whose other arrays belong to its call)."""
+    names = [name for name, _ in spec.args]
+    if any(name not in operands and isinstance(value, (np.ndarray, tuple)) for name, value in spec.args):
+        return None
+    places = [names.index(name) for name in operands]
+    constants = [None if name in operands else value for name, value in spec.args]
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.cpu_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
 
-    def run(args) -> None:
+    def run(*arrays) -> None:
+        args = constants.copy()
+        for at, array in zip(places, arrays):
+            args[at] = array
         _launch_cpu(kernel, grid, warps, args, threads)
     return run
 
