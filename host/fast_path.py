@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from simt_pto.backend import a5_backend
+from simt_pto.aliasing import may_overlap
 from simt_pto.plan import CallCache, indices_below
 
 from .arrays import base_address, checked_indices
@@ -40,15 +41,19 @@ _GATHER_ROLES = frozenset({"dst", "idx", "table"})
 """The array arguments of the A5 gather kernels, by name: the output, the index bits, the table."""
 
 
-def _signature(table, idx, options: tuple) -> tuple | None:
-    """The key of a gather of ``table`` through ``idx`` with ``options`` (every keyword argument but ``out``), or
-    None for a call that always takes the full path."""
-    if type(table) is not np.ndarray or type(idx) is not np.ndarray:
+def _signature(table, idx, options: tuple, src=None) -> tuple | None:
+    """The key of a gather of ``table`` through ``idx`` (or a scatter of ``src``) with ``options`` (every keyword
+    argument but ``out``), or None for a call that always takes the full path."""
+    if type(table) is not np.ndarray or type(idx) is not np.ndarray or not table.size:
         return None
-    if not (table.flags.c_contiguous and idx.flags.c_contiguous) or not table.size:
+    if not (table.flags.c_contiguous and idx.flags.c_contiguous):
         return None
-    return (table.shape, table.dtype, idx.shape, idx.dtype, options, tuple(map(type, options)),
-            base_address(table) & 7)
+    key = (table.shape, table.dtype, idx.shape, idx.dtype, options, tuple(map(type, options)), base_address(table) & 7)
+    if src is None:
+        return key
+    if type(src) is not np.ndarray or not src.flags.c_contiguous or not table.flags.writeable:
+        return None
+    return key + (src.shape, src.dtype, base_address(src) & 7)
 
 
 def gather(table, idx, options: tuple) -> Any | None:
@@ -58,6 +63,22 @@ def gather(table, idx, options: tuple) -> Any | None:
     if runner is None:
         return None
     return runner(table, idx)
+
+
+def scatter(table, src, idx, options: tuple) -> Any | None:
+    """The updated table of a scatter of a known signature, run by its runner; None when the call must take the
+    full path (no runner, operands that may share memory, or an index value that the full path refuses)."""
+    runner = _RUNNERS.get(_signature(table, idx, options, src))
+    if runner is None:
+        return None
+    return runner(table, src, idx)
+
+
+def remember_scatter(table, src, idx, options: tuple, runner: Callable | None) -> None:
+    """Keep ``runner`` (:class:`A5Scatter`) for the signature of a scatter that has just run on the full path."""
+    key = _signature(table, idx, options, src)
+    if key is not None and runner is not None and idx.size:
+        _RUNNERS.put(key, runner)
 
 
 def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None:
@@ -113,4 +134,65 @@ class A5Gather:
         return out.reshape(self.out_shape)
 
 
-__all__ = ["A5Gather", "gather", "index_bits", "remember_gather"]
+class A5Scatter:
+    """The kernel launches of an ``a5`` whole-array scatter on the ``multicore`` backend (one launch over the tiles;
+    or the Conflict::Last owner path's reset, claim and write), with a call's own table, source and index bits in
+    the places of the first call's, each in the view that launch took (``simt.cpu_launcher``), and new owner state
+    for the owner path. Every launch must take the whole of each operand: the slot-centric Last path (a launch per
+    tile, each over its part of the source) and the compact owner path (slot numbers computed from the index
+    values) have no runner, nor has a plan with a guard (a mid-word 16-bit float Add) or a host step."""
+
+    OPERANDS = ("table", "src", "idx")
+
+    def __init__(self, plan, launches: list, owner: tuple | None):
+        self.plan, self.launches, self.owner = plan, launches, owner
+
+    @classmethod
+    def of(cls, call, plan, table: np.ndarray, src: np.ndarray, idx: np.ndarray) -> A5Scatter | None:
+        """The runner of a call that ran ``call`` on the ``multicore`` backend over the host arrays ``table``,
+        ``src``, ``idx`` (as its launches were built from them: ``idx`` after narrowing), or None."""
+        if a5_backend() != "multicore" or call.guard_name is not None or not call.steps:
+            return None
+        from simt_pto.kernels.a5 import simt
+        operands = dict(zip(cls.OPERANDS, (table, src, idx)))
+        owner = None
+        launches = []
+        for spec in call.steps:
+            if not hasattr(spec, "kernel"):  # a host step
+                return None
+            views = []
+            for name, value in spec.args:
+                if isinstance(value, tuple):  # the float32 Max / Min (int32, uint32) pair
+                    return None
+                if not isinstance(value, np.ndarray):
+                    continue
+                if name in operands:
+                    whole = operands[name]
+                    if value.nbytes != whole.nbytes or base_address(value) != base_address(whole):
+                        return None
+                elif name == "owner" and (owner is None or value is owner):
+                    owner = value
+                else:
+                    return None
+                views.append((name, value.dtype))
+            launch = simt.cpu_launcher(spec, tuple(name for name, _ in views))
+            if launch is None:
+                return None
+            launches.append((launch, tuple(views)))
+        return cls(plan, launches, None if owner is None else (owner.size, owner.dtype))
+
+    def __call__(self, table: np.ndarray, src: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
+        if a5_backend() != "multicore" or may_overlap(table, src) or may_overlap(table, idx):
+            return None
+        bits = index_bits(idx, self.plan)
+        if bits is None:
+            return None
+        arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": bits}
+        if self.owner is not None:
+            arrays["owner"] = np.empty(*self.owner)  # every launch of the call shares it; the reset fills it
+        for launch, views in self.launches:
+            launch(*[arrays[name].view(dtype) for name, dtype in views])
+        return table
+
+
+__all__ = ["A5Gather", "A5Scatter", "gather", "index_bits", "remember_gather", "remember_scatter", "scatter"]

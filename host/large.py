@@ -377,13 +377,18 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
 def _runner(c: _Call, call: CallPlan, result: np.ndarray) -> Callable | None:
     """The fast path's runner (:mod:`.fast_path`) of a gather that has run as ``call`` and returned ``result``, for
     its validated plan without the call's arrays; None for a target without one (``cpu``)."""
-    plan = c.plan.repointed(tile=tiling.weightless(c.plan.tile), idx=tiling.weightless(c.plan.idx),
-                            table=c.plan.table.repointed(None))
+    plan = _weightless(c.plan)
     if c.target == "a5":
         return fast_path.A5Gather.of(call, plan, result)
     if c.target == "a2a3":
         return _A2A3Gather(c, plan, result)
     return None
+
+
+def _weightless(plan: Plan) -> Plan:
+    """A validated plan without the call's arrays (what a runner of the fast path keeps)."""
+    return plan.repointed(tile=tiling.weightless(plan.tile), idx=tiling.weightless(plan.idx),
+                          table=plan.table.repointed(None))
 
 
 class _A2A3Gather:
@@ -430,8 +435,9 @@ def _plan_scatter(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, atom
 
 
 def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
-             last_path, dtype, backend=None, owner=None) -> tuple[CallPlan, Callable[[], Any]]:
-    """``(plan, result)`` of a whole-array scatter: validated, built, not run; ``result()`` after the run."""
+             last_path, dtype, backend=None, owner=None) -> tuple[CallPlan, Callable[[], Any], _Call | None]:
+    """``(plan, result, validated call)`` of a whole-array scatter: validated, built, not run; ``result()`` after
+    the run (the validated call: None for the ``cpu`` target's Row scatter, which runs as an Elem one)."""
     atomic = from_any(ScatterAtomicOp, atomic, "atomic")
     oob = from_any(ScatterOOB, oob, "oob")
     conflict = from_any(ScatterConflict, conflict, "conflict")
@@ -440,8 +446,8 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     if target == "cpu" and coalesce == Coalesce.ROW:
-        return _cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
-                                dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype)
+        return (*_cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
+                                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype), None)
 
     def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
         return _check_src("MSCATTER", target, coalesce, src, dtype, table_a, idx_a)
@@ -450,10 +456,10 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
                  (atomic, oob, conflict, strict), dtype, check_src, written=True)
     result = _scatter_result(c.table)
     if c.idx.size == 0:
-        return CallPlan(()), result
+        return CallPlan(()), result, c
     if c.target == "a5":
         return _written_back(_a5_side()[0].scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
-                                                   SLOT_PATH_MAX_WORK, backend, owner), c.table), result
+                                                   SLOT_PATH_MAX_WORK, backend, owner), c.table), result, c
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
     gt = _host_tensor(c.plan, host_table)
     host_src = to_host(c.src).reshape(c.src.rows, c.src.cols)
@@ -468,7 +474,7 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
             dev = cuda.as_cuda_array(c.table.obj)
             dev.copy_to_device(host_table.view(dev.dtype))
         after = (HostStep("copy the table back to the device", write_back),)
-    return _written_back(_tile_steps("MSCATTER", c, scatter_tile, after), c.table), result
+    return _written_back(_tile_steps("MSCATTER", c, scatter_tile, after), c.table), result, c
 
 
 def scatter_plan(table: ArrayLike, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
@@ -509,8 +515,12 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     on a5): ``"slot"``, ``"owner"`` or ``"auto"``; see the module docstring.
 
     """
-    call, result = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size,
-                            strict, last_path, dtype)
+    options = (coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path, dtype)
+    updated_fast = fast_path.scatter(table, src, idx, options)  # a signature that has run: its runner
+    if updated_fast is not None:
+        return updated_fast
+    call, result, c = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size,
+                               strict, last_path, dtype)
     target = target_from_any(target)
     if target == "cpu" and from_any(ScatterAtomicOp, atomic, "atomic") != ScatterAtomicOp.NONE and call.steps:
         warnings.warn(f"MSCATTER on cpu: atomic {from_any(ScatterAtomicOp, atomic, 'atomic').name} is a plain "
@@ -518,6 +528,9 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
                       "replace'); target='a2a3' is the sequential golden for atomics", UserWarning, stacklevel=2)
     _run(call, target)
     updated: TableT = result()
+    if c is not None and c.target == "a5" and c.idx.size and type(c.table.obj) is np.ndarray:
+        fast_path.remember_scatter(table, src, idx, options,
+                                   fast_path.A5Scatter.of(call, _weightless(c.plan), c.table.obj, c.src.obj, c.idx.obj))
     return updated
 
 
@@ -542,8 +555,8 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
     if not elem_idx.size:
         return CallPlan(()), result
-    call, _ = _scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, "elem",
-                       atomic, oob, conflict, "cpu", None, dyn_ubuf_size, strict, "auto", table_a.dtype.name)
+    call, _, _ = _scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, "elem",
+                          atomic, oob, conflict, "cpu", None, dyn_ubuf_size, strict, "auto", table_a.dtype.name)
     return _written_back(call, table_a), result
 
 

@@ -257,6 +257,42 @@ def test_indices_a_repeated_gather_cannot_take_get_the_full_paths_refusal(target
     assert first == again == third and first[0] is ConstraintError and "1099511627776" in first[1]
 
 
+@pytest.mark.parametrize("coalesce, atomic, conflict", [("elem", "add", "default"), ("row", "add", "default"),
+                                                       ("row", "none", "default"), ("elem", "none", "last"),
+                                                       ("row", "none", "last")])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_a_repeated_scatter_runs_without_the_full_path_and_writes_the_new_table(coalesce, atomic, conflict,
+                                                                                index_dtype, monkeypatch):
+    from simt_pto import reference
+    slots, cols, n = 64, 8, 40
+
+    def call(seed):
+        rng = np.random.default_rng(seed)
+        table = rng.integers(-50, 50, (slots, cols) if coalesce == "row" else slots * cols).astype(np.int32)
+        capacity = slots if coalesce == "row" else slots * cols
+        idx = rng.integers(0, capacity, n).astype(index_dtype)
+        if conflict == "default" and atomic == "none":
+            idx = rng.permutation(capacity)[:n].astype(index_dtype)  # no collisions: one result
+        src = rng.integers(-9, 9, (n, cols) if coalesce == "row" else n).astype(np.int32)
+        want = table.copy()
+        if atomic == "add":
+            np.add.at(want, idx, src)
+        elif conflict == "last":
+            want = reference.last_writer_scatter(want, idx.astype(np.int64), src)
+        else:
+            want[idx] = src
+        got = pto.scatter(table, src, idx, coalesce=coalesce, atomic=atomic, conflict=conflict, target="a5",
+                          last_path="owner")
+        assert got is table and np.array_equal(table, want)
+    call(0)
+
+    def full_path(*args, **kwargs):
+        raise AssertionError("the call took the full path")
+    monkeypatch.setattr(large, "_scatter", full_path)
+    for seed in (1, 2):
+        call(seed)
+
+
 def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
     from simt_pto.kernels.a5 import simt
     table = table_of()

@@ -45,6 +45,8 @@ class Recorder:
 
     def __init__(self, monkeypatch):
         from simt_pto.kernels.a5 import simt
+        from simt_pto.plan import CallCache
+        CallCache.clear_all()  # the next call builds its launches (a repeated signature runs the kept ones)
         self.launches = []
         real = simt.launch
 

@@ -29,6 +29,7 @@ import numpy as np
 from simt_pto import geometry
 from simt_pto.enums import ElementFormat
 from simt_pto.launch_spec import KernelPolicy, LaunchSpec
+from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store
 from simt_pto.kernels.store import bind
 from . import device, intrinsics
@@ -117,9 +118,11 @@ def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
 
 
 def forget_compiled() -> None:
-    """Forget the dispatchers this process made (a test that swaps a kernel factory in ``KERNELS``); the disk
-    cache is untouched."""
+    """Forget the dispatchers this process made (a test that swaps a kernel factory in ``KERNELS``), and the
+    repeated calls' launches that hold them (:func:`cpu_launcher`, kept in the call caches); the disk cache is
+    untouched."""
     _dispatcher.cache_clear()
+    CallCache.clear_all()
 
 
 @functools.cache
