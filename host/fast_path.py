@@ -1,25 +1,29 @@
-"""The fast path of repeated whole-array gathers: one ready runner per call signature.
+"""The fast path of repeated whole-array calls: one ready runner per call signature.
 
-A whole-array gather (:mod:`.large`) wraps its operands, validates the call as one full tile, checks its indices
-and builds its plan (the kernel launch on ``a5``, one host step per tile on ``a2a3``) on every call: tens of
-microseconds, more than gathering a few rows costs. All of that but the index check gives the same answer for
-every call of one signature, and once such a call has run, :func:`remember_gather` keeps a runner for it. A later
-call of that signature, with numpy operands that are C-contiguous and no ``out``, is then run by :func:`gather`
-straight from the caller's arrays:
+A whole-array call (:mod:`.large`) wraps its operands, validates the call as one full tile, checks its indices and
+builds its plan (the kernel launches on ``a5``, one host step per tile on the sequential targets) on every call:
+tens of microseconds, more than gathering or scattering a few rows costs. All of that but the checks of the index
+values and of the operands' memory gives the same answer for every call of one signature, and once such a call has
+run, :func:`remember_gather` / :func:`remember_scatter` keep a runner for it. A later call of that signature, with
+numpy operands that are C-contiguous (and, for a gather, no ``out``), is then run by :func:`gather` /
+:func:`scatter` straight from the caller's arrays:
 
 * the index array goes through the same narrowing (:func:`~.arrays.checked_indices`: int64 values outside
   ``[-2**31, 2**32)`` are refused with the full path's message) and, under a policy that leaves out-of-range
-  indices undefined, the same range check, before anything is written;
-* the kernel launch (``a5``, on the ``multicore`` backend) or the A2/A3 row walk (``a2a3``) runs with the call's
-  own arrays in place of the first call's;
-* an index the check refuses sends the call back to the full path, which raises its one refusal
-  (:func:`simt_pto.plan.check_indices`).
+  indices undefined, the same range check; a scatter's table is checked against its source and indices for shared
+  memory; all before anything is written;
+* the kernel launches (``a5``, on the ``multicore`` backend: :class:`A5Gather`, :class:`A5Scatter`) or the A2/A3
+  row walk (``a2a3`` gathers, in :mod:`.large`) run with the call's own arrays in place of the first call's;
+* an index the check refuses, or operands that may share memory, send the call back to the full path, which raises
+  its one refusal (:func:`simt_pto.plan.check_indices`, :func:`simt_pto.aliasing.check_disjoint`).
 
-The signature holds everything the full path's validation and plan read but the index values: the operands' shapes
-and dtypes, every option (with its type: ``True`` and ``1`` are validated differently) and the table's address
-modulo 8 (the ``a5`` Row copy's move unit, :func:`.large_a5.row_move_unit`). An ``a5`` runner runs on the
-``multicore`` backend only. Runners hold no caller's array. Device arrays, other libraries' arrays, non-contiguous
-operands, ``out=``, scatters and the ``cpu`` target always take the full path.
+The signature holds everything the full path's validation and plan read but the operands' memory and index
+values: the op, the operands' shapes and dtypes, every option (with its type: ``True`` and ``1`` are validated
+differently), a scatter table's writability, and the table's (and source's) address modulo 8 (the ``a5`` Row
+copy's move unit, :func:`.large_a5.row_move_unit`, and a 16-bit float Add's boundary form). An ``a5`` runner runs
+on the ``multicore`` backend only. Runners hold no caller's array. Device arrays, other libraries' arrays,
+non-contiguous operands, a gather's ``out=`` and the ``cpu`` target always take the full path, and so do the plans
+no runner can repeat (:class:`A5Scatter`).
 """
 from __future__ import annotations
 
@@ -35,20 +39,19 @@ from simt_pto.plan import CallCache, indices_below
 from .arrays import base_address, checked_indices
 
 _RUNNERS = CallCache(maxsize=256)
-"""Gather signatures (:func:`_signature`) -> their runner (:class:`A5Gather`, or :mod:`.large`'s A2/A3 one)."""
-
-_GATHER_ROLES = frozenset({"dst", "idx", "table"})
-"""The array arguments of the A5 gather kernels, by name: the output, the index bits, the table."""
+"""Call signatures (:func:`_signature`) -> their runner (:class:`A5Gather`, :class:`A5Scatter`, or :mod:`.large`'s
+A2/A3 gather)."""
 
 
 def _signature(table, idx, options: tuple, src=None) -> tuple | None:
-    """The key of a gather of ``table`` through ``idx`` (or a scatter of ``src``) with ``options`` (every keyword
-    argument but ``out``), or None for a call that always takes the full path."""
+    """The key of a gather of ``table`` through ``idx`` (or, with ``src``, a scatter) with ``options`` (every keyword
+    argument but a gather's ``out``), or None for a call that always takes the full path."""
     if type(table) is not np.ndarray or type(idx) is not np.ndarray or not table.size:
         return None
     if not (table.flags.c_contiguous and idx.flags.c_contiguous):
         return None
-    key = (table.shape, table.dtype, idx.shape, idx.dtype, options, tuple(map(type, options)), base_address(table) & 7)
+    key = ("MGATHER" if src is None else "MSCATTER", table.shape, table.dtype, idx.shape, idx.dtype, options,
+           tuple(map(type, options)), base_address(table) & 7)
     if src is None:
         return key
     if type(src) is not np.ndarray or not src.flags.c_contiguous or not table.flags.writeable:

@@ -33,7 +33,8 @@ give that plan without running it.
 The full tile's validation depends on the call's signature only (the operands' kinds, shapes and dtypes, the
 policies, ``tile_rows``, ``dyn_ubuf_size``): it is kept per signature (:data:`_VALIDATED`) for host arrays, and a
 call of a known signature re-points the kept plan at its own table. The operands' overlap and the index values are
-checked on every call.
+checked on every call. A call of a signature that has run, with C-contiguous numpy operands, skips even that: it
+runs the kept launches (or the A2/A3 row walk) of :mod:`.fast_path` on its own arrays.
 """
 from __future__ import annotations
 
