@@ -203,3 +203,21 @@ def nz_tile_off(r: int, c: int, rows: int, kc0: int) -> int:
     """UB offset of ``(r, c)`` in an NZ tile of ``rows`` padded rows: ``(c / kC0) * (Rows * kC0) + r * kC0 +
     (c % kC0)``."""
     return (c // kc0) * (rows * kc0) + r * kc0 + (c % kc0)
+
+
+def serial_last(table_bits, src_bits, idx, coalesce, oob):
+    """``for i in order: table[remap(idx[i])] = src[i]`` on raw bits (Row: whole rows); an index the rule does
+    not place (Skip, or UNDEFINED with ``strict=False``, out of range) writes nothing."""
+    out = table_bits.copy()
+    cap = out.shape[0]
+    src_bits = src_bits.reshape(len(idx.reshape(-1)), -1) if coalesce == "row" else src_bits.reshape(-1)
+    for i, raw in enumerate(idx.reshape(-1).tolist()):
+        u = raw & 0xFFFFFFFF  # the ISA's cast: -1 is 4294967295
+        if oob == "clamp":
+            u = min(u, cap - 1)
+        elif oob == "wrap":
+            u %= cap
+        elif u >= cap:
+            continue
+        out[u] = src_bits[i]
+    return out

@@ -16,28 +16,11 @@ from simt_pto.host import large_a5
 from simt_pto.enums import IndexRule
 
 from conftest import as_bits, random_values, sentinel_bits
+from oracles import serial_last
 
 SCATTER_OOB = ("undefined", "skip", "clamp", "wrap")
 MARGIN = 5
 """Guard rows (Row) / elements (Elem) on each side of the table, holding a sentinel."""
-
-
-def serial_last(table_bits, src_bits, idx, coalesce, oob):
-    """``for i in order: table[remap(idx[i])] = src[i]`` on raw bits (Row: whole rows); an index the rule does
-    not place (Skip, or UNDEFINED with ``strict=False``, out of range) writes nothing."""
-    out = table_bits.copy()
-    cap = out.shape[0]
-    src_bits = src_bits.reshape(len(idx.reshape(-1)), -1) if coalesce == "row" else src_bits.reshape(-1)
-    for i, raw in enumerate(idx.reshape(-1).tolist()):
-        u = raw & 0xFFFFFFFF  # the ISA's cast: -1 is 4294967295
-        if oob == "clamp":
-            u = min(u, cap - 1)
-        elif oob == "wrap":
-            u %= cap
-        elif u >= cap:
-            continue
-        out[u] = src_bits[i]
-    return out
 
 
 class Recorder:
