@@ -515,9 +515,8 @@ def run_mgather(plan, backend: str | None = None) -> None:
             return
     call = mgather_plan(plan)
     run_plan(call, backend)
-    if backend == "multicore" and signature is not None and len(call.steps) == 1 and isinstance(call.steps[0],
-                                                                                                LaunchSpec):
-        launch = simt.cpu_launcher(call.steps[0], ("dst", "idx", "table"))
+    if backend == "multicore" and signature is not None:
+        launch = simt.single_cpu_launcher(call, ("dst", "idx", "table"))
         if launch is not None:
             _TILE_GATHERS.put(id(signature), (signature, launch))
 

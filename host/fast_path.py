@@ -34,6 +34,7 @@ import numpy as np
 
 from simt_pto.backend import a5_backend
 from simt_pto.aliasing import may_overlap
+from simt_pto.launch_spec import LaunchSpec
 from simt_pto.plan import CallCache, indices_below
 
 from .arrays import base_address, checked_indices
@@ -114,16 +115,13 @@ class A5Gather:
     def of(cls, call, plan, result) -> A5Gather | None:
         """The runner of a call that ran ``call`` on the ``multicore`` backend: one launch, no host step, no guard,
         whose only arrays are the gather kernels' (``dst``, ``idx``, ``table``); else None."""
-        if a5_backend() != "multicore" or len(call.steps) != 1 or call.guard_name is not None:
-            return None
-        spec = call.steps[0]
-        if not hasattr(spec, "kernel"):  # a host step
+        if a5_backend() != "multicore":
             return None
         from simt_pto.kernels.a5 import simt
-        launch = simt.cpu_launcher(spec, ("dst", "idx", "table"))
+        launch = simt.single_cpu_launcher(call, ("dst", "idx", "table"))
         if launch is None:
             return None
-        args = spec.arguments
+        args = call.steps[0].arguments
         return cls(plan, launch, args["dst"].dtype, args["table"].dtype, result)
 
     def __call__(self, table: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
@@ -161,7 +159,7 @@ class A5Scatter:
         owner = None
         launches = []
         for spec in call.steps:
-            if not hasattr(spec, "kernel"):  # a host step
+            if not isinstance(spec, LaunchSpec):  # a host step
                 return None
             views = []
             for name, value in spec.args:

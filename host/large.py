@@ -371,11 +371,11 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     _run(call, c.target)
     gathered = result()
     if out is None and type(gathered) is np.ndarray and c.idx.size:
-        fast_path.remember_gather(table, idx, options, _runner(c, call, gathered))
+        fast_path.remember_gather(table, idx, options, _gather_runner(c, call, gathered))
     return gathered
 
 
-def _runner(c: _Call, call: CallPlan, result: np.ndarray) -> Callable | None:
+def _gather_runner(c: _Call, call: CallPlan, result: np.ndarray) -> Callable | None:
     """The fast path's runner (:mod:`.fast_path`) of a gather that has run as ``call`` and returned ``result``, for
     its validated plan without the call's arrays; None for a target without one (``cpu``)."""
     plan = _weightless(c.plan)
@@ -384,6 +384,14 @@ def _runner(c: _Call, call: CallPlan, result: np.ndarray) -> Callable | None:
     if c.target == "a2a3":
         return _A2A3Gather(c, plan, result)
     return None
+
+
+def _scatter_runner(c: _Call, call: CallPlan) -> Callable | None:
+    """The fast path's runner of a scatter that has run as ``call``: ``a5`` on host arrays only (the sequential
+    targets' scatters run tile by tile, as the full path does)."""
+    if c.target != "a5" or type(c.table.obj) is not np.ndarray:
+        return None
+    return fast_path.A5Scatter.of(call, _weightless(c.plan), c.table.obj, c.src.obj, c.idx.obj)
 
 
 def _weightless(plan: Plan) -> Plan:
@@ -529,9 +537,8 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
                       "replace'); target='a2a3' is the sequential golden for atomics", UserWarning, stacklevel=2)
     _run(call, target)
     updated: TableT = result()
-    if c is not None and c.target == "a5" and c.idx.size and type(c.table.obj) is np.ndarray:
-        fast_path.remember_scatter(table, src, idx, options,
-                                   fast_path.A5Scatter.of(call, _weightless(c.plan), c.table.obj, c.src.obj, c.idx.obj))
+    if c is not None and c.idx.size:
+        fast_path.remember_scatter(table, src, idx, options, _scatter_runner(c, call))
     return updated
 
 

@@ -246,7 +246,7 @@ def guard(dispatcher, cache: bool = False):
         return dispatcher
     if cache:
         _enable_disk_cache(dispatcher)
-    dispatcher._compile_for_args = functools.partial(_uninterrupted, dispatcher._compile_for_args)
+    dispatcher._compile_for_args = functools.partial(uninterrupted, dispatcher._compile_for_args)
     return dispatcher
 
 
@@ -369,12 +369,14 @@ def _save_or_skip(disk, save, sig, data) -> None:
 
 # -- compiles and signals ----------------------------------------------------------------------------------
 
-_holding = False  # the main thread is inside a compile of ours, SIGINT held
+_holding = False  # the main thread is inside an uninterrupted step of ours (a compile), SIGINT held
 
 
-def _uninterrupted(compile_for_args, *args, **kws):
+def uninterrupted(compile_for_args, *args, **kws):
     """``compile_for_args(*args, **kws)`` with SIGINT held until it returns, when called in the main thread with a
-    Python handler installed; then the handler runs with what arrived (``KeyboardInterrupt`` by default)."""
+    Python handler installed; then the handler runs with what arrived (``KeyboardInterrupt`` by default). Every
+    compile of ours runs so (:func:`guard`), and so does any step that must not stop half-done (a ``multicore``
+    launch waking its helper threads, ``simt_pto.kernels.a5.simt``)."""
     global _holding
     if _holding or threading.current_thread() is not threading.main_thread():
         return compile_for_args(*args, **kws)  # only the main thread takes signals

@@ -82,7 +82,7 @@ def test_a_compile_in_another_thread_leaves_sigint_alone():
 
 def _guarded(dispatcher) -> bool:
     compile_for_args = dispatcher.__dict__.get("_compile_for_args")
-    return isinstance(compile_for_args, functools.partial) and compile_for_args.func is cache._uninterrupted
+    return isinstance(compile_for_args, functools.partial) and compile_for_args.func is cache.uninterrupted
 
 
 def test_every_jitted_entry_point_is_guarded():

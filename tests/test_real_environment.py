@@ -195,6 +195,37 @@ def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, mo
     assert (table == 1).all()
 
 
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
+def test_ctrl_c_while_a_launch_wakes_its_helpers_is_held_until_they_are_woken(fault_hook, monkeypatch):
+    # A SIGINT that lands between counting a launch's helpers and waking them would leave one counted that never
+    # runs (and the call waiting for it forever): it is held until every helper is woken, then raised.
+    import signal
+    simt = fault_hook
+    monkeypatch.setattr(simt, "cpu_workers", lambda: 2)
+    table = np.zeros(1 << 18, np.int32)
+    idx = np.arange(table.size, dtype=np.int32)
+    src = np.ones(table.size, np.int32)
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add", conflict="default")  # compiled, warm
+    table[:] = 0
+    signalled = []
+
+    def hook(point):
+        if point == "helper-wake" and not signalled:
+            signal.raise_signal(signal.SIGINT)
+            signalled.append("the interrupt was held")  # not reached if it is raised here
+    simt.fault_hook = hook
+    with pytest.raises(KeyboardInterrupt):
+        pto.scatter(table, src, idx, coalesce="elem", atomic="add", conflict="default")
+    simt.fault_hook = None
+    assert signalled == ["the interrupt was held"]
+    after = table.copy()
+    time.sleep(0.3)
+    assert np.array_equal(table, after), "a worker wrote the table after the call had raised"
+    table[:] = 0
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add", conflict="default")  # the next call works
+    assert (table == 1).all()
+
+
 @pytest.mark.parametrize("target", ["a2a3", "cpu"])
 def test_an_interrupted_whole_array_call_on_a_sequential_target_stops_writing(target, monkeypatch):
     # The sequential targets run tile after tile on the caller's thread: an interrupt between two tiles leaves

@@ -28,7 +28,7 @@ import numpy as np
 
 from simt_pto import geometry
 from simt_pto.enums import ElementFormat
-from simt_pto.launch_spec import KernelPolicy, LaunchSpec
+from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store
 from simt_pto.kernels.store import bind
@@ -167,9 +167,10 @@ def trace_cpu_launches():
 
 
 fault_hook = None
-"""Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a thread, before a block range runs) and
-``"launch-wait"`` (the caller, once a ``multicore`` launch's workers are started, before it takes a block range
-itself), so that a test can raise there (an interrupt landing at that exact moment) or hold a worker."""
+"""Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a thread, before a block range runs),
+``"helper-wake"`` (the caller, before it wakes each helper thread of a launch) and ``"launch-wait"`` (the caller,
+once a ``multicore`` launch's helpers are started, before it takes a block range itself), so that a test can raise
+there (or send a signal: an interrupt landing at that exact moment) or hold a worker."""
 
 
 def _run_range(kernel, launch, args):
@@ -264,6 +265,8 @@ class _HelperPool:
         launch.helpers = len(taken)
         for helper in taken:
             helper.launch = launch
+            if fault_hook is not None:
+                fault_hook("helper-wake")
             helper.wake.release()
 
     def idle(self, helper: _Helper) -> None:
@@ -304,8 +307,10 @@ def _launch_cpu(kernel, grid: int, warps: int, args, threads: int | None = None)
         _run_range(kernel, (0, grid, grid, warps), args)
         return
     launch = _Launch(kernel, grid, warps, args, chunks)
-    _helper_pool().start(launch, min(workers, chunks) - 1)
     try:
+        # SIGINT held while helpers are handed the launch: an interrupt between two wake-ups would leave a helper
+        # counted that never runs, and _stop would wait for it forever
+        cache.uninterrupted(_helper_pool().start, launch, min(workers, chunks) - 1)
         if fault_hook is not None:
             fault_hook("launch-wait")
         launch.run()  # the caller is one of the threads
@@ -390,6 +395,13 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     return run
 
 
+def single_cpu_launcher(call: CallPlan, operands: tuple[str, ...]):
+    """:func:`cpu_launcher` of a plan that is one launch and nothing else (no host step, no guard), or None."""
+    if len(call.steps) != 1 or call.guard_name is not None or not isinstance(call.steps[0], LaunchSpec):
+        return None
+    return cpu_launcher(call.steps[0], operands)
+
+
 def _join_simulator_threads(timeout: float = 60.0) -> None:
     """After an exception in the caller during a simulated launch (Ctrl-C lands in numba-cuda's polling loop):
     wait for the simulator's threads of the block being run, which are numba-cuda's and cannot be stopped, so that
@@ -414,4 +426,5 @@ def host_store(atomic: int, fmt: int):
 
 
 __all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "cpu_launcher", "cpu_workers", "family",
-           "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "trace_cpu_launches"]
+           "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "single_cpu_launcher",
+           "trace_cpu_launches"]
