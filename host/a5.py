@@ -23,7 +23,7 @@ from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
-from simt_pto.plan import CallCache
+from simt_pto.plan import CallCache, indices_below
 
 from .arrays import base_address
 
@@ -496,29 +496,79 @@ def mscatter_scalar_impl(plan) -> None:
         simt.host_store(plan.atomic, fmt)(table, slot, value)
 
 
+class KeptTileGather:
+    """The ``multicore`` launch of one tile-op MGATHER signature (:attr:`simt_pto.plan.Plan.signature`), run on
+    each later call's own tiles and table. :func:`mgather_plan` reads nothing of a call but its signature and its
+    operands' memory, so a call of that signature differs from the one whose launch is kept only in the arrays the
+    launch takes: ``dst``'s and ``idx``'s storage and the table's memory."""
+
+    __slots__ = ("signature", "launch", "bits", "index_bits", "row_indices")
+
+    def __init__(self, plan, launch):
+        self.signature, self.launch = plan.signature, launch
+        # (views taken with dtype objects, the table's flat view by ravel: a C-contiguous array's is a view; each
+        # saves a fraction of a microsecond a tile op pays on every call)
+        self.bits, self.index_bits = np.dtype(plan.dtype.bits), np.dtype(plan.idx.dtype.bits)
+        # the Row walk's indices in the index tile's storage (Plan.index_bits), a constant of the signature
+        self.row_indices = (slice(0, plan.rows * plan.idx_step, plan.idx_step) if plan.coalesce == Coalesce.ROW
+                            else None)
+
+    def run(self, dst, table, idx) -> None:
+        """The kept launch on these operands (validated: a plan of the signature, re-pointed at them)."""
+        self.launch(dst.data.view(self.bits), idx.data.view(self.index_bits), table.array.ravel().view(self.bits))
+
+    def __call__(self, dst, table, idx) -> bool:
+        """Run a call of the signature whose operands pass the checks every call gets (its operands' overlap,
+        :mod:`simt_pto.aliasing` and :func:`simt_pto.ub.check_distinct_storage`; its index values,
+        :func:`simt_pto.plan.check_oob`) and return True; False, having written nothing, for a call those checks
+        might refuse: the full path (:func:`simt_pto.constraints.plan_mgather`) then checks it and names what it
+        refuses. Both overlap rules refuse any two of these arrays whose byte ranges meet, so one bounds test per
+        pair decides both."""
+        dst_data, memory = dst.data, table.array
+        if np.may_share_memory(dst_data, idx.data) or np.may_share_memory(dst_data, memory):
+            return False
+        idx_bits = idx.data.view(self.index_bits)  # (tile_bits)
+        signature = self.signature
+        if signature.checks_range:
+            bits = idx_bits[self.row_indices] if self.row_indices is not None else signature.index_bits(idx, dst)
+            if not indices_below(bits, signature.capacity):
+                return False
+        self.launch(dst_data.view(self.bits), idx_bits, memory.ravel().view(self.bits))
+        return True
+
+
 _TILE_GATHERS = CallCache(maxsize=256)
-"""The tile ops' MGATHER launches on the ``multicore`` backend, by signature: ``id(plan.signature)`` -> (that
-signature plan, ``run(dst bits, idx bits, table memory)``, :func:`simt.cpu_launcher`). A call of a cached signature
-differs from the one whose launch is kept only in its operands' memory (:func:`mgather_plan` reads nothing else), so
-it runs that launch on its own tiles and table instead of building one."""
+"""The tile ops' MGATHER launches on the ``multicore`` backend (:class:`KeptTileGather`), by signature:
+``id(plan.signature)``; the entry's own ``signature`` is compared by identity (an id outlives its object)."""
+
+
+def _kept_gather(signature, backend: str) -> KeptTileGather | None:
+    kept = _TILE_GATHERS.get(id(signature)) if backend == "multicore" else None
+    return kept if kept is not None and kept.signature is signature else None
+
+
+def run_kept_mgather(signature, backend: str, dst, table, idx) -> bool:
+    """A repeated tile-op MGATHER of a validated ``signature``, on its kept launch (:class:`KeptTileGather`) when
+    ``backend`` keeps one and the call passes its per-call checks: True. False: nothing was run or written, the
+    caller takes the full path."""
+    kept = _TILE_GATHERS.get(id(signature)) if backend == "multicore" else None
+    return kept is not None and kept.signature is signature and kept(dst, table, idx)
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
     """MGATHER on A5: :func:`mgather_plan` run on ``backend``; on ``multicore``, the kept launch of its signature
-    (:data:`_TILE_GATHERS`) when there is one."""
+    (:data:`_TILE_GATHERS`) when there is one, and kept for the next call when there is none."""
     backend = a5_backend() if backend is None else backend
-    signature = plan.signature
-    if backend == "multicore" and signature is not None:
-        kept = _TILE_GATHERS.get(id(signature))
-        if kept is not None and kept[0] is signature:  # (the identity: an id outlives its object)
-            kept[1](tile_bits(plan.tile), tile_bits(plan.idx), table_memory(plan, plan.dtype.bits))
-            return
+    kept = _kept_gather(plan.signature, backend) if plan.signature is not None else None
+    if kept is not None:
+        kept.run(plan.tile, plan.table, plan.idx)
+        return
     call = mgather_plan(plan)
     run_plan(call, backend)
-    if backend == "multicore" and signature is not None:
+    if backend == "multicore" and plan.signature is not None and not plan.table.on_device:
         launch = simt.single_cpu_launcher(call, ("dst", "idx", "table"))
         if launch is not None:
-            _TILE_GATHERS.put(id(signature), (signature, launch))
+            _TILE_GATHERS.put(id(plan.signature), KeptTileGather(plan, launch))
 
 
 def run_mscatter(plan, backend: str | None = None) -> None:
@@ -526,7 +576,7 @@ def run_mscatter(plan, backend: str | None = None) -> None:
     run_plan(mscatter_plan(plan), backend)
 
 
-__all__ = ["BoundaryWords", "base_address", "copy_to_host", "element_format", "gm_memory", "guarded", "holding",
+__all__ = ["BoundaryWords", "KeptTileGather", "base_address", "copy_to_host", "element_format", "gm_memory", "guarded", "holding",
            "holds_host_memory", "mgather_l1_plan", "mgather_plan", "mgather_scalar_impl", "mscatter_plan",
-           "mscatter_scalar_impl", "on_gpu", "run_mgather", "run_plan", "run_mscatter", "scatter_policy",
+           "mscatter_scalar_impl", "on_gpu", "run_kept_mgather", "run_mgather", "run_plan", "run_mscatter", "scatter_policy",
            "scatter_table", "table_memory", "tile_bits", "to_device"]

@@ -39,6 +39,8 @@ from simt_pto.plan import CallCache, indices_below
 
 from .arrays import base_address, checked_indices
 
+_UINT32 = np.dtype(np.uint32)
+
 _RUNNERS = CallCache(maxsize=256)
 """Call signatures (:func:`_signature`) -> their runner (:class:`A5Gather`, :class:`A5Scatter`, or :mod:`.large`'s
 A2/A3 gather)."""
@@ -97,7 +99,7 @@ def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None
 def index_bits(idx: np.ndarray, plan) -> np.ndarray | None:
     """The call's indices after the ISA's uint32 cast (int64 narrowed, or refused, as on the full path), or None
     when the policy leaves out-of-range indices undefined and one is out of range (the full path refuses it)."""
-    bits = checked_indices(idx, plan.op, plan.target).reshape(-1).view(np.uint32)
+    bits = checked_indices(idx, plan.op, plan.target).ravel().view(_UINT32)  # (C-contiguous: ravel is a view)
     if plan.checks_range and not indices_below(bits, plan.capacity):
         return None
     return bits

@@ -298,23 +298,24 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
     return _tile_steps("MGATHER", c, gather_tile, after), lambda: out, c
 
 
-def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.ndarray,
-                     idx_cols: int) -> Callable[[int, int], None]:
+def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.ndarray, idx_cols: int,
+                     gather_rows: Callable | None = None) -> Callable[[int, int], None]:
     """The A2/A3 gather of rows ``[r0, r1)``: the walk of the validated ``plan`` writes them straight into the rows
     of ``dest`` (the 2-D result), from the host ``table``'s memory through the caller's indices (``idx_bits``, flat
-    uint32, ``idx_cols`` per row; :func:`simt_pto.kernels.a2a3.gather_rows`), as the tile of those rows would hold
-    them (every valid element is written: the gathered one, or ``T(0)``). The full path runs it tile by tile as host
-    steps, the fast path (:mod:`.fast_path`) in a loop."""
-    gather_rows = dispatch.runner("a2a3").gather_rows  # simt_pto.kernels.a2a3, imported at the first a2a3 call
-    bits = plan.dtype.bits
-    table_bits = table.reshape(-1).view(bits)
-    dst, out_cols = dest.reshape(-1).view(bits), dest.shape[1]
+    uint32, ``idx_cols`` per row; ``gather_rows``: :func:`simt_pto.kernels.a2a3.rows_gatherer` of ``plan``, made here
+    when not given), as the tile of those rows would hold them (every valid element is written: the gathered one, or
+    ``T(0)``). The full path runs it tile by tile as host steps, the fast path (:mod:`.fast_path`) in a loop."""
+    if gather_rows is None:
+        gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)  # simt_pto.kernels.a2a3: imported at first use
+    bits = np.dtype(plan.dtype.bits)
+    table_bits = table.ravel().view(bits)
+    dst, out_cols = dest.ravel().view(bits), dest.shape[1]
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
 
     def gather_tile(r0, r1):
         require_jit("a2a3")
-        gather_rows(plan, dst[r0 * out_cols:r1 * out_cols], out_cols, table_bits,
-                    idx_bits[r0 * idx_cols:r1 * idx_cols], idx_stride, r1 - r0)
+        gather_rows(dst[r0 * out_cols:r1 * out_cols], out_cols, table_bits, idx_bits[r0 * idx_cols:r1 * idx_cols],
+                    idx_stride, r1 - r0)
     return gather_tile
 
 
@@ -408,13 +409,14 @@ class _A2A3Gather:
         self.plan, self.rows, self.idx_cols, self.tile_rows = plan, c.idx.rows, c.idx.cols, c.tile_rows
         self.out_cols = result.size // c.idx.rows
         self.out_dtype, self.out_shape = result.dtype, result.shape
+        self.gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)
 
     def __call__(self, table: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
         bits = fast_path.index_bits(idx, self.plan)
         if bits is None:
             return None
         dest = np.zeros((self.rows, self.out_cols), dtype=self.out_dtype)
-        gather_tile = a2a3_gather_tile(self.plan, dest, table, bits, self.idx_cols)
+        gather_tile = a2a3_gather_tile(self.plan, dest, table, bits, self.idx_cols, self.gather_rows)
         for r0 in tiling.tile_starts(self.rows, self.tile_rows):
             gather_tile(r0, min(r0 + self.tile_rows, self.rows))
         return dest.reshape(self.out_shape)

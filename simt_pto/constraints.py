@@ -184,13 +184,23 @@ def _tile_key(t: Tile) -> tuple:
 
 def _plan_key(op, target, tile, table, idx, *policy) -> tuple | None:
     """What the shape rules of a VEC tile op read: the tiles' types, shapes, layouts, valid extents and UB
-    addresses, the table's dtype, shape, strides, layout, memory size and writability, and the policy arguments
-    (typed, as :func:`~simt_pto.plan.typed`: ``True`` is no ``1``). None (validated every time) for anything but
-    exact Tile / GlobalTensor operands and a VEC tile."""
+    addresses, the table's dtype, shape, strides, layout, memory size (and for MSCATTER its writability), and the
+    policy arguments with their types (as :func:`~simt_pto.plan.typed`: ``True`` is no ``1``). None (validated every
+    time) for anything but exact Tile / GlobalTensor operands and a VEC tile. Built on every call of a tile op, so
+    written for speed: flat tuples, the types in one ``map``."""
     if type(tile) is not Tile or type(idx) is not Tile or type(table) is not GlobalTensor or tile.loc != TileType.VEC:
         return None
     return (op, target, _tile_key(tile), _tile_key(idx), table.dtype.name, table.shape, table.stride, table.layout,
-            table.size, table.on_device, table.writeable, *[(type(p), p) for p in policy])
+            table.size, table.on_device, op == "MSCATTER" and table.writeable, policy, tuple(map(type, policy)))
+
+
+def cached_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan | None:
+    """The validated plan without operands of this MGATHER's signature (what :func:`plan_mgather` re-points at
+    each call), if a call of that signature has been validated; None otherwise. A runtime that keeps a launch per
+    signature runs a repeated call from it (``simt_pto.host.dispatch.run_kept_mgather``), checking only what
+    depends on this call's memory and index values."""
+    return _PLANS.get(_plan_key("MGATHER", target, dst, table, idx, coalesce, oob, exec_, scratch is None, strict,
+                                dyn_ubuf_size))
 
 
 def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:

@@ -74,9 +74,11 @@ class L1Plan(Plan):
         r = np.arange(self.rows, dtype=np.int64)[:, None]
         return r * self.idx_step + np.arange(self.cols, dtype=np.int64)[None, :]
 
-    def index_bits(self) -> np.ndarray:
-        """The indices the op reads after the uint32 cast (see the module docstring)."""
-        return self.idx.host_flat().view(np.uint32)[self.index_offsets()]
+    def index_bits(self, idx: GlobalTensor | None = None, tile: Tile | None = None) -> np.ndarray:
+        """The indices the op reads after the uint32 cast (see the module docstring); ``idx``: another index tensor
+        of this plan's kind and shape (``tile``, the destination, sets nothing here: the offsets are the plan's)."""
+        idx = self.idx if idx is None else idx
+        return idx.host_flat().view(np.uint32)[self.index_offsets()]
 
 
 def _fail(target, rule, detail):

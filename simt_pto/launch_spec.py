@@ -161,8 +161,9 @@ class CallPlan:
         for step in self.steps:
             if isinstance(step, LaunchSpec):
                 policy = ", ".join(f"{k}={v}" for k, v in step.policy.describe().items())
+                threads = "" if step.cpu_threads is None else f" multicore threads<={step.cpu_threads}"
                 lines.append(f"launch {step.kernel} [{policy}] grid={step.grid} block=(32, "
-                             f"{step.geometry.launch_warps})")
+                             f"{step.geometry.launch_warps}){threads}")
                 if step.hardware is not None:
                     lines.append(f"       (the hardware: {step.hardware.kernel} moving elements, block=(32, "
                                  f"{step.hardware.geometry.launch_warps}))")

@@ -36,10 +36,13 @@ def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesc
     GM -> L1 path (``idx`` a GM tensor; Elem needs ``scratch``). Returns ``dst``.
     """
     target = target_from_any(target)
-    plan = constraints.plan_mgather(target, dst, table, idx, from_any(Coalesce, coalesce, "coalesce"),
-                                    from_any(GatherOOB, oob, "oob"), from_any(GatherExec, exec, "exec"),
-                                    scratch, _strict(strict), dyn_ubuf_size)
-    dispatch.run_mgather(plan)
+    policy = (from_any(Coalesce, coalesce, "coalesce"), from_any(GatherOOB, oob, "oob"),
+              from_any(GatherExec, exec, "exec"), scratch, _strict(strict), dyn_ubuf_size)
+    # a repeated call (a kernel's tile loop) runs on what its target keeps for its signature
+    signature = constraints.cached_mgather(target, dst, table, idx, *policy)
+    if signature is not None and dispatch.run_kept_mgather(signature, dst, table, idx):
+        return dst
+    dispatch.run_mgather(constraints.plan_mgather(target, dst, table, idx, *policy))
     return dst
 
 

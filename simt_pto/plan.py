@@ -73,13 +73,16 @@ class Plan:
     def l1(self) -> bool:
         return self.tile.loc == TileType.MAT
 
-    def index_bits(self) -> np.ndarray:
+    def index_bits(self, idx: Tile | None = None, tile: Tile | None = None) -> np.ndarray:
         """The indices the op reads after the uint32 cast, as a uint32 view where the layout allows:
         ``(rows,)`` for Row, ``(rows, cols)`` for Elem (the GM index tensor of the L1 path: see
-        :class:`simt_pto.l1_gather.L1Plan`)."""
+        :class:`simt_pto.l1_gather.L1Plan`). ``idx`` and ``tile``: another call's index and data tiles of this plan's
+        signature (a repeated tile op's, read without re-pointing the plan)."""
+        idx = self.idx if idx is None else idx
+        rows, cols = (self.tile if tile is None else tile).valid
         if self.coalesce == Coalesce.ROW and not (self.op == "MSCATTER" and self.target == "cpu"):
-            return self.idx.data.view(np.uint32)[: self.rows * self.idx_step: self.idx_step]
-        return self.idx.grid()[: self.rows, : self.cols].view(np.uint32)
+            return idx.data.view(np.uint32)[: rows * self.idx_step: self.idx_step]
+        return idx.grid()[:rows, :cols].view(np.uint32)
 
     def raw_indices(self) -> np.ndarray:
         """:meth:`index_bits` as int64 (a copy)."""
@@ -203,7 +206,7 @@ def indices_below(bits: np.ndarray, capacity: int) -> bool:
 def _largest(bits: np.ndarray) -> int:
     """The largest of the uint32 ``bits``: one pass (numpy's reduction; a plain ``max`` over a few)."""
     if bits.size <= SMALL_INDEX_COUNT:
-        return max(bits.ravel().tolist())
+        return max(bits.tolist() if bits.ndim == 1 else bits.ravel().tolist())
     return int(bits.max())
 
 

@@ -303,6 +303,7 @@ def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
     large_call = pto.gather_plan(np.zeros(1 << 20, np.float32), np.zeros(1 << 20, np.int32), coalesce="elem",
                                  backend="multicore")
     assert small.launches[0].cpu_threads == 1 and large_call.launches[0].cpu_threads is None
+    assert "multicore threads<=1" in small.describe()[0] and "threads" not in large_call.describe()[0]
 
 
 def test_threads_calling_one_signature_get_their_own_results():
@@ -361,34 +362,80 @@ def test_a_cached_tile_op_reads_and_writes_the_new_operands():
         assert entry.tile is None and entry.idx is None and entry.table is None
 
 
+def _forbid_the_full_tile_path(monkeypatch):
+    """Make validating or building a tile MGATHER fail: a call that still runs took its signature's kept launch."""
+    from simt_pto.host import a5
+
+    def full_path(*args, **kwargs):
+        raise AssertionError("the call took the full path")
+    monkeypatch.setattr(a5, "mgather_plan", full_path)
+    monkeypatch.setattr(constraints, "plan_mgather", full_path)
+
+
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
-def test_a_repeated_tile_gather_runs_its_kept_launch_on_the_new_operands(coalesce, monkeypatch):
+@pytest.mark.parametrize("index_dtype", ["int32", "uint32"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_a_repeated_tile_gather_runs_its_kept_launch_on_the_new_operands(coalesce, index_dtype, dtype, monkeypatch):
     from simt_pto.host import a5
     if a5.a5_backend() != "multicore":
         pytest.skip("the kept launches are the multicore backend's")
     rng = np.random.default_rng(5)
 
     def call(seed, data_of_its_own=False):
-        table = table_of(seed=seed)
+        table = table_of(seed=seed, dtype=dtype)
         if coalesce == "row":
-            dst, idx_tile = row_tiles()
-            idx = rng.integers(0, 64, (1, 8)).astype(np.int32)
+            dst, idx_tile = pto.Tile(dtype, 8, 64), pto.Tile(index_dtype, 1, 32, valid=(1, 8))
+            idx = rng.integers(0, 64, (1, 8)).astype(index_dtype)
         else:
-            dst, idx_tile = pto.Tile("float32", 4, 16), pto.Tile("int32", 4, 16)
-            idx = rng.integers(0, table.size, (4, 16)).astype(np.int32)
+            dst, idx_tile = pto.Tile(dtype, 4, 32, valid=(4, 16)), pto.Tile(index_dtype, 4, 32, valid=(4, 16))
+            idx = rng.integers(0, table.size, (4, 16)).astype(index_dtype)
         if data_of_its_own:  # the tile's storage swapped for another buffer: the launch must follow it
             dst.data = np.full_like(dst.data, 7)
         idx_tile.set(idx)
         pto.mgather(dst, pto.GlobalTensor(table), idx_tile, coalesce=coalesce, target="a5")
         want = table[idx[0]] if coalesce == "row" else table.ravel()[idx]
-        assert np.array_equal(dst.valid_numpy(), want)
+        assert np.array_equal(dst.valid_numpy().view(np.uint8), want.view(np.uint8))
     call(0)
-
-    def no_plan(plan):
-        raise AssertionError("the call built its launch again")
-    monkeypatch.setattr(a5, "mgather_plan", no_plan)
+    _forbid_the_full_tile_path(monkeypatch)
     call(1)
     call(2, data_of_its_own=True)
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("oob", ["clamp", "wrap", "zero", "undefined-unchecked"])
+def test_a_repeated_tile_gather_applies_its_oob_policy_to_the_new_indices(coalesce, oob, monkeypatch):
+    """Indices out of range go through the kept launch under every policy that places or drops them (oracle:
+    ``simt_pto.reference``; ``undefined`` with ``strict=False`` reads 0 there, the emulator's memory-safe result)."""
+    from simt_pto import reference
+    from simt_pto.host import a5
+    if a5.a5_backend() != "multicore":
+        pytest.skip("the kept launches are the multicore backend's")
+    policy, strict = ("undefined", False) if oob == "undefined-unchecked" else (oob, True)
+    table = table_of(rows=16, cols=32)
+    gt = pto.GlobalTensor(table)
+    rng = np.random.default_rng(9)
+    capacity = 16 if coalesce == "row" else table.size
+    if coalesce == "row":
+        dst, idx_tile = pto.Tile("float32", 8, 32), pto.Tile("int32", 1, 8)
+    else:
+        dst, idx_tile = pto.Tile("float32", 4, 8), pto.Tile("int32", 4, 8)
+    clean = rng.integers(0, capacity, idx_tile.valid).astype(np.int32)
+    wild = np.where(rng.random(idx_tile.valid) < 0.5, clean, rng.integers(capacity, 3 * capacity, idx_tile.valid))
+    wild.ravel()[0] = -1  # 4294967295 after the uint32 cast
+    wild = wild.astype(np.int32)
+
+    def gather(indices):
+        idx_tile.set(indices)
+        pto.mgather(dst, gt, idx_tile, coalesce=coalesce, oob=policy, strict=strict, target="a5")
+        return dst.valid_numpy()
+    gather(clean)
+    _forbid_the_full_tile_path(monkeypatch)
+    got = gather(wild)
+    bits = table.view(np.uint32).ravel()
+    oracle_policy = "zero" if policy == "undefined" else policy
+    want = (reference.gather_row(bits, capacity, 32, wild[0], oracle_policy) if coalesce == "row"
+            else reference.gather_elem(bits, capacity, wild, oracle_policy)).view(np.float32)
+    assert np.array_equal(got, want)
 
 
 def test_a_changed_tile_is_validated_again():
@@ -437,6 +484,26 @@ def test_out_of_range_tile_indices_are_refused_after_a_clean_call():
     first, again, third = first_and_cached_refusals(lambda: pto.mscatter(gt, src, idx_tile, target="a5"),
                                                     lambda: pto.mscatter(gt, src, bad, target="a5"))
     assert first == again == third and first[0] is OutOfBoundsError
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_out_of_range_tile_gather_indices_are_refused_after_a_clean_call_and_nothing_is_written(coalesce):
+    gt = pto.GlobalTensor(table_of())
+    if coalesce == "row":
+        dst, idx_tile = row_tiles()
+        bad = pto.Tile.from_array(np.array([[0, 1, 2, 3, 4, 5, 6, 64]], np.int32))
+    else:
+        dst, idx_tile = pto.Tile("float32", 2, 8), pto.Tile("int32", 2, 8)
+        bad = pto.Tile.from_array(np.arange(16, dtype=np.int32).reshape(2, 8) * 300)  # the last ones > 4096
+    dst.fill(5)
+    first, again, third = first_and_cached_refusals(
+        lambda: pto.mgather(dst, gt, idx_tile, coalesce=coalesce, target="a5"),
+        lambda: pto.mgather(dst, gt, bad, coalesce=coalesce, target="a5"))
+    assert first == again == third and first[0] is OutOfBoundsError
+    clean = dst.valid_numpy().copy()
+    with pytest.raises(OutOfBoundsError):
+        pto.mgather(dst, gt, bad, coalesce=coalesce, target="a5")
+    assert np.array_equal(dst.valid_numpy(), clean)
 
 
 def test_a_placed_tile_moved_onto_another_is_refused_after_a_clean_call():

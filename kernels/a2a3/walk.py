@@ -199,7 +199,17 @@ def run_nd(plan, tile, tile_rs, table, idx, idx_stride, rows, loop) -> None:
     ``idx`` (uint32; Row: ``idx_stride`` elements between consecutive indices; Elem: ``idx_stride`` elements per
     index row) and ``table`` (the GM table's flat storage). What :func:`run_walk` runs for an ND plan over its tiles,
     and a whole-array A2/A3 gather over the caller's own arrays (row-major ``rows x C`` memory is such a tile)."""
+    nd_walk(plan, loop)(tile, tile_rs, table, idx, idx_stride, rows)
+
+
+def nd_walk(plan, loop):
+    """:func:`run_nd` of ``plan`` and ``loop`` with its compiled loop looked up once: ``run(tile, tile_rs, table, idx,
+    idx_stride, rows)`` (a repeated whole-array A2/A3 gather keeps it and runs it on each call's arrays)."""
+    cols, capacity = plan.cols, plan.capacity
     if plan.coalesce == Coalesce.ROW:
-        loop(row_nd)(tile, tile_rs, table, idx, idx_stride, rows, plan.cols, plan.capacity, plan.row_stride)
-    else:
-        loop(elem_nd)(tile, tile_rs, table, idx, idx_stride, rows, plan.cols, plan.capacity)
+        row_loop, row_stride = loop(row_nd), plan.row_stride
+        return lambda tile, tile_rs, table, idx, idx_stride, rows: row_loop(
+            tile, tile_rs, table, idx, idx_stride, rows, cols, capacity, row_stride)
+    elem_loop = loop(elem_nd)
+    return lambda tile, tile_rs, table, idx, idx_stride, rows: elem_loop(
+        tile, tile_rs, table, idx, idx_stride, rows, cols, capacity)
