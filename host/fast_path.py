@@ -27,6 +27,7 @@ no runner can repeat (:class:`A5Scatter`).
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -192,10 +193,32 @@ class A5Scatter:
             return None
         arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": bits}
         if self.owner is not None:
-            arrays["owner"] = np.empty(*self.owner)  # every launch of the call shares it; the reset fills it
+            arrays["owner"] = _take_owner(*self.owner)  # every launch of the call shares it; the reset fills it
         for launch, views in self.launches:
             launch(*[arrays[name].view(dtype) for name, dtype in views])
+        if self.owner is not None:
+            _keep_owner(arrays["owner"])
         return table
+
+
+_spare_owner: dict = {}
+"""The owner array of the last owner-path scatter that finished, by ``(size, dtype)``: the next call of that size
+takes it instead of a new one. A new array of that size is fresh pages, which the reset then faults in one by one:
+64M updates into 4M slots have 32 MB of owners, about a tenth of the call. One array at most (the last one);
+taking it removes it, so no two calls share one. Its contents are never read: the reset marks every owner unowned."""
+_spare_lock = threading.Lock()
+
+
+def _take_owner(size: int, dtype: np.dtype) -> np.ndarray:
+    with _spare_lock:
+        owner = _spare_owner.pop((size, dtype), None)
+    return np.empty(size, dtype) if owner is None else owner
+
+
+def _keep_owner(owner: np.ndarray) -> None:
+    with _spare_lock:
+        _spare_owner.clear()
+        _spare_owner[owner.size, owner.dtype] = owner
 
 
 __all__ = ["A5Gather", "A5Scatter", "gather", "index_bits", "remember_gather", "remember_scatter", "scatter"]

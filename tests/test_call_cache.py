@@ -293,6 +293,36 @@ def test_a_repeated_scatter_runs_without_the_full_path_and_writes_the_new_table(
         call(seed)
 
 
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_a_repeated_last_scatter_reuses_the_owner_array_of_the_last_call_and_never_reads_it(coalesce, monkeypatch):
+    """The owner array a finished owner-path call leaves for the next call of its size holds the last call's claims;
+    filled with the largest keys there are (every slot owned by a position past the end), it must change nothing:
+    the reset marks every owner unowned first. Threads calling at once each get an owner array of their own."""
+    from simt_pto import reference
+    from simt_pto.host import fast_path
+    slots, cols, n = 96, 4, 300
+
+    def call(seed):
+        rng = np.random.default_rng(seed)
+        table = rng.integers(-50, 50, (slots, cols) if coalesce == "row" else slots * cols).astype(np.int32)
+        capacity = slots if coalesce == "row" else slots * cols
+        idx = rng.integers(0, capacity, n).astype(np.int32)
+        src = rng.integers(-9, 9, (n, cols) if coalesce == "row" else n).astype(np.int32)
+        want = reference.last_writer_scatter(table.copy(), idx.astype(np.int64), src)
+        pto.scatter(table, src, idx, coalesce=coalesce, target="a5", last_path="owner")  # (dense: a small table)
+        return np.array_equal(table, want)
+    assert call(0)
+    monkeypatch.setattr(large, "_scatter", lambda *a, **k: pytest.fail("the call took the full path"))
+    assert call(1)
+    (spare,) = fast_path._spare_owner.values()
+    spare.fill(np.iinfo(spare.dtype).max)  # a claim of every slot, by a position no update has
+    assert call(2)
+    assert next(iter(fast_path._spare_owner.values())) is spare  # the same array, taken and given back
+    failures = []
+    _run_in_threads(lambda k: failures.extend(seed for seed in range(10 * k, 10 * k + 10) if not call(seed)), 4)
+    assert not failures
+
+
 def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
     from simt_pto.kernels.a5 import simt
     table = table_of()
