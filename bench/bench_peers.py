@@ -37,8 +37,9 @@ converted inside each timed call, as a caller holding int32 indices sees it).
 
 Per-call overhead: calls per second of a whole-array ``pto.gather`` of 8 rows of a 64 x 64 float32 table (``a5`` on
 the ``multicore`` backend, and ``a2a3``) and of one 8 x 64 Row ``pto.mgather`` tile op (``a5``), against numpy's
-``table[idx]`` on the same 8 rows: the ratio is our time per call / numpy's (the targets: at most 8x for a
-whole-array call, at most 6x for the tile op).
+``table[idx]`` on the same 8 rows, and of one 8 x 64 Row ``pto.mscatter`` tile op against numpy's ``table[idx] =
+rows``: the ratio is our time per call / numpy's (the targets: at most 8x for a whole-array call, at most 6x for a
+tile op).
 
 Without PyTorch the benchmark says so and runs the numpy and ceiling columns. Outputs: ``peers.md`` (the tables),
 ``peers.csv`` (one line per op x dtype x size x peer) and ``peers.json`` (that and the environment) under
@@ -325,7 +326,8 @@ def calls_per_round(fn, seconds=0.02) -> int:
 
 
 def overhead(repeat: int) -> list[dict]:
-    """Calls per second of tiny calls (8 rows of a 64 x 64 float32 table) against numpy's ``table[idx]``."""
+    """Calls per second of tiny calls (8 rows of a 64 x 64 float32 table) against numpy on the same rows: its
+    ``table[idx]`` for the gathers, ``table[idx] = rows`` for the tile scatter."""
     rng = np.random.default_rng(1)
     table = rng.standard_normal((64, 64), dtype=np.float32)
     rows = np.array([3, 17, 42, 0, 63, 8, 25, 50], dtype=np.int32)
@@ -333,28 +335,41 @@ def overhead(repeat: int) -> list[dict]:
     gt = pto.GlobalTensor(table)
     idx_tile = pto.Tile.from_array(rows.reshape(1, 8))
     dst = pto.Tile("float32", 8, 64)
+    written = np.zeros_like(table)
+    written_gt = pto.GlobalTensor(written)
 
     def tile_op():
         pto.mgather(dst, gt, idx_tile, coalesce="row", target="a5")
 
+    def tile_scatter():
+        pto.mscatter(written_gt, dst, idx_tile, coalesce="row", target="a5")
+
+    gather_peer = lambda: table[rows]  # noqa: E731
+    scatter_peer = lambda: written.__setitem__(rows, want)  # noqa: E731
     cases = [("whole-array pto.gather, 8 rows, a5 (multicore)", 8.0,
-              lambda: pto.gather(table, rows, coalesce="row", target="a5")),
-             ("whole-array pto.gather, 8 rows, a2a3", 8.0, lambda: pto.gather(table, rows, coalesce="row", target="a2a3")),
-             ("8 x 64 Row pto.mgather tile op, a5 (multicore)", 6.0, tile_op)]
+              lambda: pto.gather(table, rows, coalesce="row", target="a5"), gather_peer),
+             ("whole-array pto.gather, 8 rows, a2a3", 8.0, lambda: pto.gather(table, rows, coalesce="row", target="a2a3"),
+              gather_peer),
+             ("8 x 64 Row pto.mgather tile op, a5 (multicore)", 6.0, tile_op, gather_peer),
+             ("8 x 64 Row pto.mscatter tile op (Conflict::Last), a5 (multicore), vs numpy's table[idx] = rows", 6.0,
+              tile_scatter, scatter_peer)]
     same_bits(cases[0][2](), want, "a5 whole-array gather")
     same_bits(cases[1][2](), want, "a2a3 whole-array gather")
     tile_op()
     same_bits(dst.valid_numpy(), want, "a5 tile op")
-    peer = lambda: table[rows]  # noqa: E731
+    tile_scatter()
+    expected = np.zeros_like(table)
+    expected[rows] = want
+    same_bits(written, expected, "a5 tile scatter")
     out = []
-    for name, target, fn in cases:
+    for name, target, fn, peer in cases:
         k = calls_per_round(fn)
 
         def ours_k(fn=fn, k=k):
             for _ in range(k):
                 fn()
 
-        def peer_k(k=k):
+        def peer_k(k=k, peer=peer):
             for _ in range(k):
                 peer()
 
@@ -424,7 +439,8 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
             lines.append(f"| {r['op']} | {r['dtype']} | {size_label(r['size'])} | {r['peer']} | {r['ours_ms']:.3f} | "
                          f"{r['peer_ms']:.3f} | {r['ratio']:.2f}x |")
     if overhead_rows:
-        lines += ["", "Per-call overhead (8 rows of a 64 x 64 float32 table), against numpy's `table[idx]`:", "",
+        lines += ["", "Per-call overhead (8 rows of a 64 x 64 float32 table), against numpy's `table[idx]` (the tile "
+                  "scatter: `table[idx] = rows`):", "",
                   "| call | calls/s | numpy calls/s | µs per call | numpy µs | our time / numpy's | target |",
                   "|---|---|---|---|---|---|---|"]
         for r in overhead_rows:

@@ -496,87 +496,135 @@ def mscatter_scalar_impl(plan) -> None:
         simt.host_store(plan.atomic, fmt)(table, slot, value)
 
 
-class KeptTileGather:
-    """The ``multicore`` launch of one tile-op MGATHER signature (:attr:`simt_pto.plan.Plan.signature`), run on
-    each later call's own tiles and table. :func:`mgather_plan` reads nothing of a call but its signature and its
-    operands' memory, so a call of that signature differs from the one whose launch is kept only in the arrays the
-    launch takes: ``dst``'s and ``idx``'s storage and the table's memory."""
+class KeptTileOp:
+    """The ``multicore`` launch of one tile-op signature (:attr:`simt_pto.plan.Plan.signature`: an MGATHER, or an
+    MSCATTER that is one launch without a guard), run on each later call's own tiles and table. :func:`mgather_plan`
+    and :func:`mscatter_plan` read nothing of a call but its signature and its operands' memory (a 16-bit float Add
+    also the table's alignment), so a call of that signature differs from the one whose launch is kept only in the
+    arrays the launch takes: the data tile's and the index tile's storage and the table's memory, each viewed as the
+    kept launch took it."""
 
-    __slots__ = ("signature", "launch", "bits", "index_bits", "row_indices")
+    OPERANDS = {"MGATHER": ("dst", "idx", "table"), "MSCATTER": ("src", "idx", "table")}
+    """The launch's arguments that are the call's own arrays: the data tile, the index tile, the table."""
 
-    def __init__(self, plan, launch):
-        self.signature, self.launch = plan.signature, launch
-        # (views taken with dtype objects, the table's flat view by ravel: a C-contiguous array's is a view; each
-        # saves a fraction of a microsecond a tile op pays on every call)
-        self.bits, self.index_bits = np.dtype(plan.dtype.bits), np.dtype(plan.idx.dtype.bits)
+    __slots__ = ("signature", "launch", "views", "row_indices", "scatter", "whole_words")
+
+    def __init__(self, plan, launch, views: tuple[np.dtype, ...], whole_words: bool):
+        self.signature, self.launch, self.views, self.whole_words = plan.signature, launch, views, whole_words
+        self.scatter = plan.op == "MSCATTER"
         # the Row walk's indices in the index tile's storage (Plan.index_bits), a constant of the signature
         self.row_indices = (slice(0, plan.rows * plan.idx_step, plan.idx_step) if plan.coalesce == Coalesce.ROW
                             else None)
 
-    def run(self, dst, table, idx) -> None:
-        """The kept launch on these operands (validated: a plan of the signature, re-pointed at them)."""
-        self.launch(dst.data.view(self.bits), idx.data.view(self.index_bits), table.array.ravel().view(self.bits))
+    @classmethod
+    def of(cls, plan, call: CallPlan, backend: str) -> KeptTileOp | None:
+        """The kept launch of a tile op that ran ``call`` (its plan) on ``backend``, or None: another backend, a
+        device table, or a plan that is not one launch without a guard (the ``(1, 1)`` scalar fallbacks, a mid-word
+        16-bit float Add, a float32 Max / Min's pair of table views)."""
+        if backend != "multicore" or plan.signature is None or plan.table.on_device:
+            return None
+        operands = cls.OPERANDS[plan.op]
+        launch = simt.single_cpu_launcher(call, operands)
+        if launch is None:
+            return None
+        arguments = call.steps[0].arguments
+        if not all(isinstance(arguments[name], np.ndarray) for name in operands):  # a float32 Max / Min's pair
+            return None
+        # (dtype objects: a view taken with one costs less than with a type, and a tile op pays it on every call)
+        views = tuple(np.dtype(arguments[name].dtype) for name in operands)
+        whole_words = plan.op == "MSCATTER" and element_format(plan) in store.EDGE
+        return cls(plan, launch, views, whole_words)
 
-    def __call__(self, dst, table, idx) -> bool:
-        """Run a call of the signature whose operands pass the checks every call gets (its operands' overlap,
-        :mod:`simt_pto.aliasing` and :func:`simt_pto.ub.check_distinct_storage`; its index values,
-        :func:`simt_pto.plan.check_oob`) and return True; False, having written nothing, for a call those checks
-        might refuse: the full path (:func:`simt_pto.constraints.plan_mgather`) then checks it and names what it
-        refuses. Both overlap rules refuse any two of these arrays whose byte ranges meet, so one bounds test per
-        pair decides both."""
-        dst_data, memory = dst.data, table.array
-        if np.may_share_memory(dst_data, idx.data) or np.may_share_memory(dst_data, memory):
+    def fits(self, table) -> bool:
+        """Whether the kept launch takes this table of the signature: any, but for a 16-bit float Add only one that
+        starts on a 4-byte boundary (the others take the boundary-word form, :func:`element_format`)."""
+        return not self.whole_words or base_address(table.array) % 4 == 0
+
+    def run(self, tile, table, idx) -> None:
+        """The kept launch on these operands (validated: a plan of the signature, re-pointed at them, whose table
+        it :meth:`fits`). The table's flat view is ``ravel``'s: a C-contiguous array's is a view."""
+        data, index, memory = self.views
+        self.launch(tile.data.view(data), idx.data.view(index), table.array.ravel().view(memory))
+
+    def __call__(self, tile, table, idx) -> bool:
+        """Run a call of the signature whose operands pass the checks every call gets and return True; False, having
+        written nothing, for a call those checks might refuse or whose table the kept launch does not fit: the full
+        path (:func:`simt_pto.constraints.plan_mgather` / ``plan_mscatter``) then checks it, names what it refuses,
+        or builds the launch this table needs.
+
+        * Overlap (:mod:`simt_pto.aliasing`; :func:`simt_pto.ub.check_distinct_storage`): an MGATHER's destination
+          against its index tile and its table, an MSCATTER's table against both tiles and its tiles against each
+          other. Those rules refuse any two of these arrays whose byte ranges meet, so one bounds test per pair
+          decides.
+        * The index values (:func:`simt_pto.plan.check_oob`), under a policy that leaves out-of-range ones undefined.
+        * A 16-bit float Add's table starts on a 4-byte boundary (its words' CAS form; else the boundary-word form).
+        """
+        data, memory = tile.data, table.array
+        if self.scatter:
+            if (np.may_share_memory(memory, data) or np.may_share_memory(memory, idx.data)
+                    or np.may_share_memory(data, idx.data)):
+                return False
+            if not self.fits(table):
+                return False
+        elif np.may_share_memory(data, idx.data) or np.may_share_memory(data, memory):
             return False
-        idx_bits = idx.data.view(self.index_bits)  # (tile_bits)
+        data_view, index_view, memory_view = self.views
+        index = idx.data.view(index_view)
         signature = self.signature
         if signature.checks_range:
-            bits = idx_bits[self.row_indices] if self.row_indices is not None else signature.index_bits(idx, dst)
+            bits = index[self.row_indices] if self.row_indices is not None else signature.index_bits(idx, tile)
             if not indices_below(bits, signature.capacity):
                 return False
-        self.launch(dst_data.view(self.bits), idx_bits, memory.ravel().view(self.bits))
+        self.launch(data.view(data_view), index, memory.ravel().view(memory_view))
         return True
 
 
-_TILE_GATHERS = CallCache(maxsize=256)
-"""The tile ops' MGATHER launches on the ``multicore`` backend (:class:`KeptTileGather`), by signature:
-``id(plan.signature)``; the entry's own ``signature`` is compared by identity (an id outlives its object)."""
+_KEPT_TILE_OPS = CallCache(maxsize=256)
+"""The tile ops' launches on the ``multicore`` backend (:class:`KeptTileOp`), by signature: ``id(plan.signature)``;
+the entry's own ``signature`` is compared by identity (an id outlives its object)."""
 
 
-def _kept_gather(signature, backend: str) -> KeptTileGather | None:
-    kept = _TILE_GATHERS.get(id(signature)) if backend == "multicore" else None
+def _kept(signature, backend: str) -> KeptTileOp | None:
+    kept = _KEPT_TILE_OPS.get(id(signature)) if backend == "multicore" and signature is not None else None
     return kept if kept is not None and kept.signature is signature else None
 
 
-def run_kept_mgather(signature, backend: str, dst, table, idx) -> bool:
-    """A repeated tile-op MGATHER of a validated ``signature``, on its kept launch (:class:`KeptTileGather`) when
-    ``backend`` keeps one and the call passes its per-call checks: True. False: nothing was run or written, the
+def run_kept(signature, backend: str, tile, table, idx) -> bool:
+    """A repeated tile op (MGATHER or MSCATTER) of a validated ``signature``, on its kept launch (:class:`KeptTileOp`)
+    when ``backend`` keeps one and the call passes its per-call checks: True. False: nothing was run or written, the
     caller takes the full path."""
-    kept = _TILE_GATHERS.get(id(signature)) if backend == "multicore" else None
-    return kept is not None and kept.signature is signature and kept(dst, table, idx)
+    kept = _KEPT_TILE_OPS.get(id(signature)) if backend == "multicore" else None
+    return kept is not None and kept.signature is signature and kept(tile, table, idx)
+
+
+def _run_tile_op(plan, backend: str | None, build) -> None:
+    """A tile op's plan on ``backend``: the kept launch of its signature when there is one, else ``build(plan)`` run
+    and kept for the next call of the signature."""
+    backend = a5_backend() if backend is None else backend
+    kept = _kept(plan.signature, backend)
+    if kept is not None and kept.fits(plan.table):
+        kept.run(plan.tile, plan.table, plan.idx)
+        return
+    call = build(plan)
+    run_plan(call, backend)
+    kept = KeptTileOp.of(plan, call, backend)
+    if kept is not None:  # (a mid-word table's boundary-word launch is never kept: it has a guard)
+        _KEPT_TILE_OPS.put(id(plan.signature), kept)
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
     """MGATHER on A5: :func:`mgather_plan` run on ``backend``; on ``multicore``, the kept launch of its signature
-    (:data:`_TILE_GATHERS`) when there is one, and kept for the next call when there is none."""
-    backend = a5_backend() if backend is None else backend
-    kept = _kept_gather(plan.signature, backend) if plan.signature is not None else None
-    if kept is not None:
-        kept.run(plan.tile, plan.table, plan.idx)
-        return
-    call = mgather_plan(plan)
-    run_plan(call, backend)
-    if backend == "multicore" and plan.signature is not None and not plan.table.on_device:
-        launch = simt.single_cpu_launcher(call, ("dst", "idx", "table"))
-        if launch is not None:
-            _TILE_GATHERS.put(id(plan.signature), KeptTileGather(plan, launch))
+    (:class:`KeptTileOp`) when there is one, and kept for the next call when there is none."""
+    _run_tile_op(plan, backend, mgather_plan)
 
 
 def run_mscatter(plan, backend: str | None = None) -> None:
-    """MSCATTER on A5: :func:`mscatter_plan` run on ``backend``."""
-    run_plan(mscatter_plan(plan), backend)
+    """MSCATTER on A5: :func:`mscatter_plan` run on ``backend``; on ``multicore``, kept per signature as
+    :func:`run_mgather`'s."""
+    _run_tile_op(plan, backend, mscatter_plan)
 
 
-__all__ = ["BoundaryWords", "KeptTileGather", "base_address", "copy_to_host", "element_format", "gm_memory", "guarded", "holding",
+__all__ = ["BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "element_format", "gm_memory", "guarded", "holding",
            "holds_host_memory", "mgather_l1_plan", "mgather_plan", "mgather_scalar_impl", "mscatter_plan",
-           "mscatter_scalar_impl", "on_gpu", "run_kept_mgather", "run_mgather", "run_plan", "run_mscatter", "scatter_policy",
+           "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather", "run_plan", "run_mscatter", "scatter_policy",
            "scatter_table", "table_memory", "tile_bits", "to_device"]

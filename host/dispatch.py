@@ -52,14 +52,14 @@ def run_mgather(plan) -> None:
     _run(plan, "run_mgather")
 
 
-def run_kept_mgather(signature, dst, table, idx) -> bool:
-    """A repeated MGATHER tile op of a validated signature (:func:`simt_pto.constraints.cached_mgather`) on the
-    launch its target keeps for it (a5 on ``multicore``: ``simt_pto.host.a5.run_kept_mgather``), checked only in
-    what depends on the call's memory and index values. False when the target keeps none or the call needs the
-    full path's checks: nothing was run."""
+def run_kept(signature, tile, table, idx) -> bool:
+    """A repeated tile op (MGATHER or MSCATTER) of a validated signature (:func:`simt_pto.constraints.cached_mgather`
+    / ``cached_mscatter``) on the launch its target keeps for it (a5 on ``multicore``:
+    ``simt_pto.host.a5.run_kept``), checked only in what depends on the call's memory and index values. False when
+    the target keeps none or the call needs the full path: nothing was run."""
     if signature.target != "a5":
         return False
-    return runner("a5").run_kept_mgather(signature, a5_backend(), dst, table, idx)
+    return runner("a5").run_kept(signature, a5_backend(), tile, table, idx)
 
 
 def run_mscatter(plan) -> None:
@@ -67,4 +67,4 @@ def run_mscatter(plan) -> None:
     _run(plan, "run_mscatter")
 
 
-__all__ = ["RUNNERS", "run_kept_mgather", "run_mgather", "run_mscatter", "runner"]
+__all__ = ["RUNNERS", "run_kept", "run_mgather", "run_mscatter", "runner"]

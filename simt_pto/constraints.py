@@ -197,9 +197,15 @@ def _plan_key(op, target, tile, table, idx, *policy) -> tuple | None:
 def cached_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan | None:
     """The validated plan without operands of this MGATHER's signature (what :func:`plan_mgather` re-points at
     each call), if a call of that signature has been validated; None otherwise. A runtime that keeps a launch per
-    signature runs a repeated call from it (``simt_pto.host.dispatch.run_kept_mgather``), checking only what
-    depends on this call's memory and index values."""
+    signature runs a repeated call from it (``simt_pto.host.dispatch.run_kept``), checking only what depends on
+    this call's memory and index values."""
     return _PLANS.get(_plan_key("MGATHER", target, dst, table, idx, coalesce, oob, exec_, scratch is None, strict,
+                                dyn_ubuf_size))
+
+
+def cached_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan | None:
+    """:func:`cached_mgather` for MSCATTER (the signature :func:`plan_mscatter` keeps)."""
+    return _PLANS.get(_plan_key("MSCATTER", target, src, table, idx, coalesce, atomic, oob, conflict, strict,
                                 dyn_ubuf_size))
 
 

@@ -40,7 +40,7 @@ def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesc
               from_any(GatherExec, exec, "exec"), scratch, _strict(strict), dyn_ubuf_size)
     # a repeated call (a kernel's tile loop) runs on what its target keeps for its signature
     signature = constraints.cached_mgather(target, dst, table, idx, *policy)
-    if signature is not None and dispatch.run_kept_mgather(signature, dst, table, idx):
+    if signature is not None and dispatch.run_kept(signature, dst, table, idx):
         return dst
     dispatch.run_mgather(constraints.plan_mgather(target, dst, table, idx, *policy))
     return dst
@@ -62,10 +62,13 @@ def mscatter(table: GlobalTensor, src: Tile, idx: Tile, *, coalesce: CoalesceLik
     Returns ``table``.
     """
     target = target_from_any(target)
-    plan = constraints.plan_mscatter(target, table, src, idx, from_any(Coalesce, coalesce, "coalesce"),
-                                     from_any(ScatterAtomicOp, atomic, "atomic"), from_any(ScatterOOB, oob, "oob"),
-                                     from_any(ScatterConflict, conflict, "conflict"), _strict(strict), dyn_ubuf_size)
-    dispatch.run_mscatter(plan)
+    policy = (from_any(Coalesce, coalesce, "coalesce"), from_any(ScatterAtomicOp, atomic, "atomic"),
+              from_any(ScatterOOB, oob, "oob"), from_any(ScatterConflict, conflict, "conflict"), _strict(strict),
+              dyn_ubuf_size)
+    signature = constraints.cached_mscatter(target, table, src, idx, *policy)  # as in mgather
+    if signature is not None and dispatch.run_kept(signature, src, table, idx):
+        return table
+    dispatch.run_mscatter(constraints.plan_mscatter(target, table, src, idx, *policy))
     return table
 
 

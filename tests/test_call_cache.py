@@ -468,6 +468,112 @@ def test_a_repeated_tile_gather_applies_its_oob_policy_to_the_new_indices(coales
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("atomic, conflict, dtype", [("none", "last", "float32"), ("none", "default", "int8"),
+                                                     ("add", "default", "float32"), ("add", "default", "float16"),
+                                                     ("max", "default", "int32"), ("none", "last", "float16")])
+@pytest.mark.parametrize("index_dtype", ["int32", "uint32"])
+def test_a_repeated_tile_scatter_runs_its_kept_launch_on_the_new_operands(coalesce, atomic, conflict, dtype,
+                                                                          index_dtype, monkeypatch):
+    """Oracles: ``reference.last_writer_scatter`` (Last), ``np.add.at`` / ``np.maximum.at`` (atomics), numpy's
+    assignment for Default with distinct slots."""
+    from simt_pto import reference
+    from simt_pto.host import a5
+    if a5.a5_backend() != "multicore":
+        pytest.skip("the kept launches are the multicore backend's")
+    slots, cols = 40, 32
+    capacity = slots if coalesce == "row" else slots * cols
+
+    def call(seed):
+        rng = np.random.default_rng(seed)
+        table = rng.integers(-20, 20, (slots, cols)).astype(dtype)
+        if coalesce == "row":
+            src, idx_tile = pto.Tile(dtype, 8, cols), pto.Tile(index_dtype, 1, 32, valid=(1, 8))
+            idx = (rng.permutation(slots)[:8] if conflict == "default" and atomic == "none"
+                   else rng.integers(0, slots, 8))[None, :].astype(index_dtype)
+            values = rng.integers(-9, 9, (8, cols)).astype(dtype)
+        else:
+            src, idx_tile = pto.Tile(dtype, 4, 32, valid=(4, 16)), pto.Tile(index_dtype, 4, 32, valid=(4, 16))
+            idx = (rng.permutation(capacity)[:64] if conflict == "default" and atomic == "none"
+                   else rng.integers(0, capacity // 4, 64)).reshape(4, 16).astype(index_dtype)
+            values = rng.integers(-9, 9, (4, 16)).astype(dtype)
+        src.set(values)
+        idx_tile.set(idx)
+        flat_idx = idx.ravel().astype(np.int64)
+        want = table.copy() if coalesce == "row" else table.ravel().copy()
+        updates = values if coalesce == "row" else values.ravel()
+        if atomic == "add":
+            np.add.at(want, flat_idx, updates)
+        elif atomic == "max":
+            np.maximum.at(want, flat_idx, updates)
+        elif conflict == "last":
+            want = reference.last_writer_scatter(want, flat_idx, updates)
+        else:
+            want[flat_idx] = updates
+        pto.mscatter(pto.GlobalTensor(table), src, idx_tile, coalesce=coalesce, atomic=atomic, conflict=conflict,
+                     target="a5")
+        assert np.array_equal(table.reshape(want.shape), want)
+    call(0)
+
+    def full_path(*args, **kwargs):
+        raise AssertionError("the call took the full path")
+    monkeypatch.setattr(a5, "mscatter_plan", full_path)
+    monkeypatch.setattr(constraints, "plan_mscatter", full_path)
+    call(1)
+    call(2)
+
+
+def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monkeypatch):
+    """A kept float16 Add launch works on the table's 32-bit words; a table of its signature that starts mid-word
+    must take the full path's boundary-word form instead (chosen per call from the address: on x86 a misaligned
+    word CAS would still add right, so the test watches which plan ran)."""
+    from simt_pto.host import a5
+    plans = []
+
+    def recorded(plan, build=a5.mscatter_plan):
+        plans.append(build(plan))
+        return plans[-1]
+    monkeypatch.setattr(a5, "mscatter_plan", recorded)
+    memory = np.zeros(65, np.float16)
+    even = memory[:-1] if memory.ctypes.data % 4 == 0 else memory[1:]
+    odd = memory[1:] if memory.ctypes.data % 4 == 0 else memory[:-1]
+    src, idx_tile = pto.Tile("float16", 1, 16), pto.Tile("int32", 1, 16)
+    src.set(np.arange(1, 17, dtype=np.float16).reshape(1, 16))
+    idx = np.array([[0, 63, 5, 63, 1, 2, 3, 4, 62, 61, 0, 0, 7, 8, 9, 10]], np.int32)
+    idx_tile.set(idx)
+    for table in (even, even, odd, even, odd):
+        memory[:] = 0
+        pto.mscatter(pto.GlobalTensor(table), src, idx_tile, coalesce="elem", atomic="add", conflict="default",
+                     target="a5")
+        want = np.zeros(64, np.float16)
+        np.add.at(want, idx.ravel(), src.valid_numpy().ravel())
+        assert np.array_equal(table, want)
+        assert memory[0 if table is odd else 64] == 0  # the byte pair outside the table is untouched
+    # built: the first even table's plan (then kept), and each odd table's, in its boundary-word form
+    assert [call.guard_name for call in plans] == [None] + [a5.BoundaryWords.GUARD_NAME] * 2
+
+
+def test_tile_scatter_operands_that_overlap_are_refused_after_a_disjoint_call():
+    table = np.zeros((64, 64), np.float32)
+    gt = pto.GlobalTensor(table)
+    src, idx_tile = row_tiles()
+    pto.mscatter(gt, src, idx_tile, target="a5")
+    aliased_src, _ = row_tiles()
+    aliased_src.data = table[8:16].reshape(-1)  # the source tile's storage inside the table it writes
+    first, again, third = first_and_cached_refusals(lambda: pto.mscatter(gt, src, idx_tile, target="a5"),
+                                                    lambda: pto.mscatter(gt, aliased_src, idx_tile, target="a5"))
+    assert first == again == third and first[0] is ConstraintError and "shares memory" in first[1]
+    shared_idx = pto.Tile("int32", 1, 8)
+    shared_idx.data = src.data[:8].view(np.int32)  # the index tile inside the source tile
+    first, again, third = first_and_cached_refusals(lambda: pto.mscatter(gt, src, idx_tile, target="a5"),
+                                                    lambda: pto.mscatter(gt, src, shared_idx, target="a5"))
+    assert first == again == third and first[0] is ConstraintError and "UB tiles do not overlap" in first[1]
+    before = table.copy()
+    with pytest.raises(ConstraintError):
+        pto.mscatter(gt, aliased_src, idx_tile, target="a5")
+    assert np.array_equal(table, before)
+
+
 def test_a_changed_tile_is_validated_again():
     table = pto.GlobalTensor(table_of())
     dst, idx_tile = row_tiles()
