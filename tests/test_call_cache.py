@@ -670,3 +670,24 @@ def test_threads_running_tile_ops_of_one_signature_get_their_own_results():
                 failures.append(k)
     _run_in_threads(worker, 4)
     assert not failures
+
+
+def test_threads_adding_through_one_kept_tile_scatter_lose_no_update():
+    """Tile scatters of one signature from several threads into one table: the kept launch's adds are atomic, so
+    every update lands (oracle: the counts times the values)."""
+    table = np.zeros((64, 32), np.int32)
+    gt = pto.GlobalTensor(table)
+    rows = np.array([[1, 5, 5, 9, 1, 63, 0, 5]], np.int32)
+    calls = 200
+
+    def worker(k):
+        src, idx_tile = pto.Tile("int32", 8, 32), pto.Tile("int32", 1, 8)
+        src.fill(k + 1)
+        idx_tile.set(rows)
+        for _ in range(calls):
+            pto.mscatter(gt, src, idx_tile, coalesce="row", atomic="add", conflict="default", target="a5")
+    _run_in_threads(worker, 4)
+    want = np.zeros_like(table)
+    for k in range(4):
+        np.add.at(want, rows[0], np.full((8, 32), (k + 1) * calls, np.int32))
+    assert np.array_equal(table, want)
