@@ -553,27 +553,6 @@ def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monke
     assert [call.guard_name for call in plans] == [None] + [a5.BoundaryWords.GUARD_NAME] * 2
 
 
-def test_tile_scatter_operands_that_overlap_are_refused_after_a_disjoint_call():
-    table = np.zeros((64, 64), np.float32)
-    gt = pto.GlobalTensor(table)
-    src, idx_tile = row_tiles()
-    pto.mscatter(gt, src, idx_tile, target="a5")
-    aliased_src, _ = row_tiles()
-    aliased_src.data = table[8:16].reshape(-1)  # the source tile's storage inside the table it writes
-    first, again, third = first_and_cached_refusals(lambda: pto.mscatter(gt, src, idx_tile, target="a5"),
-                                                    lambda: pto.mscatter(gt, aliased_src, idx_tile, target="a5"))
-    assert first == again == third and first[0] is ConstraintError and "shares memory" in first[1]
-    shared_idx = pto.Tile("int32", 1, 8)
-    shared_idx.data = src.data[:8].view(np.int32)  # the index tile inside the source tile
-    first, again, third = first_and_cached_refusals(lambda: pto.mscatter(gt, src, idx_tile, target="a5"),
-                                                    lambda: pto.mscatter(gt, src, shared_idx, target="a5"))
-    assert first == again == third and first[0] is ConstraintError and "UB tiles do not overlap" in first[1]
-    before = table.copy()
-    with pytest.raises(ConstraintError):
-        pto.mscatter(gt, aliased_src, idx_tile, target="a5")
-    assert np.array_equal(table, before)
-
-
 def test_a_changed_tile_is_validated_again():
     table = pto.GlobalTensor(table_of())
     dst, idx_tile = row_tiles()
@@ -594,21 +573,31 @@ def test_a_tile_op_on_a_read_only_table_is_refused_after_a_writable_one():
     assert first == again == third and first[0] is ConstraintError
 
 
-def test_tile_storage_that_overlaps_is_refused_after_a_disjoint_call():
+@pytest.mark.parametrize("op", ["mgather", "mscatter"])
+def test_tile_operands_that_overlap_are_refused_after_a_disjoint_call_and_nothing_is_written(op):
     table = np.zeros((64, 64), np.float32)
     gt = pto.GlobalTensor(table)
-    dst, idx_tile = row_tiles()
-    pto.mgather(dst, gt, idx_tile, target="a5")
+    tile, idx_tile = row_tiles()
+    tile.fill(3)
+
+    def call(data_tile, index_tile):
+        if op == "mgather":
+            return pto.mgather(data_tile, gt, index_tile, target="a5")
+        return pto.mscatter(gt, data_tile, index_tile, target="a5")
+    call(tile, idx_tile)
     aliased, _ = row_tiles()
-    aliased.data = table[:8].reshape(-1)  # the destination tile's storage is the table it reads
-    first, again, third = first_and_cached_refusals(lambda: pto.mgather(dst, gt, idx_tile, target="a5"),
-                                                    lambda: pto.mgather(aliased, gt, idx_tile, target="a5"))
+    aliased.data = table[8:16].reshape(-1)  # the data tile's storage inside the table the op reads or writes
+    first, again, third = first_and_cached_refusals(lambda: call(tile, idx_tile), lambda: call(aliased, idx_tile))
     assert first == again == third and first[0] is ConstraintError and "shares memory" in first[1]
     shared_idx = pto.Tile("int32", 1, 8)
-    shared_idx.data = dst.data[:8].view(np.int32)  # the index tile inside the destination tile
-    first, again, third = first_and_cached_refusals(lambda: pto.mgather(dst, gt, idx_tile, target="a5"),
-                                                    lambda: pto.mgather(dst, gt, shared_idx, target="a5"))
+    shared_idx.data = tile.data[:8].view(np.int32)  # the index tile inside the data tile
+    first, again, third = first_and_cached_refusals(lambda: call(tile, idx_tile), lambda: call(tile, shared_idx))
     assert first == again == third and first[0] is ConstraintError and "UB tiles do not overlap" in first[1]
+    before, tile_before = table.copy(), tile.data.copy()
+    for bad in (lambda: call(aliased, idx_tile), lambda: call(tile, shared_idx)):
+        with pytest.raises(ConstraintError):
+            bad()
+    assert np.array_equal(table, before) and np.array_equal(tile.data, tile_before)
 
 
 def test_out_of_range_tile_indices_are_refused_after_a_clean_call():
