@@ -27,7 +27,6 @@ no runner can repeat (:class:`A5Scatter`).
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -201,24 +200,21 @@ class A5Scatter:
         return table
 
 
-_spare_owner: dict = {}
+_SPARE_OWNER = CallCache(maxsize=1)
 """The owner array of the last owner-path scatter that finished, by ``(size, dtype)``: the next call of that size
 takes it instead of a new one. A new array of that size is fresh pages, which the reset then faults in one by one:
-64M updates into 4M slots have 32 MB of owners, about a tenth of the call. One array at most (the last one);
-taking it removes it, so no two calls share one. Its contents are never read: the reset marks every owner unowned."""
-_spare_lock = threading.Lock()
+64M updates into 4M slots have 32 MB of owners, about a tenth of the call. One array at most (the last one; it stays
+allocated until another size replaces it or ``CallCache.clear_all()`` drops it); taking it removes it, so no two
+calls share one. Its contents are never read: the reset marks every owner unowned."""
 
 
 def _take_owner(size: int, dtype: np.dtype) -> np.ndarray:
-    with _spare_lock:
-        owner = _spare_owner.pop((size, dtype), None)
+    owner = _SPARE_OWNER.take((size, dtype))
     return np.empty(size, dtype) if owner is None else owner
 
 
 def _keep_owner(owner: np.ndarray) -> None:
-    with _spare_lock:
-        _spare_owner.clear()
-        _spare_owner[owner.size, owner.dtype] = owner
+    _SPARE_OWNER.put((owner.size, owner.dtype), owner)
 
 
 __all__ = ["A5Gather", "A5Scatter", "gather", "index_bits", "remember_gather", "remember_scatter", "scatter"]

@@ -145,6 +145,12 @@ class CallCache:
             while len(self._entries) > self.maxsize:
                 del self._entries[next(iter(self._entries))]
 
+    def take(self, key: Hashable) -> Any:
+        """Remove and return the entry of ``key`` (None when there is none): a value only one caller may hold at a
+        time (a reusable buffer)."""
+        with self._lock:
+            return self._entries.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

@@ -314,13 +314,16 @@ def test_a_repeated_last_scatter_reuses_the_owner_array_of_the_last_call_and_nev
     assert call(0)
     monkeypatch.setattr(large, "_scatter", lambda *a, **k: pytest.fail("the call took the full path"))
     assert call(1)
-    (spare,) = fast_path._spare_owner.values()
+    (spare,) = fast_path._SPARE_OWNER._entries.values()
     spare.fill(np.iinfo(spare.dtype).max)  # a claim of every slot, by a position no update has
     assert call(2)
-    assert next(iter(fast_path._spare_owner.values())) is spare  # the same array, taken and given back
+    assert next(iter(fast_path._SPARE_OWNER._entries.values())) is spare  # the same array, taken and given back
     failures = []
     _run_in_threads(lambda k: failures.extend(seed for seed in range(10 * k, 10 * k + 10) if not call(seed)), 4)
     assert not failures
+    assert len(fast_path._SPARE_OWNER) == 1  # one spare however many calls ran at once
+    CallCache.clear_all()
+    assert len(fast_path._SPARE_OWNER) == 0  # and the caches' reset lets it go
 
 
 def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
