@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from simt_pto.backend import a5_backend, require_jit
+from simt_pto.backend import JitRequiredError, MissingExtraError, a5_backend, require_jit
 
 RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5"}
 """The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
@@ -59,7 +59,11 @@ def run_kept(signature, tile, table, idx) -> bool:
     the target keeps none or the call needs the full path: nothing was run."""
     if signature.target != "a5":
         return False
-    return runner("a5").run_kept(signature, a5_backend(), tile, table, idx)
+    try:
+        backend = a5_backend()
+    except (JitRequiredError, MissingExtraError):  # the full path raises it, after its own checks, as a first call
+        return False
+    return runner("a5").run_kept(signature, backend, tile, table, idx)
 
 
 def run_mscatter(plan) -> None:

@@ -55,16 +55,32 @@ def test_without_the_jit_a5_and_a2a3_raise_one_clear_error_and_write_nothing():
         assert not table.any(), table
         print("cpu target", pto.gather(np.arange(8, dtype=np.float32), np.array([3, 1], np.int32),
                                        coalesce="elem", target="cpu"))
+        # a tile op of a signature validated before: the same refusal, and an overlap still named first
+        from simt_pto.errors import ConstraintError
+        gt = pto.GlobalTensor(np.zeros((8, 8), np.float32))
+        dst, idx = pto.Tile("float32", 2, 8), pto.Tile("int32", 1, 8, valid=(1, 2))
+        for k in range(2):
+            try:
+                pto.mgather(dst, gt, idx, target="a5")
+            except JitRequiredError as e:
+                print(f"tile gather {k} refused:", e)
+        aliased = pto.Tile("float32", 2, 8)
+        aliased.data = gt.array[:2].reshape(-1)
+        try:
+            pto.mgather(aliased, gt, idx, target="a5")
+        except ConstraintError as e:
+            print("tile overlap refused:", e)
     """)
     out = subprocess.run([sys.executable, "-c", code], env=NO_JIT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     for name, target in (("a5 scatter add", "a5"), ("a5 gather", "a5"), ("a5 on the simulator", "a5"),
-                         ("a2a3 scatter", "a2a3")):
+                         ("a2a3 scatter", "a2a3"), ("tile gather 0", "a5"), ("tile gather 1", "a5")):
         line = next(line for line in lines if line.startswith(name + " "))
         assert line.startswith(f"{name} refused: target '{target}' {JIT_MESSAGE}"), line
         assert "unset NUMBA_DISABLE_JIT" in line
     assert "cpu target [3. 1.]" in lines
+    assert any(line.startswith("tile overlap refused:") and "shares memory" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("argv", [
