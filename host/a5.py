@@ -593,8 +593,8 @@ def run_kept(signature, backend: str, tile, table, idx) -> bool:
     """A repeated tile op (MGATHER or MSCATTER) of a validated ``signature``, on its kept launch (:class:`KeptTileOp`)
     when ``backend`` keeps one and the call passes its per-call checks: True. False: nothing was run or written, the
     caller takes the full path."""
-    kept = _KEPT_TILE_OPS.get(id(signature)) if backend == "multicore" else None
-    return kept is not None and kept.signature is signature and kept(tile, table, idx)
+    kept = _kept(signature, backend)
+    return kept is not None and kept(tile, table, idx)
 
 
 def _run_tile_op(plan, backend: str | None, build) -> None:

@@ -140,10 +140,11 @@ class A5Gather:
 class A5Scatter:
     """The kernel launches of an ``a5`` whole-array scatter on the ``multicore`` backend (one launch over the tiles;
     or the Conflict::Last owner path's reset, claim and write), with a call's own table, source and index bits in
-    the places of the first call's, each in the view that launch took (``simt.cpu_launcher``), and new owner state
-    for the owner path. Every launch must take the whole of each operand: the slot-centric Last path (a launch per
-    tile, each over its part of the source) and the compact owner path (slot numbers computed from the index
-    values) have no runner, nor has a plan with a guard (a mid-word 16-bit float Add) or a host step."""
+    the places of the first call's, each in the view that launch took (``simt.cpu_launcher``), and for the owner
+    path the owner array the call before it left (:data:`_SPARE_OWNER`), marked unowned again by the reset. Every
+    launch must take the whole of each operand: the slot-centric Last path (a launch per tile, each over its part
+    of the source) and the compact owner path (slot numbers computed from the index values) have no runner, nor has
+    a plan with a guard (a mid-word 16-bit float Add) or a host step."""
 
     OPERANDS = ("table", "src", "idx")
 

@@ -50,7 +50,7 @@ class Plan:
     strict: bool = True
     signature: Plan | None = field(default=None, compare=False, repr=False)
     """The cached plan of this call's signature (:class:`CallCache`) this plan was re-pointed from, or None: a runtime
-    may keep what it built for a signature by it (the tile ops' launches, ``simt_pto.host.a5.run_mgather``)."""
+    may keep what it built for a signature by it (the tile ops' launches, ``simt_pto.host.a5.KeptTileOp``)."""
 
     @property
     def rows(self) -> int:

@@ -39,16 +39,12 @@ def gather_loop(source, rule: IndexRule, prefill: bool = False):
                              prefill=prefill)
 
 
-def gather_rows(plan, dst, dst_rs, table, idx, idx_stride, rows) -> None:
-    """The gather of an ND ``plan`` over ``rows`` rows straight into ``dst`` (raw bits, ``dst_rs`` elements per row)
-    from ``table`` (the flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in :func:`.walk.run_nd`):
-    a whole-array gather's tile, its rows written where the caller's result holds them (no tile in between)."""
-    rows_gatherer(plan)(dst, dst_rs, table, idx, idx_stride, rows)
-
-
 def rows_gatherer(plan):
-    """:func:`gather_rows` of ``plan`` with its compiled loop looked up once: ``gather(dst, dst_rs, table, idx,
-    idx_stride, rows)`` (:func:`.walk.nd_walk`; what a repeated whole-array gather keeps)."""
+    """The gather of an ND ``plan``, its compiled loop looked up once: ``gather(dst, dst_rs, table, idx, idx_stride,
+    rows)`` writes ``rows`` rows straight into ``dst`` (raw bits, ``dst_rs`` elements per row) from ``table`` (the
+    flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in :func:`.walk.run_nd`): a whole-array
+    gather's tile, its rows written where the caller's result holds them (no tile in between). A repeated
+    whole-array gather keeps it (:func:`.walk.nd_walk`)."""
     rule = IndexRule(plan.rule)
     return walk.nd_walk(plan, lambda source: gather_loop(source, rule, False))
 

@@ -378,7 +378,7 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
     looked up once, here: what a repeated call of one signature runs (the whole-array fast path,
-    :mod:`simt_pto.host.fast_path`; the tile ops, :func:`simt_pto.host.a5.run_mgather`). None when ``spec`` holds an
+    :mod:`simt_pto.host.fast_path`; the tile ops, ``simt_pto.host.a5.KeptTileOp``). None when ``spec`` holds an
     array outside ``operands`` (a launch whose other arrays belong to its call)."""
     names = [name for name, _ in spec.args]
     if any(name not in operands and isinstance(value, (np.ndarray, tuple)) for name, value in spec.args):
