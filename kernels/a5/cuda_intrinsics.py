@@ -66,6 +66,11 @@ def prefetch(ary, i):
 
 
 @cuda.jit(device=True, inline="always")
+def prefetch_read(ary, i, n):
+    pass
+
+
+@cuda.jit(device=True, inline="always")
 def copy_run(dst, dst_start, src, src_start, n):
     for j in range(n):
         dst[dst_start + j] = src[src_start + j]

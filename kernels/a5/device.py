@@ -14,7 +14,8 @@ import numba
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
-from .intrinsics import atomic_cas, atomic_max, block_range, copy_run, lane_span, prefetch, warp_range
+from .intrinsics import (atomic_cas, atomic_max, block_range, copy_run, lane_span, prefetch, prefetch_read,
+                         warp_range)
 
 
 def block_tile(b, tile_rows, valid_rows):
@@ -115,8 +116,7 @@ def prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_col
     if lanes > 1 and gr + ROWS_AHEAD <= last_row:
         slot, in_range = remap_index(idx[(gr + ROWS_AHEAD) * idx_step], table_rows, rule)
         if in_range:
-            for k in range(0, valid_cols, max(1, 64 // table.itemsize)):
-                prefetch(table, slot * valid_cols + k)
+            prefetch_read(table, slot * valid_cols, valid_cols)
 
 
 def fill_row_segment(dst, dst_base, dst_cs, c, stop, step, lanes):
@@ -149,13 +149,29 @@ def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, arg
     order."""
     lane0, lanes = lane_span()
     col_step = warps_per_row * WARP
+    warps = warp_range(launch)
+    # The first warp's row and segment are divided out once and counted along the warps after it: a division per
+    # row would stand between a CPU warp and its next row's index read. (The first warp is read by a loop:
+    # numba-cuda types ``range.start`` through a device compile that needs a GPU.)
+    first_warp = 0
+    for ty in warps:
+        first_warp = ty
+        break
+    first_row_warp = first_warp % row_warps
+    first_segment = first_warp // row_warps
     for b in block_range(launch):
         row0, rows = block_tile(b, tile_rows, row_count)
         for base in range(0, rows, row_warps):
-            for ty in warp_range(launch):
-                r = base + ty % row_warps
+            row_warp = first_row_warp
+            segment = first_segment
+            for _ in warps:
+                r = base + row_warp
                 if r < rows:
-                    visit(args, row0 + r, row0 + rows - 1, (ty // row_warps) * WARP + lane0, col_step, lanes, store)
+                    visit(args, row0 + r, row0 + rows - 1, segment * WARP + lane0, col_step, lanes, store)
+                row_warp += 1
+                if row_warp == row_warps:
+                    row_warp = 0
+                    segment += 1
 
 
 def gather_row(args, gr, last_row, col_begin, col_step, lanes, store):

@@ -58,13 +58,16 @@ atomic_cas = _stub("atomic_cas")
 prefetch = _stub("prefetch")
 """``prefetch(ary, i)``: a hint that ``ary[i]`` is about to be updated (CPU: a cache-line prefetch ahead of a
 locked atomic, which waits for its own miss; CUDA: nothing)."""
+prefetch_read = _stub("prefetch_read")
+"""``prefetch_read(ary, i, n)``: a hint that ``ary[i:i + n]`` is about to be read (CPU: a read prefetch of each
+64-byte line of the run, so a random row read does not wait for its miss; CUDA: nothing)."""
 
 copy_run = _stub("copy_run")
 """``copy_run(dst, dst_start, src, src_start, n)``: ``dst[dst_start + j] = src[src_start + j]`` for ``j < n``
 (arrays of one dtype that do not overlap; CPU: one ``memcpy``, CUDA: a loop)."""
 
 NAMES = ("block_range", "warp_range", "lane_span", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
-         "prefetch", "copy_run")
+         "prefetch", "prefetch_read", "copy_run")
 
 
 # -- CPU ---------------------------------------------------------------------------------------------------
@@ -125,6 +128,19 @@ def _cpu_cas(typingctx, ary, idx, old, new):
     return ary.dtype(ary, idx, old, new), codegen
 
 
+_CACHE_LINE = 64
+
+
+def _llvm_prefetch(builder, address, write: int) -> None:
+    """``llvm.prefetch`` of the line holding ``address`` (an ``i8*``): for a write (1) or a read (0), kept in all
+    cache levels (locality 3), data cache (1)."""
+    i8p = llvm_ir.IntType(8).as_pointer()
+    i32 = llvm_ir.IntType(32)
+    fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
+                                        "llvm.prefetch.p0")
+    builder.call(fn, [address, i32(write), i32(3), i32(1)])
+
+
 @intrinsic
 def _cpu_prefetch(typingctx, ary, idx):
     if not isinstance(ary, types.Array) or not isinstance(idx, types.Integer):
@@ -133,15 +149,31 @@ def _cpu_prefetch(typingctx, ary, idx):
     def codegen(context, builder, sig, args):
         aryty, idxty = sig.args
         ptr = _element_pointer(context, builder, aryty, args[0], idxty, args[1])
-        i8p = llvm_ir.IntType(8).as_pointer()
-        i32 = llvm_ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        # (address, write = 1, locality = 3: keep in all cache levels, data cache = 1)
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        _llvm_prefetch(builder, builder.bitcast(ptr, llvm_ir.IntType(8).as_pointer()), 1)
         return context.get_dummy_value()
 
     return types.none(ary, idx), codegen
+
+
+@intrinsic
+def _cpu_prefetch_lines(typingctx, ary, start, n):
+    if not (isinstance(ary, types.Array) and isinstance(start, types.Integer) and isinstance(n, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        # The lines are walked by address, so the loop holds no division: the element size is a constant here,
+        # where a kernel would read it from the array at run time.
+        aryty, startty, nty = sig.args
+        intp = context.get_value_type(types.intp)
+        first = builder.ptrtoint(_element_pointer(context, builder, aryty, args[0], startty, args[1]), intp)
+        itemsize = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
+        end = builder.add(first, builder.mul(context.cast(builder, args[2], nty, types.intp), intp(itemsize)))
+        line = builder.and_(first, intp(-_CACHE_LINE))
+        with cgutils.for_range_slice(builder, line, end, intp(_CACHE_LINE)) as (address, _):
+            _llvm_prefetch(builder, builder.inttoptr(address, llvm_ir.IntType(8).as_pointer()), 0)
+        return context.get_dummy_value()
+
+    return types.none(ary, start, n), codegen
 
 
 @intrinsic
@@ -215,10 +247,17 @@ def _cpu_prefetch_element(ary, i):
     _cpu_prefetch(ary, i)
 
 
+@njit(inline="always")
+def _cpu_prefetch_read(ary, i, n):
+    if n > 0:
+        _cpu_prefetch_lines(ary, i, n)
+
+
 CPU = {
     "block_range": _cpu_block_range, "warp_range": _cpu_warp_range, "lane_span": _cpu_lane_span,
     "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
-    "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element, "copy_run": _cpu_copy_run,
+    "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element,
+    "prefetch_read": _cpu_prefetch_read, "copy_run": _cpu_copy_run,
 }
 """The ``multicore`` backend's intrinsics (Numba's CPU compiler, the ``"cpu"`` family)."""
 
