@@ -1,4 +1,5 @@
-"""kernels/softfloat.py: integer-only RNE float16 / bfloat16 addition vs ml_dtypes / numpy."""
+"""kernels/softfloat.py: RNE float16 / bfloat16 addition vs ml_dtypes / numpy, for the inlined integer adder
+and for the called adder of the CPU kernels (whose float16 sums of finite operands go through float32)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ from numba import njit
 
 from conftest import requires_cuda, requires_toolchain
 
-from simt_pto.kernels.softfloat import add_bf16_bits, add_f16_bits
+from simt_pto.kernels.softfloat import add_bf16_bits, add_bits_called, add_f16_bits, f16_to_f32, f32_to_f16
 
 FORMATS = {
     "float16": (np.float16, add_f16_bits, 5, 10),
@@ -33,7 +34,14 @@ def _add_many_bf16(a, b, out):
         out[i] = add_bf16_bits(a[i], b[i])
 
 
+@njit(cache=True)
+def _add_many_called(a, b, out, exp_bits, man_bits):
+    for i in range(a.size):
+        out[i] = add_bits_called(a[i], b[i], exp_bits, man_bits)
+
+
 _MANY = {"float16": _add_many_f16, "bfloat16": _add_many_bf16}
+ADDERS = ("inlined", "called")
 
 
 def _reference(a_bits, b_bits, dt):
@@ -97,10 +105,13 @@ def _random_bits(rng, n, exp_bits, man_bits):
     return a, b
 
 
-def _check(a, b, fmt):
+def _check(a, b, fmt, adder):
     dt, _, exp_bits, man_bits = FORMATS[fmt]
     got = np.empty(a.size, np.uint16)
-    _MANY[fmt](a, b, got)
+    if adder == "inlined":
+        _MANY[fmt](a, b, got)
+    else:
+        _add_many_called(a, b, got, exp_bits, man_bits)
     ref = _reference(a, b, dt)
     emask = (1 << exp_bits) - 1
     qbit = 1 << (man_bits - 1)
@@ -119,32 +130,70 @@ def _check(a, b, fmt):
     assert bad.size == 0, [(hex(a[i]), hex(b[i]), hex(got[i]), hex(ref[i])) for i in bad[:10]]
 
 
+@pytest.mark.parametrize("adder", ADDERS)
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_random_pairs(fmt):
+def test_random_pairs(fmt, adder):
     _, _, e, m = FORMATS[fmt]
     rng = np.random.default_rng(1234 + e)
     a, b = _random_bits(rng, 200_000, e, m)
-    _check(a, b, fmt)
-    _check(b, a, fmt)
+    _check(a, b, fmt, adder)
+    _check(b, a, fmt, adder)
 
 
+@pytest.mark.parametrize("adder", ADDERS)
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_specials_all_pairs(fmt):
+def test_specials_all_pairs(fmt, adder):
     _, _, e, m = FORMATS[fmt]
     sp = _special_bits(e, m)
     a, b = np.meshgrid(sp, sp, indexing="ij")
-    _check(a.ravel().copy(), b.ravel().copy(), fmt)
+    _check(a.ravel().copy(), b.ravel().copy(), fmt, adder)
 
 
+@pytest.mark.parametrize("adder", ADDERS)
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_exhaustive_b_for_a_subset(fmt):
+def test_exhaustive_b_for_a_subset(fmt, adder):
     """Every b in 0..0xFFFF against a subset of a (specials plus a stride over all patterns)."""
     _, _, e, m = FORMATS[fmt]
     a_vals = np.concatenate([_special_bits(e, m), np.arange(0, 1 << 16, 4099, dtype=np.uint32).astype(np.uint16)])
     allb = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     a = np.repeat(a_vals, allb.size)
     b = np.tile(allb, a_vals.size)
-    _check(a, b, fmt)
+    _check(a, b, fmt, adder)
+
+
+@njit(cache=True)
+def _round_many(f, out):
+    for i in range(f.size):
+        out[i] = f32_to_f16(f[i])
+
+
+@njit(cache=True)
+def _widen_many(h, out):
+    for i in range(h.size):
+        out[i] = f16_to_f32(h[i])
+
+
+def test_float32_float16_conversions_match_numpy():
+    """The called adder's conversions: every finite float16 widens exactly; finite float32 values round as numpy's
+    ``astype(float16)`` does, ties, subnormal results (with bits lost below the tie bit) and overflow included."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    halves = halves[(halves & 0x7C00) != 0x7C00]
+    widened = np.empty(halves.size, np.float32)
+    _widen_many(halves.astype(np.int64), widened)
+    np.testing.assert_array_equal(widened.view(np.uint32), halves.view(np.float16).astype(np.float32).view(np.uint32))
+
+    rng = np.random.default_rng(7)
+    exponents = rng.integers(95, 146, 400_000)  # from below float16's smallest subnormal to past its overflow
+    bits = (rng.integers(0, 2, exponents.size) << 31) | (exponents << 23) | rng.integers(0, 1 << 23, exponents.size)
+    ties = rng.integers(0, 1 << 10, 2000) << 13 | 0x1000  # exact ties of normal results, both parities
+    bits[:ties.size] = (bits[:ties.size] & ~0x7FFFFF) | ties
+    values = bits.astype(np.uint32).view(np.float32)
+    rounded = np.empty(values.size, np.int64)
+    _round_many(values, rounded)
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16).view(np.uint16)
+    bad = np.nonzero(rounded != expected)[0]
+    assert bad.size == 0, [(hex(bits[i]), hex(rounded[i]), hex(expected[i])) for i in bad[:10]]
 
 
 def test_signed_zero_and_nan_rules():

@@ -45,7 +45,7 @@ def namespace(family: str) -> dict:
     read-modify-write primitives of the store rule (:mod:`simt_pto.kernels.store`) bound to the atomics."""
     if family == "cpu":
         scope = dict(intrinsics.CPU)
-        scope["add_bits"] = softfloat.add_bits_called  # one compiled adder, called (compile time; see there)
+        scope["add_bits"] = softfloat.add_bits_cpu  # float16 finite sums inlined, the rest called (compile time)
     elif family == "cuda":
         scope = dict(intrinsics.cuda_intrinsics())  # MissingExtraError without numba-cuda, before importing it
         from numba.cuda.core import caching as cuda_caching
