@@ -114,7 +114,7 @@ def prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_col
     ``gr + ROWS_AHEAD`` will read (one prefetch per 64-byte line): random row reads are latency-bound, and
     the hardware prefetcher cannot guess the next row. A GPU lane does nothing."""
     if lanes > 1 and gr + ROWS_AHEAD <= last_row:
-        slot, in_range = remap_index(idx[(gr + ROWS_AHEAD) * idx_step], table_rows, rule)
+        slot, in_range = remap_index(idx[unsigned_offset((gr + ROWS_AHEAD) * idx_step)], table_rows, rule)
         if in_range:
             prefetch_read(table, slot * valid_cols, valid_cols)
 
@@ -180,7 +180,7 @@ def gather_row(args, gr, last_row, col_begin, col_step, lanes, store):
     (GatherOOB::Zero). ``args = (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule)``."""
     dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule = args
     prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes)
-    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+    slot, in_range = remap_index(idx[unsigned_offset(gr * idx_step)], table_rows, rule)
     if in_range:
         copy_row_segment(dst, gr * dst_rs, dst_cs, table, slot * valid_cols, 1, col_begin, valid_cols, col_step, lanes)
     else:
