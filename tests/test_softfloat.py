@@ -1,5 +1,5 @@
 """kernels/softfloat.py: RNE float16 / bfloat16 addition vs ml_dtypes / numpy, for the inlined integer adder
-and for the called adder of the CPU kernels (whose float16 sums of finite operands go through float32)."""
+and for the CPU kernels' adder (whose float16 sums of finite operands go through float32)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ from numba import njit
 
 from conftest import requires_cuda, requires_toolchain
 
-from simt_pto.kernels.softfloat import add_bf16_bits, add_bits_called, add_f16_bits, f16_to_f32, f32_to_f16
+from simt_pto.kernels.softfloat import add_bf16_bits, add_bits_cpu, add_f16_bits, f16_to_f32, f32_to_f16
 
 FORMATS = {
     "float16": (np.float16, add_f16_bits, 5, 10),
@@ -35,13 +35,13 @@ def _add_many_bf16(a, b, out):
 
 
 @njit(cache=True)
-def _add_many_called(a, b, out, exp_bits, man_bits):
+def _add_many_cpu(a, b, out, exp_bits, man_bits):
     for i in range(a.size):
-        out[i] = add_bits_called(a[i], b[i], exp_bits, man_bits)
+        out[i] = add_bits_cpu(a[i], b[i], exp_bits, man_bits)
 
 
 _MANY = {"float16": _add_many_f16, "bfloat16": _add_many_bf16}
-ADDERS = ("inlined", "called")
+ADDERS = ("inlined", "cpu")
 
 
 def _reference(a_bits, b_bits, dt):
@@ -111,7 +111,7 @@ def _check(a, b, fmt, adder):
     if adder == "inlined":
         _MANY[fmt](a, b, got)
     else:
-        _add_many_called(a, b, got, exp_bits, man_bits)
+        _add_many_cpu(a, b, got, exp_bits, man_bits)
     ref = _reference(a, b, dt)
     emask = (1 << exp_bits) - 1
     qbit = 1 << (man_bits - 1)
@@ -174,7 +174,7 @@ def _widen_many(h, out):
 
 
 def test_float32_float16_conversions_match_numpy():
-    """The called adder's conversions: every finite float16 widens exactly; finite float32 values round as numpy's
+    """The CPU adder's conversions: every finite float16 widens exactly; finite float32 values round as numpy's
     ``astype(float16)`` does, ties, subnormal results (with bits lost below the tie bit) and overflow included."""
     halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     halves = halves[(halves & 0x7C00) != 0x7C00]
