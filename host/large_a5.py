@@ -7,8 +7,8 @@ tile. One call is one plan (:func:`gather_plan`, :func:`scatter_plan`), run by :
 * gather: one launch, ``grid`` = the tiles;
 * scatter, atomics or Conflict::Default: one launch, ``grid`` = the tiles;
 * scatter, Conflict::Last, slot-centric (``last_path="slot"``): one launch per tile, in tile order;
-* scatter, Conflict::Last, owner path, one owner per table slot (``dense``): reset, claim, write (Elem: each owner
-  a key ``p << 32 | bits`` that carries the winning value, so the write reads no source);
+* scatter, Conflict::Last, owner path, one owner per table slot (``dense``): reset, claim, write (each owner the
+  winning source position, Elem flat);
 * scatter, Conflict::Last, owner path, one owner per distinct slot reached (``compact``): the host numbers the
   distinct slots while the plan is built (the owner array and the launches are sized by their count), then
   reset, claim, write.
@@ -288,9 +288,11 @@ CPU_ONE_WORKER_SLOTS = 1 << 17
 """On the ``multicore`` backend, the owner reset and the Elem owner write over at most this many slots run on the
 calling thread alone (:func:`_flat_launch`): handing a launch to the worker pool costs tens of microseconds, more
 than such a pass (a fill, or a masked copy, at memory speed) gains from a second core."""
-CPU_ONE_WORKER_CLAIMS = 1 << 18
+CPU_ONE_WORKER_CLAIMS = 1 << 19
 """... and an owner claim of at most this many updates: a second core then gains less than it costs, the hand-off
-and two caches trading the lines of the owners both of them claim."""
+and two caches trading the lines of the owners both of them claim. The claim kernel alone, n updates into n / 16
+int32 owners, one thread against the flat grid on two (medians of 31, 2 cores): 512K 0.51 against 0.71 ms, 1M 1.23
+against 1.20, 2M 2.8 against 2.3."""
 
 
 def _flat_launch(count: int, backend: str, one_worker_max: int):
@@ -319,41 +321,26 @@ def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows
     return _widened(plan, cols, build, table_arg, src)
 
 
-PACKED_OWNER_MAX_ITEMSIZE = 4
-"""Elem owners carry their value (``p << 32 | bits``) for elements of at most this many bytes."""
-PACKED_OWNER_MAX_UPDATES = 2 ** 31
-"""... and fewer than this many flat source positions (the key stays a non-negative int64)."""
-
-
-def _packed_owner(plan, updates: int) -> bool:
-    """True when an Elem Last scatter's owner keys carry the value (:func:`.device.claim_elem_owner`)."""
-    return plan.dtype.itemsize <= PACKED_OWNER_MAX_ITEMSIZE and updates < PACKED_OWNER_MAX_UPDATES
-
-
 def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, tile_rows, backend):
     """Owner-based Last, one owner per table slot: mark every owner unowned, claim each slot for its largest flat
     source position with an atomic max (the claim remaps on the device), then write each owned slot from its
     owner, walking the whole table (MSCATTER.md, "Conflict Resolution": the result of
-    ``for i in order: table[remap(idx[i])] = src[i]``).
-
-    Elem elements of at most 4 bytes claim with a key that carries the value (``p << 32 | bits``), so the write
-    reads the owners alone; wider elements (or ``2**31`` positions and more) take the Row kernels with one-element
-    rows (an Elem scatter into a flat table is a Row scatter of one-column rows; the Row write copies from the
-    source row its owner names)."""
+    ``for i in order: table[remap(idx[i])] = src[i]``). An owner is a source position (Elem: flat; Row: the source
+    row), in 4 bytes while every position fits (:func:`_owner_dtype`)."""
     cap = plan.capacity
-    if plan.coalesce == Coalesce.ELEM and _packed_owner(plan, rows * cols):
-        owner = _new_owner(table, cap, np.dtype(np.int64), backend)
-        geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
+    if plan.coalesce == Coalesce.ELEM:
+        updates = rows * cols
+        owner = _new_owner(table, cap, _owner_dtype(updates), backend)
+        geo, grid = _flat_launch(updates, backend, CPU_ONE_WORKER_CLAIMS)
         claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
-                            geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1, src=src,
-                            src_rs=cols, src_cs=1, table_size=cap, valid_rows=rows, valid_cols=cols)
+                            geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1,
+                            table_size=cap, valid_rows=rows, valid_cols=cols)
         geo, grid = _flat_launch(cap, backend, CPU_ONE_WORKER_SLOTS)
         write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, geo, grid=grid, writes=("table",),
-                            table=table_arg, owner=owner, table_size=cap)
+                            table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1, table_size=cap,
+                            valid_cols=cols)
         return _reset(owner, backend), claim, write
-    if plan.coalesce == Coalesce.ELEM:  # one-element rows
-        rows, cols = rows * cols, 1
-    owner = _new_owner(table, cap, _owner_dtype(rows * cols), backend)  # (Row: rows * cols bounds the rows too)
+    owner = _new_owner(table, cap, _owner_dtype(rows * cols), backend)  # (rows * cols bounds the rows too)
     geo, grid = _flat_launch(rows, backend, CPU_ONE_WORKER_CLAIMS)
     claim = launch_spec("simt_mscatter_row_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                         geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_step=1, table_rows=cap,

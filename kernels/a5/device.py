@@ -332,10 +332,14 @@ def claim_compact_owner(args, item):
         atomic_max(owner, k, p)
 
 
-OWNER_VALUE_BITS = 32
-"""The Elem owner key is ``p << 32 | bits``: the flat source position ``p`` above the winning value's raw bits (an
-element of at most 4 bytes, zero-extended), so that one signed 64-bit atomic max picks the largest ``p`` and carries
-its value with it (``p < 2**31`` keeps the key non-negative; -1 is no writer)."""
+def source_element(src, src_rs, src_cs, valid_cols, p):
+    """``src[p // validCols, p % validCols]``, the source element at flat position ``p`` of a ``validCols``-wide tile
+    (a dense tile, the whole-array call's source, with no division)."""
+    if dense_tile(src_rs, src_cs, valid_cols):
+        at = p * src_cs
+    else:
+        at = tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)
+    return src[unsigned_offset(at)]
 
 
 CLAIM_PREFETCH_AHEAD = 64
@@ -346,17 +350,16 @@ instructions."""
 
 
 def claim_elem_owner(args, item):
-    """``simt_mscatter_elem_owner_claim_kernel``'s visitor: ``owner[remap(idx[p])] = max(..., p << 32 | bits(src[p]))``
-    for the flat source position ``p = total - 1 - item``. The walk visits positions in falling order, so the first
-    claim of a slot is usually its largest: on the CPU the rest find a larger key already there and stay plain reads
-    (``atomic_max`` reads first), not locked read-modify-writes. Contiguous tiles (the whole-array call's) are
-    addressed by ``p`` alone; a CPU worker with a large owner array prefetches the owner it claims
-    :data:`CLAIM_PREFETCH_AHEAD` positions later (random reads wait for their misses; a locked one stalls the
-    worker). ``alone``: nothing else claims meanwhile (a CPU launch of one block runs on one thread), so the max is a
-    plain read and store. ``args = (owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size, valid_cols, total,
-    contiguous, prefetches, alone, rule)``, the three flags loop-invariant."""
-    (owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size, valid_cols, total, contiguous, prefetches, alone,
-     rule) = args
+    """``simt_mscatter_elem_owner_claim_kernel``'s visitor: ``owner[remap(idx[p])] = max(..., p)`` for the flat source
+    position ``p = total - 1 - item``. The walk visits positions in falling order, so the first claim of a slot is
+    usually its largest: on the CPU the rest find a larger owner already there and stay plain reads (``atomic_max``
+    reads first), not locked read-modify-writes. Contiguous index tiles (the whole-array call's) are addressed by
+    ``p`` alone; a CPU worker with a large owner array prefetches the owner it claims :data:`CLAIM_PREFETCH_AHEAD`
+    positions later (random reads wait for their misses; a locked one stalls the worker). ``alone``: nothing else
+    claims meanwhile (a CPU launch of one block runs on one thread), so the max is a plain read and store. ``args =
+    (owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, prefetches, alone, rule)``, the three
+    flags loop-invariant."""
+    owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, prefetches, alone, rule = args
     p = total - 1 - item
     _, lanes = lane_span()
     if lanes > 1 and contiguous and prefetches and p >= CLAIM_PREFETCH_AHEAD:
@@ -364,30 +367,26 @@ def claim_elem_owner(args, item):
         if ahead_in_range:
             prefetch(owner, ahead)
     if contiguous:
-        raw, bits = idx[unsigned_offset(p)], src[unsigned_offset(p)]
+        raw = idx[unsigned_offset(p)]
     else:
-        r = p // valid_cols
-        c = p % valid_cols
-        raw = idx[unsigned_offset(tile_offset_2d(r, c, idx_rs, idx_cs))]
-        bits = src[unsigned_offset(tile_offset_2d(r, c, src_rs, src_cs))]
+        raw = idx[unsigned_offset(tile_offset_2d(p // valid_cols, p % valid_cols, idx_rs, idx_cs))]
     slot, in_range = remap_index(raw, table_size, rule)
     if in_range:
-        key = (numba.int64(p) << OWNER_VALUE_BITS) | numba.int64(numba.uint32(bits))
         if alone:
-            if key > owner[unsigned_offset(slot)]:
-                owner[unsigned_offset(slot)] = key
+            if p > owner[unsigned_offset(slot)]:
+                owner[unsigned_offset(slot)] = p
         else:
-            atomic_max(owner, slot, key)
+            atomic_max(owner, slot, p)
 
 
 def write_elem_owner(args, s):
-    """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes the value bits its owner key carries
-    (:func:`claim_elem_owner`), if it has one (``>= 0``); the table's own width keeps the low bits. No source read: a
-    CPU span is one vectorised masked copy. ``args = (table, owner)``."""
-    table, owner = args
-    key = owner[unsigned_offset(s)]
-    if key >= 0:
-        table[unsigned_offset(s)] = key
+    """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes ``src[p // validCols, p % validCols]`` for
+    its owner ``p`` (a flat source position, :func:`claim_elem_owner`), if it has one (``>= 0``). ``args = (table,
+    src, src_rs, src_cs, owner, valid_cols)``."""
+    table, src, src_rs, src_cs, owner, valid_cols = args
+    p = owner[unsigned_offset(s)]
+    if p >= 0:
+        table[unsigned_offset(s)] = source_element(src, src_rs, src_cs, valid_cols, p)
 
 
 def write_compact_elem_owner(args, k):
@@ -397,11 +396,7 @@ def write_compact_elem_owner(args, k):
     table, src, src_rs, src_cs, owner, slots, valid_cols = args
     p = owner[k]
     if p >= 0:
-        if dense_tile(src_rs, src_cs, valid_cols):  # the whole-array source: no division
-            at = p * src_cs
-        else:
-            at = tile_offset_2d(p // valid_cols, p % valid_cols, src_rs, src_cs)
-        table[slots[k]] = src[unsigned_offset(at)]
+        table[slots[k]] = source_element(src, src_rs, src_cs, valid_cols, p)
 
 
 def last_row(args, slot):
@@ -514,8 +509,8 @@ HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, ti
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, gather_elems, scatter_elems,
-           walk_grid, reset_owner, claim_row_owner, claim_compact_owner, claim_elem_owner, write_elem_owner,
-           write_compact_elem_owner,
+           walk_grid, reset_owner, claim_row_owner, claim_compact_owner, source_element, claim_elem_owner,
+           write_elem_owner, write_compact_elem_owner,
            last_row, last_elem,
            cas_add_half, atomic_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

@@ -102,8 +102,9 @@ def simt_mscatter_elem_last_kernel(rule: IndexRule):
 # sequential order, in O(sources + slots) work, with no host round trip. The reset and claim passes run
 # on a flat grid-stride walk: thread ``g = b * threads + ty * 32 + tx`` takes items ``g, g + grid threads, ...``.
 # The claims visit the sources from the last down (item ``i`` is source ``n - 1 - i``): a slot's first claim is
-# then usually its winner, and on the CPU the later ones find a larger owner and stay plain reads. An Elem owner
-# is a key ``p << 32 | bits(src[p])`` that carries the winning value, so its write pass reads the owners alone.
+# then usually its winner, and on the CPU the later ones find a larger owner and stay plain reads. An owner is a
+# source position (Elem: flat), 4 bytes while the positions fit: the claim reads the indices alone, and the write
+# reads each winner's value from the source.
 
 @functools.cache
 def simt_mscatter_owner_reset_kernel():
@@ -142,32 +143,28 @@ def simt_mscatter_row_owner_write_kernel():
 
 @functools.cache
 def simt_mscatter_elem_owner_claim_kernel(rule: IndexRule):
-    """Elem: ``owner[remap(idx[p])] = max(owner[...], p << 32 | bits(src[p]))`` over all flat source positions
-    (:func:`.device.claim_elem_owner`): the winning key carries its value, so the write reads no source. For
-    elements of at most 4 bytes and fewer than ``2**31`` positions (wider ones take the Row owner kernels with
-    one-element rows, ``host/large_a5.py``). The flat grid walks the positions from the last down."""
+    """Elem: ``owner[remap(idx[p])] = max(owner[...], p)`` over all flat source positions ``p``
+    (:func:`.device.claim_elem_owner`; a flat grid, from the last position down)."""
 
-    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size,
-                                              valid_rows, valid_cols):
+    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows, valid_cols):
         total = valid_rows * valid_cols
-        contiguous = (idx_cs == 1 and src_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
-                      and dense_tile(src_rs, src_cs, valid_cols))
+        contiguous = idx_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
         prefetches = owner.size >= CLAIM_PREFETCH_MIN_SLOTS
         _, lanes = lane_span()
         alone = lanes > 1 and launch[2] == 1  # a CPU grid of one block: one thread runs it (never so on CUDA)
-        walk_grid(launch, total, claim_elem_owner, (owner, idx, idx_rs, idx_cs, src, src_rs, src_cs, table_size,
-                                                    valid_cols, total, contiguous, prefetches, alone, rule))
+        walk_grid(launch, total, claim_elem_owner, (owner, idx, idx_rs, idx_cs, table_size, valid_cols, total,
+                                                    contiguous, prefetches, alone, rule))
 
     return simt_mscatter_elem_owner_claim_kernel
 
 
 @functools.cache
 def simt_mscatter_elem_owner_write_kernel():
-    """Elem: every owned slot takes the value bits of its owner key (:func:`.device.write_elem_owner`); a thread per
-    slot, in a flat grid, like the slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
+    """Elem: every owned slot takes the source element at its owner's position (:func:`.device.write_elem_owner`); a
+    thread per slot, in a flat grid, like the slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
 
-    def simt_mscatter_elem_owner_write_kernel(launch, table, owner, table_size):
-        walk_grid(launch, table_size, write_elem_owner, (table, owner))
+    def simt_mscatter_elem_owner_write_kernel(launch, table, owner, src, src_rs, src_cs, table_size, valid_cols):
+        walk_grid(launch, table_size, write_elem_owner, (table, src, src_rs, src_cs, owner, valid_cols))
 
     return simt_mscatter_elem_owner_write_kernel
 

@@ -1,9 +1,7 @@
-"""Conflict::Last, Elem, on the dense owner path: owner keys that carry their value (host/large_a5.py, issue 24).
-
-An Elem owner is ``p << 32 | bits(src[p])``: the atomic max that picks the largest flat source position ``p`` carries
-the winner's raw bits, and the write pass reads the owners alone. Past ``2**31`` positions the key would not fit;
-those calls take the Row owner kernels with one-element rows. Both must give the serial loop's result bit for bit,
-whatever the value bits (all ones, NaN payloads, -0.0); the oracle is the loop itself, on raw bits.
+"""Conflict::Last, Elem, on the dense owner path (host/large_a5.py, issue 24): each owner is the largest flat source
+position ``p`` that writes its slot (an atomic max), in 4 bytes while every position fits, and the write pass reads
+``src[p]``. The result must be the serial loop's bit for bit, whatever the value bits (all ones, NaN payloads, -0.0);
+the oracle is the loop itself, on raw bits, or the reference's last writer per slot.
 """
 from __future__ import annotations
 
@@ -38,28 +36,48 @@ def _case(rng, dtype, oob, shape=(12, 10)):
 
 @pytest.mark.parametrize("oob", SCATTER_OOB)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("form", ["keys", "one-element rows"])
-def test_the_elem_owner_path_gives_the_serial_bits(monkeypatch, rng, dtype, oob, form):
-    """Owner keys carry every value bit; where a position would not fit the key (forced here from 0 positions on),
-    the call runs the Row owner kernels over one-element rows, flat position ``r * cols + c`` as the row: the same
-    bits."""
-    if form == "one-element rows":
-        monkeypatch.setattr(large_a5, "PACKED_OWNER_MAX_UPDATES", 0)
+def test_the_elem_owner_path_gives_the_serial_bits(rng, dtype, oob):
+    """Elem kernels over int32 position owners, the full path and then the signature's kept launches: the serial
+    loop's bits."""
     CallCache.clear_all()  # a signature that has run keeps its launches (host/fast_path.py): this one builds them
     table, src, idx = _case(rng, dtype, oob)
     want = serial_last(as_bits(table), as_bits(src), idx, "elem", oob)
     plan = large.scatter_plan(table.copy(), src, idx, coalesce="elem", oob=oob, last_path="owner", owner="dense")
-    coalesce = "elem" if form == "keys" else "row"
-    assert [launch.kernel for launch in plan.launches] == [
-        "simt_mscatter_owner_reset_kernel", f"simt_mscatter_{coalesce}_owner_claim_kernel",
-        f"simt_mscatter_{coalesce}_owner_write_kernel"]
-    if form == "keys":
-        assert plan.launches[0].arguments["owner"].dtype == np.int64  # p << 32 | bits
-    else:
-        assert plan.launches[1].arguments["valid_rows"] == idx.size
-    got = table.copy()
-    pto.scatter(got, src, idx, coalesce="elem", oob=oob, conflict="last", last_path="owner")
-    np.testing.assert_array_equal(as_bits(got), want)
+    reset, claim, write = plan.launches
+    assert [reset.kernel, claim.kernel, write.kernel] == [
+        "simt_mscatter_owner_reset_kernel", "simt_mscatter_elem_owner_claim_kernel",
+        "simt_mscatter_elem_owner_write_kernel"]
+    assert reset.arguments["owner"].dtype == np.int32
+    for _ in range(2):  # the full path, then the kept launches (host/fast_path.py)
+        got = table.copy()
+        pto.scatter(got, src, idx, coalesce="elem", oob=oob, conflict="last", last_path="owner")
+        np.testing.assert_array_equal(as_bits(got), want)
+
+
+def test_owners_widen_past_int32_positions():
+    """A position owner is int32 while every flat position fits, int64 from ``2**31`` positions on."""
+    assert large_a5._owner_dtype(2 ** 31 - 1) == np.int32 and large_a5._owner_dtype(2 ** 31) == np.int64
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int8"])
+def test_the_owner_path_on_the_workers_with_prefetch(rng, dtype):
+    """A claim past CPU_ONE_WORKER_CLAIMS updates runs on the worker threads with atomics, and one over at least
+    CLAIM_PREFETCH_MIN_SLOTS owners prefetches them: against the reference's last writer per slot (indices with
+    repeats, the table's last slots untouched), the full path and then the kept launches."""
+    from simt_pto import reference
+    from simt_pto.kernels.a5.device import CLAIM_PREFETCH_MIN_SLOTS
+    CallCache.clear_all()
+    slots = CLAIM_PREFETCH_MIN_SLOTS + 17
+    n = 2 * large_a5.CPU_ONE_WORKER_CLAIMS + 3
+    idx = rng.integers(0, slots - 5, n).astype(np.int32)
+    src = random_values(rng, n, dtype)
+    table = random_values(rng, slots, dtype)
+    want = as_bits(reference.last_writer_scatter(table, idx.astype(np.int64), src))
+    assert large_a5.owner_layout(slots, n) == "dense"
+    for _ in range(2):
+        got = table.copy()
+        pto.scatter(got, src, idx, coalesce="elem", conflict="last", last_path="owner")
+        np.testing.assert_array_equal(as_bits(got), want)
 
 
 def _shape(launch):
