@@ -205,9 +205,9 @@ _SPARE_OWNER = CallCache(maxsize=1)
 """The owner array of the last owner-path scatter that finished, by ``(size, dtype)``: the next call of that size
 takes it instead of a new one. A new array of that size is fresh pages, which the reset then faults in one by one:
 64M updates into 4M slots have 16 MB of owners (32 MB when an owner was 8 bytes: then about a tenth of the call).
-One array at most (the last one; it stays
-allocated until another size replaces it or ``CallCache.clear_all()`` drops it); taking it removes it, so no two
-calls share one. Its contents are never read: the reset marks every owner unowned."""
+One array at most (the last one; it stays allocated until another size replaces it or ``CallCache.clear_all()``
+drops it); taking it removes it, so no two calls share one. Its contents are never read: the reset marks every
+owner unowned."""
 
 
 def _take_owner(size: int, dtype: np.dtype) -> np.ndarray:

@@ -328,10 +328,9 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
     ``for i in order: table[remap(idx[i])] = src[i]``). An owner is a source position (Elem: flat; Row: the source
     row), in 4 bytes while every position fits (:func:`_owner_dtype`)."""
     cap = plan.capacity
+    owner = _new_owner(table, cap, _owner_dtype(rows * cols), backend)  # (Row: rows * cols bounds the rows too)
     if plan.coalesce == Coalesce.ELEM:
-        updates = rows * cols
-        owner = _new_owner(table, cap, _owner_dtype(updates), backend)
-        geo, grid = _flat_launch(updates, backend, CPU_ONE_WORKER_CLAIMS)
+        geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
         claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                             geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1,
                             table_size=cap, valid_rows=rows, valid_cols=cols)
@@ -340,7 +339,6 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
                             table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1, table_size=cap,
                             valid_cols=cols)
         return _reset(owner, backend), claim, write
-    owner = _new_owner(table, cap, _owner_dtype(rows * cols), backend)  # (rows * cols bounds the rows too)
     geo, grid = _flat_launch(rows, backend, CPU_ONE_WORKER_CLAIMS)
     claim = launch_spec("simt_mscatter_row_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                         geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_step=1, table_rows=cap,
