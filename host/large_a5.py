@@ -32,6 +32,7 @@ from simt_pto import dtypes, geometry
 from simt_pto.backend import a5_backend
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
+from simt_pto.kernels.a5.simt import cpu_workers
 from simt_pto.kernels.index_policy import remap_array
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
 from . import a5
@@ -285,14 +286,44 @@ def _new_owner(table, n, owner_dtype, backend):
 _RESET = KernelPolicy()
 
 CPU_ONE_WORKER_SLOTS = 1 << 17
-"""On the ``multicore`` backend, the owner reset and the Elem owner write over at most this many slots run on the
-calling thread alone (:func:`_flat_launch`): handing a launch to the worker pool costs tens of microseconds, more
-than such a pass (a fill, or a masked copy, at memory speed) gains from a second core."""
+"""On the ``multicore`` backend, the owner reset over at most this many slots runs on the calling thread alone
+(:func:`_flat_launch`): handing a launch to the worker pool costs tens of microseconds, more than such a pass (a
+fill at memory speed) gains from a second core."""
+CPU_ONE_WORKER_WRITES = 1 << 15
+"""... and the Elem owner write over at most this many slots (each owned slot reads its source element at a random
+position, so a second core pays off sooner than for the fill). The whole call, n updates into n / 16 slots, the
+write on one thread against two, in one process, runners interleaved (medians of 31, 2 cores): 32K slots 0.61-0.66
+against 0.69-0.74 ms; 64K slots 1.22-1.39 against 1.10-1.23 ms."""
 CPU_ONE_WORKER_CLAIMS = 1 << 19
 """... and an owner claim of at most this many updates: a second core then gains less than it costs, the hand-off
 and two caches trading the lines of the owners both of them claim. The claim kernel alone, n updates into n / 16
 int32 owners, one thread against the flat grid on two (medians of 31, 2 cores): 512K 0.51 against 0.71 ms, 1M 1.23
-against 1.20, 2M 2.8 against 2.3."""
+against 1.20, 2M 2.8 against 2.3. Past it, a claim into few owners takes a copy of them per worker
+(:func:`_claim_copies`)."""
+CPU_OWNER_COPY_MAX_BYTES = 1 << 19
+"""The largest owner array a ``multicore`` Elem claim copies once per worker (:func:`_claim_copies`): about half a
+core's L2 cache on the development machine (1 MB), where a copy stays while its worker claims into it. The whole
+call, n updates into n / 16 slots, one copy per worker against one shared copy claimed with atomics, in one process,
+runners interleaved (medians of 21, 2 cores): 256 KB of owners (1M updates) 1.14x to 1.25x faster in 8 of 9 runs;
+512 KB and 768 KB 0.93x to 1.17x; 1 MB 0.97x to 1.07x; 4 MB 0.89x to 0.92x."""
+CPU_OWNER_COPY_UPDATES_PER_SLOT = 4
+"""... while the updates are at least this many times the owners of all copies: the copies' reset and their merge
+in the write cost a pass over every copy, which must stay small beside the claim (a bound, not a measured
+break-even: the development machine has 2 cores, so 2 copies)."""
+
+
+def _claim_copies(updates: int, slots: int, owner_dtype: np.dtype, backend: str) -> int:
+    """Copies of the owners an Elem claim of ``updates`` into ``slots`` owners takes: one per worker on the
+    ``multicore`` backend when the claim runs on several workers and a copy is small
+    (:data:`CPU_OWNER_COPY_MAX_BYTES`, :data:`CPU_OWNER_COPY_UPDATES_PER_SLOT`), else one. With a copy each, a
+    worker claims with plain loads and stores into lines no other core takes from its cache; the write takes each
+    slot's largest owner over the copies."""
+    workers = cpu_workers()
+    if (backend != "multicore" or updates <= CPU_ONE_WORKER_CLAIMS or workers < 2
+            or slots * owner_dtype.itemsize > CPU_OWNER_COPY_MAX_BYTES
+            or workers * slots * CPU_OWNER_COPY_UPDATES_PER_SLOT > updates):
+        return 1
+    return workers
 
 
 def _flat_launch(count: int, backend: str, one_worker_max: int):
@@ -328,17 +359,23 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
     ``for i in order: table[remap(idx[i])] = src[i]``). An owner is a source position (Elem: flat; Row: the source
     row), in 4 bytes while every position fits (:func:`_owner_dtype`)."""
     cap = plan.capacity
-    owner = _new_owner(table, cap, _owner_dtype(rows * cols), backend)  # (Row: rows * cols bounds the rows too)
     if plan.coalesce == Coalesce.ELEM:
-        geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
+        owner_dtype = _owner_dtype(rows * cols)
+        copies = _claim_copies(rows * cols, cap, owner_dtype, backend)
+        owner = _new_owner(table, copies * cap, owner_dtype, backend)
+        if copies > 1:  # a block per copy, of one warp: each CPU worker walks its share of the positions in order
+            geo, grid = replace(geometry.flat_geometry(rows * cols), launch_warps=1), copies
+        else:
+            geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
         claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                             geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1,
-                            table_size=cap, valid_rows=rows, valid_cols=cols)
-        geo, grid = _flat_launch(cap, backend, CPU_ONE_WORKER_SLOTS)
+                            table_size=cap, valid_rows=rows, valid_cols=cols, copies=copies)
+        geo, grid = _flat_launch(cap, backend, CPU_ONE_WORKER_WRITES)
         write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, geo, grid=grid, writes=("table",),
                             table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1, table_size=cap,
-                            valid_cols=cols)
+                            copies=copies, valid_cols=cols)
         return _reset(owner, backend), claim, write
+    owner = _new_owner(table, cap, _owner_dtype(rows), backend)
     geo, grid = _flat_launch(rows, backend, CPU_ONE_WORKER_CLAIMS)
     claim = launch_spec("simt_mscatter_row_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                         geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_step=1, table_rows=cap,

@@ -76,6 +76,19 @@ def simulator_backend():
         pto.set_a5_backend(previous)
 
 
+@pytest.fixture(params=["multicore", "simulator"])
+def cpu_or_simulator_backend(request):
+    """The test once on the ``multicore`` backend (the A5 kernels compiled for the CPU's worker threads) and once on
+    Numba's CUDA simulator (:func:`simulator_backend`: the CUDA intrinsics, one thread per SIMT thread); a test may
+    pick them per case (``indirect`` parametrisation)."""
+    if request.param == "simulator":
+        return request.getfixturevalue("simulator_backend")
+    previous = pto.a5_backend()
+    pto.set_a5_backend("multicore")
+    request.addfinalizer(lambda: pto.set_a5_backend(previous))
+    return "multicore"
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A NumPy generator with a fixed seed: every run draws the same cases."""

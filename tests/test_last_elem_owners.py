@@ -59,14 +59,19 @@ def test_owners_widen_past_int32_positions():
     assert large_a5._owner_dtype(2 ** 31 - 1) == np.int32 and large_a5._owner_dtype(2 ** 31) == np.int64
 
 
+@pytest.mark.parametrize("claim", ["shared", "copies"])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "int8"])
-def test_the_owner_path_on_the_workers_with_prefetch(rng, dtype):
-    """A claim past CPU_ONE_WORKER_CLAIMS updates runs on the worker threads with atomics, and one over at least
-    CLAIM_PREFETCH_MIN_SLOTS owners prefetches them: against the reference's last writer per slot (indices with
+def test_the_owner_path_on_the_workers(rng, monkeypatch, dtype, claim):
+    """A claim past CPU_ONE_WORKER_CLAIMS updates runs on the worker threads: into one shared owner array with
+    atomics, prefetching over at least CLAIM_PREFETCH_MIN_SLOTS owners (``shared``), or into a copy of the owners per
+    worker (``copies``, :func:`large_a5._claim_copies`). Against the reference's last writer per slot (indices with
     repeats, the table's last slots untouched), the full path and then the kept launches."""
     from simt_pto import reference
     from simt_pto.kernels.a5.device import CLAIM_PREFETCH_MIN_SLOTS
+    from simt_pto.kernels.a5.simt import cpu_workers
     CallCache.clear_all()
+    if claim == "shared":
+        monkeypatch.setattr(large_a5, "CPU_OWNER_COPY_MAX_BYTES", 0)
     slots = CLAIM_PREFETCH_MIN_SLOTS + 17
     n = 2 * large_a5.CPU_ONE_WORKER_CLAIMS + 3
     idx = rng.integers(0, slots - 5, n).astype(np.int32)
@@ -74,10 +79,64 @@ def test_the_owner_path_on_the_workers_with_prefetch(rng, dtype):
     table = random_values(rng, slots, dtype)
     want = as_bits(reference.last_writer_scatter(table, idx.astype(np.int64), src))
     assert large_a5.owner_layout(slots, n) == "dense"
+    claim_launch = large.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
+                                      owner="dense", backend="multicore").launches[1]
+    copies = cpu_workers() if claim == "copies" and cpu_workers() > 1 else 1
+    assert claim_launch.arguments["copies"] == copies
+    assert claim_launch.arguments["owner"].size == copies * slots
     for _ in range(2):
         got = table.copy()
         pto.scatter(got, src, idx, coalesce="elem", conflict="last", last_path="owner")
         np.testing.assert_array_equal(as_bits(got), want)
+
+
+@pytest.mark.parametrize("writers", ["many", "one"])
+@pytest.mark.parametrize("oob", SCATTER_OOB)
+@pytest.mark.parametrize(("cpu_or_simulator_backend", "dtype"),  # the element widths the write reads; one on the
+                         [("multicore", "int8"), ("multicore", "bfloat16"), ("multicore", "float32"),  # simulator
+                          ("simulator", "float32")], indirect=["cpu_or_simulator_backend"])
+def test_the_owner_copies_give_the_serial_bits(cpu_or_simulator_backend, rng, monkeypatch, dtype, oob, writers):
+    """The claim into a copy of the owners per block, forced onto small shapes (3 blocks, so that the CPU workers
+    share blocks, and the simulator runs it with its CUDA atomics): each block claims its share of the positions into
+    its own copy, and the write takes each slot's largest owner. Many writers per slot (:func:`_case`), or one
+    (every position then wins its slot, so none may be missed). The serial loop's bits, full path then kept
+    launches."""
+    CallCache.clear_all()
+    monkeypatch.setattr(large_a5, "_claim_copies", lambda updates, slots, owner_dtype, backend: 3)
+    table, src, idx = _case(rng, dtype, oob, shape=(17, 10))
+    if writers == "one":
+        table = random_values(rng, (211,), dtype)
+        idx = rng.permutation(table.size)[:idx.size].astype(np.int32).reshape(idx.shape)
+    want = serial_last(as_bits(table), as_bits(src), idx, "elem", oob)
+    claim = large.scatter_plan(table, src, idx, coalesce="elem", oob=oob, last_path="owner",
+                               owner="dense").launches[1]
+    assert (claim.grid, claim.arguments["copies"], claim.arguments["owner"].size) == (3, 3, 3 * table.size)
+    for _ in range(2):
+        got = table.copy()
+        pto.scatter(got, src, idx, coalesce="elem", oob=oob, conflict="last", last_path="owner")
+        np.testing.assert_array_equal(as_bits(got), want)
+
+
+def test_owner_copies_are_taken_for_few_owners_on_the_workers(monkeypatch):
+    """A copy of the owners per worker on ``multicore``, only for a claim on several workers into owners of at most
+    CPU_OWNER_COPY_MAX_BYTES, with at least CPU_OWNER_COPY_UPDATES_PER_SLOT updates per owner of all copies."""
+    from simt_pto.host import large_a5 as host
+    monkeypatch.setattr(host, "cpu_workers", lambda: 2)
+    i32, many = np.dtype(np.int32), 1 << 22
+    most = host.CPU_OWNER_COPY_MAX_BYTES // 4
+    assert host._claim_copies(many, most, i32, "multicore") == 2
+    assert host._claim_copies(many, most + 1, i32, "multicore") == 1  # a copy past the cache budget
+    assert host._claim_copies(many, most // 2 + 1, np.dtype(np.int64), "multicore") == 1
+    for backend in ("gpu", "simulator"):
+        assert host._claim_copies(many, most, i32, backend) == 1
+    claims = host.CPU_ONE_WORKER_CLAIMS
+    assert host._claim_copies(claims, 64, i32, "multicore") == 1  # the claim runs on the calling thread alone
+    assert host._claim_copies(claims + 1, 64, i32, "multicore") == 2
+    slots = (claims + 1) // (2 * host.CPU_OWNER_COPY_UPDATES_PER_SLOT)
+    assert host._claim_copies(claims + 1, slots, i32, "multicore") == 2
+    assert host._claim_copies(claims + 1, slots + 1, i32, "multicore") == 1  # the copies' passes would weigh
+    monkeypatch.setattr(host, "cpu_workers", lambda: 1)
+    assert host._claim_copies(many, 64, i32, "multicore") == 1
 
 
 def _shape(launch):
@@ -88,12 +147,16 @@ def _flat(count):
     return geometry.flat_grid(count), geometry.MAX_WARPS
 
 
-def test_small_owner_passes_run_on_the_calling_thread():
-    """On ``multicore`` a reset or write over at most CPU_ONE_WORKER_SLOTS slots, and a claim of at most
-    CPU_ONE_WORKER_CLAIMS updates, is one block of one warp (the calling thread walks the items in order, no hand-off
-    to the worker pool); larger passes, and every pass of a plan for another backend, keep the flat grid. Planning
-    runs nothing."""
-    for cap in (1 << 10, large_a5.CPU_ONE_WORKER_SLOTS + 1):
+def test_small_owner_passes_run_on_the_calling_thread(monkeypatch):
+    """On ``multicore`` a reset over at most CPU_ONE_WORKER_SLOTS slots, a write over at most CPU_ONE_WORKER_WRITES,
+    and a claim of at most CPU_ONE_WORKER_CLAIMS updates, is one block of one warp (the calling thread walks the
+    items in order, no hand-off to the worker pool); a larger claim into few owners is a block of one warp per
+    worker, each with its copy of the owners; larger passes, and every pass of a plan for another backend, keep
+    the flat grid. Planning runs nothing."""
+    monkeypatch.setattr(large_a5, "cpu_workers", lambda: 2)
+    few, many = 1 << 10, large_a5.CPU_ONE_WORKER_SLOTS + 1
+    assert many * 4 > large_a5.CPU_OWNER_COPY_MAX_BYTES  # int32 owners past what a copy may hold
+    for cap in (few, large_a5.CPU_ONE_WORKER_WRITES + 1, many):
         for n in (1 << 12, large_a5.CPU_ONE_WORKER_CLAIMS + 1):
             table, src = np.zeros(cap, np.float32), np.ones(n, np.float32)
             idx = (np.arange(n, dtype=np.int64) * 7919 % cap).astype(np.int32)
@@ -101,6 +164,11 @@ def test_small_owner_passes_run_on_the_calling_thread():
                 reset, claim, write = large.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
                                                          owner="dense", backend=backend).launches
                 cpu = backend == "multicore"
-                slots = (1, 1) if cpu and cap <= large_a5.CPU_ONE_WORKER_SLOTS else _flat(cap)
+                copies = 2 if cpu and cap < many and n > large_a5.CPU_ONE_WORKER_CLAIMS else 1  # (128 KB at most)
+                resets = (1, 1) if cpu and copies * cap <= large_a5.CPU_ONE_WORKER_SLOTS else _flat(copies * cap)
+                writes = (1, 1) if cpu and cap <= large_a5.CPU_ONE_WORKER_WRITES else _flat(cap)
                 claims = (1, 1) if cpu and n <= large_a5.CPU_ONE_WORKER_CLAIMS else _flat(n)
-                assert (_shape(reset), _shape(claim), _shape(write)) == (slots, claims, slots), (cap, n, backend)
+                if copies > 1:
+                    claims = (2, 1)
+                assert (_shape(reset), _shape(claim), _shape(write)) == (resets, claims, writes), (cap, n, backend)
+                assert claim.arguments["copies"] == write.arguments["copies"] == copies

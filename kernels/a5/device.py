@@ -303,6 +303,23 @@ def walk_grid(launch, count, visit, args):
                 first += step
 
 
+def walk_block_share(launch, b, count, visit, args):
+    """Block ``b``'s contiguous share of ``count`` items, ``[b * count // grid, (b + 1) * count // grid)``: its
+    thread ``t = ty * 32 + lane0`` takes items ``lo + t, lo + t + threads, ...`` (a CPU warp its 32 lanes' items as
+    one span, so that a CPU block of one warp walks its share in order). For a kernel whose blocks differ in what
+    they visit: it walks its blocks itself."""
+    lane0, lanes = lane_span()
+    lo = b * count // launch[2]
+    hi = (b + 1) * count // launch[2]
+    threads = launch[3] * WARP
+    for ty in warp_range(launch):
+        first = lo + ty * WARP + lane0
+        while first < hi:
+            for item in range(first, span_end(first, lanes, hi)):
+                visit(args, item)
+            first += threads
+
+
 def reset_owner(args, s):
     """``simt_mscatter_owner_reset_kernel``'s visitor: slot ``s`` has no writer. ``args = (owner,)``. The offset is
     unsigned (:func:`unsigned_offset`), so that a CPU span is one vectorised fill."""
@@ -381,10 +398,15 @@ def claim_elem_owner(args, item):
 
 def write_elem_owner(args, s):
     """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes ``src[p // validCols, p % validCols]`` for
-    its owner ``p`` (a flat source position, :func:`claim_elem_owner`), if it has one (``>= 0``). ``args = (table,
-    src, src_rs, src_cs, owner, valid_cols)``."""
-    table, src, src_rs, src_cs, owner, valid_cols = args
+    its owner ``p`` (a flat source position, :func:`claim_elem_owner`), if it has one (``>= 0``). The owners come in
+    ``copies`` of ``table_size`` (one per block of a CPU claim, else one); the slot's owner is the largest of its
+    copies. ``args = (table, src, src_rs, src_cs, owner, table_size, copies, valid_cols)``."""
+    table, src, src_rs, src_cs, owner, table_size, copies, valid_cols = args
     p = owner[unsigned_offset(s)]
+    for c in range(1, copies):  # one copy per CPU block of the claim: the largest position any of them holds wins
+        q = owner[unsigned_offset(c * table_size + s)]
+        if q > p:
+            p = q
     if p >= 0:
         table[unsigned_offset(s)] = source_element(src, src_rs, src_cs, valid_cols, p)
 
@@ -509,7 +531,7 @@ HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, ti
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, gather_elems, scatter_elems,
-           walk_grid, reset_owner, claim_row_owner, claim_compact_owner, source_element, claim_elem_owner,
+           walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element, claim_elem_owner,
            write_elem_owner, write_compact_elem_owner,
            last_row, last_elem,
            cas_add_half, atomic_add_half, atomic_add_half_edge)
