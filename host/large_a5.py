@@ -289,37 +289,41 @@ CPU_ONE_WORKER_SLOTS = 1 << 17
 """On the ``multicore`` backend, the owner reset over at most this many slots runs on the calling thread alone
 (:func:`_flat_launch`): handing a launch to the worker pool costs tens of microseconds, more than such a pass (a
 fill at memory speed) gains from a second core."""
-CPU_ONE_WORKER_WRITES = 1 << 15
+CPU_ONE_WORKER_WRITES = 1 << 16
 """... and the Elem owner write over at most this many slots (each owned slot reads its source element at a random
 position, so a second core pays off sooner than for the fill). The whole call, n updates into n / 16 slots, the
-write on one thread against two, in one process, runners interleaved (medians of 31, 2 cores): 32K slots 0.61-0.66
-against 0.69-0.74 ms; 64K slots 1.22-1.39 against 1.10-1.23 ms."""
+write on one thread against two, in one process, the two runners' order alternating (medians of 31, 2 cores): two
+threads 0.68x to 0.71x as fast at 16K slots, 0.84x to 0.89x at 32K, 1.00x to 1.05x at 64K, 1.08x at 128K."""
 CPU_ONE_WORKER_CLAIMS = 1 << 19
-"""... and an owner claim of at most this many updates: a second core then gains less than it costs, the hand-off
-and two caches trading the lines of the owners both of them claim. The claim kernel alone, n updates into n / 16
-int32 owners, one thread against the flat grid on two (medians of 31, 2 cores): 512K 0.51 against 0.71 ms, 1M 1.23
-against 1.20, 2M 2.8 against 2.3. Past it, a claim into few owners takes a copy of them per worker
-(:func:`_claim_copies`)."""
-CPU_OWNER_COPY_MAX_BYTES = 1 << 19
-"""The largest owner array a ``multicore`` Elem claim copies once per worker (:func:`_claim_copies`): about half a
-core's L2 cache on the development machine (1 MB), where a copy stays while its worker claims into it. The whole
-call, n updates into n / 16 slots, one copy per worker against one shared copy claimed with atomics, in one process,
-runners interleaved (medians of 21, 2 cores): 256 KB of owners (1M updates) 1.14x to 1.25x faster in 8 of 9 runs;
-512 KB and 768 KB 0.93x to 1.17x; 1 MB 0.97x to 1.07x; 4 MB 0.89x to 0.92x."""
+"""... and an owner claim of at most this many updates into one shared owner array (:func:`_claim_copies` takes
+none): a second core then gains less than it costs, the hand-off and two caches trading the lines of the owners both
+of them claim. The claim kernel alone, n updates into n / 16 int32 owners, one thread against the flat grid on two
+(medians of 31, 2 cores): 512K 0.51 against 0.71 ms, 1M 1.23 against 1.20, 2M 2.8 against 2.3."""
+CPU_OWNER_COPY_MIN_UPDATES = 1 << 18
+"""A ``multicore`` Elem claim of more than this many updates into few owners takes a copy of them per worker
+(:func:`_claim_copies`); up to it, one worker claims alone. The whole call, n updates into n / 16 slots, one thread
+against a copy per worker, in one process, the order alternating (medians of 31, 2 cores): copies 1.04x and 0.82x as
+fast at 256K (float32, float16), 1.14x to 1.22x at 384K, 1.00x to 1.46x at 512K, 1.16x and 1.45x at 1M."""
+CPU_OWNER_COPY_MAX_BYTES = 1 << 20
+"""... while a copy holds at most this many bytes, the L2 cache of one core of the development machine, where a copy
+stays while its worker claims into it. The whole call, n updates into n / 16 slots, a copy per worker against one
+shared owner array claimed with atomics, in one process, the order alternating (medians of 21, 2 cores): 1.44x to
+1.75x as fast at 256 KB of owners (1M updates), 0.91x to 1.26x at 512 KB, 1.00x to 1.06x at 768 KB, 1.02x to 1.17x
+at 1 MB, 0.99x to 1.03x at 2 MB (one run 1.66x)."""
 CPU_OWNER_COPY_UPDATES_PER_SLOT = 4
-"""... while the updates are at least this many times the owners of all copies: the copies' reset and their merge
-in the write cost a pass over every copy, which must stay small beside the claim (a bound, not a measured
+"""... and while the updates are at least this many times the owners of all copies: the copies' reset and their
+merge in the write cost a pass over every copy, which must stay small beside the claim (a bound, not a measured
 break-even: the development machine has 2 cores, so 2 copies)."""
 
 
 def _claim_copies(updates: int, slots: int, owner_dtype: np.dtype, backend: str) -> int:
     """Copies of the owners an Elem claim of ``updates`` into ``slots`` owners takes: one per worker on the
-    ``multicore`` backend when the claim runs on several workers and a copy is small
-    (:data:`CPU_OWNER_COPY_MAX_BYTES`, :data:`CPU_OWNER_COPY_UPDATES_PER_SLOT`), else one. With a copy each, a
-    worker claims with plain loads and stores into lines no other core takes from its cache; the write takes each
+    ``multicore`` backend for a claim of more than :data:`CPU_OWNER_COPY_MIN_UPDATES` updates into copies that are
+    small (:data:`CPU_OWNER_COPY_MAX_BYTES`, :data:`CPU_OWNER_COPY_UPDATES_PER_SLOT`), else one. With a copy each,
+    a worker claims with plain loads and stores into lines no other core takes from its cache; the write takes each
     slot's largest owner over the copies."""
     workers = cpu_workers()
-    if (backend != "multicore" or updates <= CPU_ONE_WORKER_CLAIMS or workers < 2
+    if (backend != "multicore" or updates <= CPU_OWNER_COPY_MIN_UPDATES or workers < 2
             or slots * owner_dtype.itemsize > CPU_OWNER_COPY_MAX_BYTES
             or workers * slots * CPU_OWNER_COPY_UPDATES_PER_SLOT > updates):
         return 1
@@ -363,17 +367,24 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
         owner_dtype = _owner_dtype(rows * cols)
         copies = _claim_copies(rows * cols, cap, owner_dtype, backend)
         owner = _new_owner(table, copies * cap, owner_dtype, backend)
-        if copies > 1:  # a block per copy, of one warp: each CPU worker walks its share of the positions in order
-            geo, grid = replace(geometry.flat_geometry(rows * cols), launch_warps=1), copies
+        claim_policy = KernelPolicy(rule=plan.rule, conflict=plan.conflict)
+        write_geo, write_grid = _flat_launch(cap, backend, CPU_ONE_WORKER_WRITES)
+        if copies > 1:  # a block of one warp per copy: each CPU worker walks its share of the positions in order
+            claim = launch_spec("simt_mscatter_elem_private_owner_claim_kernel", claim_policy,
+                                replace(geometry.flat_geometry(rows * cols), launch_warps=1), grid=copies,
+                                writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1, table_size=cap,
+                                valid_rows=rows, valid_cols=cols)
+            write = launch_spec("simt_mscatter_elem_private_owner_write_kernel", _RESET, write_geo, grid=write_grid,
+                                writes=("table",), table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1,
+                                table_size=cap, copies=copies, valid_cols=cols)
         else:
             geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
-        claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
-                            geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1,
-                            table_size=cap, valid_rows=rows, valid_cols=cols, copies=copies)
-        geo, grid = _flat_launch(cap, backend, CPU_ONE_WORKER_WRITES)
-        write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, geo, grid=grid, writes=("table",),
-                            table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1, table_size=cap,
-                            copies=copies, valid_cols=cols)
+            claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", claim_policy, geo, grid=grid,
+                                writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1, table_size=cap,
+                                valid_rows=rows, valid_cols=cols)
+            write = launch_spec("simt_mscatter_elem_owner_write_kernel", _RESET, write_geo, grid=write_grid,
+                                writes=("table",), table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1,
+                                table_size=cap, valid_cols=cols)
         return _reset(owner, backend), claim, write
     owner = _new_owner(table, cap, _owner_dtype(rows), backend)
     geo, grid = _flat_launch(rows, backend, CPU_ONE_WORKER_CLAIMS)

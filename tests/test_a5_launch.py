@@ -322,14 +322,16 @@ POLICY_FIELDS = {
     "simt_mscatter_row_last_kernel": {"rule"}, "simt_mscatter_elem_last_kernel": {"rule"},
     "simt_mscatter_owner_reset_kernel": set(), "simt_mscatter_row_owner_claim_kernel": {"rule"},
     "simt_mscatter_elem_owner_claim_kernel": {"rule"}, "simt_mscatter_row_owner_write_kernel": set(),
-    "simt_mscatter_elem_owner_write_kernel": set(), "simt_mscatter_compact_owner_claim_kernel": set(),
+    "simt_mscatter_elem_owner_write_kernel": set(), "simt_mscatter_elem_private_owner_claim_kernel": {"rule"},
+    "simt_mscatter_elem_private_owner_write_kernel": set(), "simt_mscatter_compact_owner_claim_kernel": set(),
     "simt_mscatter_row_compact_owner_write_kernel": set(), "simt_mscatter_elem_compact_owner_write_kernel": set(),
 }
 
 
 def _whole_array_launches():
     """Every launch the whole-array ops plan for a small call of each kind (nothing runs)."""
-    from simt_pto.host import large
+    from unittest import mock
+    from simt_pto.host import large, large_a5
     table, idx = np.zeros((40, 8), np.float32), np.arange(20, dtype=np.int32)
     src = np.ones((20, 8), np.float32)
     calls = [large.gather_plan(table, idx), large.gather_plan(table.reshape(-1), idx, coalesce="elem")]
@@ -340,6 +342,9 @@ def _whole_array_launches():
                   large.scatter_plan(t, s, idx, coalesce=coalesce, last_path="slot")]
         calls += [large.scatter_plan(t, s, idx, coalesce=coalesce, last_path="owner", owner=layout)
                   for layout in ("dense", "compact")]
+    with mock.patch.object(large_a5, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
+        calls.append(large.scatter_plan(table.reshape(-1), src[:, 0].copy(), idx, coalesce="elem", last_path="owner",
+                                        owner="dense"))  # the multicore claim into a copy of the owners per worker
     return [launch for call in calls for launch in call.launches]
 
 

@@ -82,7 +82,8 @@ def test_the_owner_path_on_the_workers(rng, monkeypatch, dtype, claim):
     claim_launch = large.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
                                       owner="dense", backend="multicore").launches[1]
     copies = cpu_workers() if claim == "copies" and cpu_workers() > 1 else 1
-    assert claim_launch.arguments["copies"] == copies
+    assert claim_launch.kernel == ("simt_mscatter_elem_private_owner_claim_kernel" if copies > 1
+                                   else "simt_mscatter_elem_owner_claim_kernel")
     assert claim_launch.arguments["owner"].size == copies * slots
     for _ in range(2):
         got = table.copy()
@@ -108,9 +109,11 @@ def test_the_owner_copies_give_the_serial_bits(cpu_or_simulator_backend, rng, mo
         table = random_values(rng, (211,), dtype)
         idx = rng.permutation(table.size)[:idx.size].astype(np.int32).reshape(idx.shape)
     want = serial_last(as_bits(table), as_bits(src), idx, "elem", oob)
-    claim = large.scatter_plan(table, src, idx, coalesce="elem", oob=oob, last_path="owner",
-                               owner="dense").launches[1]
-    assert (claim.grid, claim.arguments["copies"], claim.arguments["owner"].size) == (3, 3, 3 * table.size)
+    _, claim, write = large.scatter_plan(table, src, idx, coalesce="elem", oob=oob, last_path="owner",
+                                         owner="dense").launches
+    assert (claim.kernel, write.kernel) == ("simt_mscatter_elem_private_owner_claim_kernel",
+                                            "simt_mscatter_elem_private_owner_write_kernel")
+    assert (claim.grid, write.arguments["copies"], claim.arguments["owner"].size) == (3, 3, 3 * table.size)
     for _ in range(2):
         got = table.copy()
         pto.scatter(got, src, idx, coalesce="elem", oob=oob, conflict="last", last_path="owner")
@@ -118,8 +121,9 @@ def test_the_owner_copies_give_the_serial_bits(cpu_or_simulator_backend, rng, mo
 
 
 def test_owner_copies_are_taken_for_few_owners_on_the_workers(monkeypatch):
-    """A copy of the owners per worker on ``multicore``, only for a claim on several workers into owners of at most
-    CPU_OWNER_COPY_MAX_BYTES, with at least CPU_OWNER_COPY_UPDATES_PER_SLOT updates per owner of all copies."""
+    """A copy of the owners per worker on ``multicore``, only for a claim of more than CPU_OWNER_COPY_MIN_UPDATES
+    updates on several workers into owners of at most CPU_OWNER_COPY_MAX_BYTES, with at least
+    CPU_OWNER_COPY_UPDATES_PER_SLOT updates per owner of all copies."""
     from simt_pto.host import large_a5 as host
     monkeypatch.setattr(host, "cpu_workers", lambda: 2)
     i32, many = np.dtype(np.int32), 1 << 22
@@ -129,12 +133,12 @@ def test_owner_copies_are_taken_for_few_owners_on_the_workers(monkeypatch):
     assert host._claim_copies(many, most // 2 + 1, np.dtype(np.int64), "multicore") == 1
     for backend in ("gpu", "simulator"):
         assert host._claim_copies(many, most, i32, backend) == 1
-    claims = host.CPU_ONE_WORKER_CLAIMS
-    assert host._claim_copies(claims, 64, i32, "multicore") == 1  # the claim runs on the calling thread alone
-    assert host._claim_copies(claims + 1, 64, i32, "multicore") == 2
-    slots = (claims + 1) // (2 * host.CPU_OWNER_COPY_UPDATES_PER_SLOT)
-    assert host._claim_copies(claims + 1, slots, i32, "multicore") == 2
-    assert host._claim_copies(claims + 1, slots + 1, i32, "multicore") == 1  # the copies' passes would weigh
+    least = host.CPU_OWNER_COPY_MIN_UPDATES
+    assert host._claim_copies(least, 64, i32, "multicore") == 1  # the claim runs on the calling thread alone
+    assert host._claim_copies(least + 1, 64, i32, "multicore") == 2
+    slots = (least + 1) // (2 * host.CPU_OWNER_COPY_UPDATES_PER_SLOT)
+    assert host._claim_copies(least + 1, slots, i32, "multicore") == 2
+    assert host._claim_copies(least + 1, slots + 1, i32, "multicore") == 1  # the copies' passes would weigh
     monkeypatch.setattr(host, "cpu_workers", lambda: 1)
     assert host._claim_copies(many, 64, i32, "multicore") == 1
 
@@ -148,27 +152,38 @@ def _flat(count):
 
 
 def test_small_owner_passes_run_on_the_calling_thread(monkeypatch):
-    """On ``multicore`` a reset over at most CPU_ONE_WORKER_SLOTS slots, a write over at most CPU_ONE_WORKER_WRITES,
-    and a claim of at most CPU_ONE_WORKER_CLAIMS updates, is one block of one warp (the calling thread walks the
-    items in order, no hand-off to the worker pool); a larger claim into few owners is a block of one warp per
-    worker, each with its copy of the owners; larger passes, and every pass of a plan for another backend, keep
-    the flat grid. Planning runs nothing."""
+    """On ``multicore`` a reset over at most CPU_ONE_WORKER_SLOTS owners, a write over at most CPU_ONE_WORKER_WRITES
+    slots, and a claim of at most CPU_ONE_WORKER_CLAIMS updates into one shared owner array, is one block of one warp
+    (the calling thread walks the items in order, no hand-off to the worker pool); a claim into a copy of the owners
+    per worker is a block of one warp per copy; larger passes, and every pass of a plan for another backend, keep the
+    flat grid. Planning runs nothing."""
     monkeypatch.setattr(large_a5, "cpu_workers", lambda: 2)
-    few, many = 1 << 10, large_a5.CPU_ONE_WORKER_SLOTS + 1
-    assert many * 4 > large_a5.CPU_OWNER_COPY_MAX_BYTES  # int32 owners past what a copy may hold
-    for cap in (few, large_a5.CPU_ONE_WORKER_WRITES + 1, many):
-        for n in (1 << 12, large_a5.CPU_ONE_WORKER_CLAIMS + 1):
-            table, src = np.zeros(cap, np.float32), np.ones(n, np.float32)
-            idx = (np.arange(n, dtype=np.int64) * 7919 % cap).astype(np.int32)
-            for backend in ("multicore", "simulator"):
-                reset, claim, write = large.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
-                                                         owner="dense", backend=backend).launches
-                cpu = backend == "multicore"
-                copies = 2 if cpu and cap < many and n > large_a5.CPU_ONE_WORKER_CLAIMS else 1  # (128 KB at most)
-                resets = (1, 1) if cpu and copies * cap <= large_a5.CPU_ONE_WORKER_SLOTS else _flat(copies * cap)
-                writes = (1, 1) if cpu and cap <= large_a5.CPU_ONE_WORKER_WRITES else _flat(cap)
-                claims = (1, 1) if cpu and n <= large_a5.CPU_ONE_WORKER_CLAIMS else _flat(n)
-                if copies > 1:
-                    claims = (2, 1)
-                assert (_shape(reset), _shape(claim), _shape(write)) == (resets, claims, writes), (cap, n, backend)
-                assert claim.arguments["copies"] == write.arguments["copies"] == copies
+    one, copies = (1, 1), (2, 1)
+    few, some = 1 << 10, large_a5.CPU_ONE_WORKER_WRITES + 1
+    many = large_a5.CPU_OWNER_COPY_MAX_BYTES // 4 + 1  # int32 owners past what a copy may hold
+    least, claims = large_a5.CPU_OWNER_COPY_MIN_UPDATES, large_a5.CPU_ONE_WORKER_CLAIMS
+    assert some < large_a5.CPU_ONE_WORKER_SLOTS < many and 2 * some * large_a5.CPU_OWNER_COPY_UPDATES_PER_SLOT > claims + 1
+    cases = [  # (slots, updates): (reset, claim, write), each on one thread or the flat grid, copies of the owners
+        ((few, 1 << 12), (one, one, one), 1),
+        ((few, least), (one, one, one), 1),
+        ((few, least + 1), (one, copies, one), 2),
+        ((few, claims + 1), (one, copies, one), 2),
+        ((some, least + 1), (one, one, _flat(some)), 1),  # too few updates per owner for copies: shared, one thread
+        ((some, claims + 1), (one, _flat(claims + 1), _flat(some)), 1),
+        ((many, 1 << 12), (_flat(many), one, _flat(many)), 1),
+        ((many, claims + 1), (_flat(many), _flat(claims + 1), _flat(many)), 1),
+    ]
+    for (cap, n), (reset_shape, claim_shape, write_shape), owner_copies in cases:
+        table, src = np.zeros(cap, np.float32), np.ones(n, np.float32)
+        idx = (np.arange(n, dtype=np.int64) * 7919 % cap).astype(np.int32)
+        for backend in ("multicore", "simulator"):
+            reset, claim, write = large.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
+                                                     owner="dense", backend=backend).launches
+            if backend == "multicore":
+                want = (reset_shape, claim_shape, write_shape)
+            else:
+                owner_copies = 1
+                want = (_flat(cap), _flat(n), _flat(cap))
+            assert (_shape(reset), _shape(claim), _shape(write)) == want, (cap, n, backend)
+            assert claim.arguments["owner"].size == owner_copies * cap
+            assert write.arguments.get("copies", 1) == owner_copies

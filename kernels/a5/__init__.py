@@ -13,6 +13,7 @@ from .mscatter import (simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel
                        simt_mscatter_row_owner_write_kernel)
 
 from .mscatter import (simt_mscatter_compact_owner_claim_kernel, simt_mscatter_elem_compact_owner_write_kernel,
+                       simt_mscatter_elem_private_owner_claim_kernel, simt_mscatter_elem_private_owner_write_kernel,
                        simt_mscatter_row_compact_owner_write_kernel)
 
 KERNELS = {factory.__name__: factory for factory in (
@@ -20,6 +21,7 @@ KERNELS = {factory.__name__: factory for factory in (
     simt_mscatter_row_kernel, simt_mscatter_elem_kernel, simt_mscatter_row_last_kernel, simt_mscatter_elem_last_kernel,
     simt_mscatter_owner_reset_kernel, simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel,
     simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
+    simt_mscatter_elem_private_owner_claim_kernel, simt_mscatter_elem_private_owner_write_kernel,
     simt_mscatter_compact_owner_claim_kernel, simt_mscatter_row_compact_owner_write_kernel,
     simt_mscatter_elem_compact_owner_write_kernel)}
 """Every A5 kernel factory by the kernel's spec name: what a :class:`simt_pto.launch_spec.LaunchSpec` names.

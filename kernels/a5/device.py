@@ -366,6 +366,15 @@ CLAIM_PREFETCH_MIN_SLOTS = 1 << 16
 instructions."""
 
 
+def elem_owner_slot(idx, idx_rs, idx_cs, table_size, valid_cols, contiguous, rule, p):
+    """``(slot, in_range)``: the remapped index of flat source position ``p`` (:func:`claim_elem_owner`)."""
+    if contiguous:
+        raw = idx[unsigned_offset(p)]
+    else:
+        raw = idx[unsigned_offset(tile_offset_2d(p // valid_cols, p % valid_cols, idx_rs, idx_cs))]
+    return remap_index(raw, table_size, rule)
+
+
 def claim_elem_owner(args, item):
     """``simt_mscatter_elem_owner_claim_kernel``'s visitor: ``owner[remap(idx[p])] = max(..., p)`` for the flat source
     position ``p = total - 1 - item``. The walk visits positions in falling order, so the first claim of a slot is
@@ -383,11 +392,7 @@ def claim_elem_owner(args, item):
         ahead, ahead_in_range = remap_index(idx[unsigned_offset(p - CLAIM_PREFETCH_AHEAD)], table_size, rule)
         if ahead_in_range:
             prefetch(owner, ahead)
-    if contiguous:
-        raw = idx[unsigned_offset(p)]
-    else:
-        raw = idx[unsigned_offset(tile_offset_2d(p // valid_cols, p % valid_cols, idx_rs, idx_cs))]
-    slot, in_range = remap_index(raw, table_size, rule)
+    slot, in_range = elem_owner_slot(idx, idx_rs, idx_cs, table_size, valid_cols, contiguous, rule, p)
     if in_range:
         if alone:
             if p > owner[unsigned_offset(slot)]:
@@ -396,14 +401,39 @@ def claim_elem_owner(args, item):
             atomic_max(owner, slot, p)
 
 
+def claim_private_elem_owner(args, item):
+    """``simt_mscatter_elem_private_owner_claim_kernel``'s visitor: :func:`claim_elem_owner` into a block's own copy
+    of the owners. On the CPU (one thread per block) the max is a plain read and an unconditional store: a
+    branch on it is mispredicted for every slot's first claim; on CUDA it is the atomic. ``args = (owner, idx, idx_rs,
+    idx_cs, table_size, valid_cols, total, contiguous, rule)``."""
+    owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, rule = args
+    p = total - 1 - item
+    _, lanes = lane_span()
+    slot, in_range = elem_owner_slot(idx, idx_rs, idx_cs, table_size, valid_cols, contiguous, rule, p)
+    if in_range:
+        if lanes > 1:
+            owner[unsigned_offset(slot)] = max(owner[unsigned_offset(slot)], p)
+        else:
+            atomic_max(owner, slot, p)
+
+
 def write_elem_owner(args, s):
     """``simt_mscatter_elem_owner_write_kernel``'s visitor: slot ``s`` takes ``src[p // validCols, p % validCols]`` for
-    its owner ``p`` (a flat source position, :func:`claim_elem_owner`), if it has one (``>= 0``). The owners come in
-    ``copies`` of ``table_size`` (one per block of a CPU claim, else one); the slot's owner is the largest of its
-    copies. ``args = (table, src, src_rs, src_cs, owner, table_size, copies, valid_cols)``."""
+    its owner ``p`` (a flat source position, :func:`claim_elem_owner`), if it has one (``>= 0``). ``args = (table,
+    src, src_rs, src_cs, owner, valid_cols)``."""
+    table, src, src_rs, src_cs, owner, valid_cols = args
+    p = owner[unsigned_offset(s)]
+    if p >= 0:
+        table[unsigned_offset(s)] = source_element(src, src_rs, src_cs, valid_cols, p)
+
+
+def write_private_elem_owner(args, s):
+    """``simt_mscatter_elem_private_owner_write_kernel``'s visitor: :func:`write_elem_owner` with the owners in
+    ``copies`` of ``table_size`` (one per block of the claim); slot ``s``'s owner is the largest of its copies.
+    ``args = (table, src, src_rs, src_cs, owner, table_size, copies, valid_cols)``."""
     table, src, src_rs, src_cs, owner, table_size, copies, valid_cols = args
     p = owner[unsigned_offset(s)]
-    for c in range(1, copies):  # one copy per CPU block of the claim: the largest position any of them holds wins
+    for c in range(1, copies):
         q = owner[unsigned_offset(c * table_size + s)]
         if q > p:
             p = q
@@ -531,8 +561,9 @@ HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, ti
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, gather_elems, scatter_elems,
-           walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element, claim_elem_owner,
-           write_elem_owner, write_compact_elem_owner,
+           walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
+           elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
+           write_elem_owner, write_private_elem_owner, write_compact_elem_owner,
            last_row, last_elem,
            cas_add_half, atomic_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

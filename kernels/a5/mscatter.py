@@ -20,9 +20,10 @@ import functools
 
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
-from .device import (CLAIM_PREFETCH_MIN_SLOTS, claim_compact_owner, claim_elem_owner, claim_row_owner, compact_owner_row,
-                     dense_tile, last_elem, last_row, owner_row, reset_owner, scatter_elems, scatter_row, walk_elems,
-                     walk_block_share, walk_grid, walk_rows, write_compact_elem_owner, write_elem_owner)
+from .device import (CLAIM_PREFETCH_MIN_SLOTS, claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
+                     claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner,
+                     scatter_elems, scatter_row, walk_block_share, walk_elems, walk_grid, walk_rows,
+                     write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
 from .intrinsics import block_range, lane_span
 
 
@@ -104,8 +105,7 @@ def simt_mscatter_elem_last_kernel(rule: IndexRule):
 # The claims visit the sources from the last down (item ``i`` is source ``n - 1 - i``): a slot's first claim is
 # then usually its winner, and on the CPU the later ones find a larger owner and stay plain reads. An owner is a
 # source position (Elem: flat), 4 bytes while the positions fit: the claim reads the indices alone, and the write
-# reads each winner's value from the source. On the CPU an Elem claim into few owners may take a copy of them per
-# block (one per worker), claimed without atomics; the write then takes each slot's largest owner over the copies.
+# reads each winner's value from the source.
 
 @functools.cache
 def simt_mscatter_owner_reset_kernel():
@@ -145,29 +145,16 @@ def simt_mscatter_row_owner_write_kernel():
 @functools.cache
 def simt_mscatter_elem_owner_claim_kernel(rule: IndexRule):
     """Elem: ``owner[remap(idx[p])] = max(owner[...], p)`` over all flat source positions ``p``
-    (:func:`.device.claim_elem_owner`; a flat grid, from the last position down).
+    (:func:`.device.claim_elem_owner`; a flat grid, from the last position down)."""
 
-    ``copies``: 1, or one copy of the ``table_size`` owners per block (``copies == grid``, the ``multicore``
-    backend's claim into few owners): block ``b`` then claims its contiguous share of the positions
-    (:func:`.device.walk_block_share`) into copy ``b``, and the write takes the largest owner over the copies. A CPU
-    block runs on one thread, so it claims its copy alone, with plain loads and stores, and unprefetched (a copy
-    is chosen small enough to stay in its core's cache)."""
-
-    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows, valid_cols,
-                                              copies):
+    def simt_mscatter_elem_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows, valid_cols):
         total = valid_rows * valid_cols
         contiguous = idx_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
+        prefetches = owner.size >= CLAIM_PREFETCH_MIN_SLOTS
         _, lanes = lane_span()
-        if copies > 1:
-            for b in block_range(launch):
-                walk_block_share(launch, b, total, claim_elem_owner,
-                                 (owner[b * table_size:(b + 1) * table_size], idx, idx_rs, idx_cs, table_size,
-                                  valid_cols, total, contiguous, False, lanes > 1, rule))
-        else:
-            prefetches = table_size >= CLAIM_PREFETCH_MIN_SLOTS
-            alone = lanes > 1 and launch[2] == 1  # a CPU grid of one block: one thread runs it (never so on CUDA)
-            walk_grid(launch, total, claim_elem_owner, (owner, idx, idx_rs, idx_cs, table_size, valid_cols, total,
-                                                        contiguous, prefetches, alone, rule))
+        alone = lanes > 1 and launch[2] == 1  # a CPU grid of one block: one thread runs it (never so on CUDA)
+        walk_grid(launch, total, claim_elem_owner, (owner, idx, idx_rs, idx_cs, table_size, valid_cols, total,
+                                                    contiguous, prefetches, alone, rule))
 
     return simt_mscatter_elem_owner_claim_kernel
 
@@ -177,12 +164,48 @@ def simt_mscatter_elem_owner_write_kernel():
     """Elem: every owned slot takes the source element at its owner's position (:func:`.device.write_elem_owner`); a
     thread per slot, in a flat grid, like the slot-centric ``simt_mscatter_elem_last_kernel`` without its scan."""
 
-    def simt_mscatter_elem_owner_write_kernel(launch, table, owner, src, src_rs, src_cs, table_size, copies,
-                                              valid_cols):
-        walk_grid(launch, table_size, write_elem_owner, (table, src, src_rs, src_cs, owner, table_size, copies,
-                                                         valid_cols))
+    def simt_mscatter_elem_owner_write_kernel(launch, table, owner, src, src_rs, src_cs, table_size, valid_cols):
+        walk_grid(launch, table_size, write_elem_owner, (table, src, src_rs, src_cs, owner, valid_cols))
 
     return simt_mscatter_elem_owner_write_kernel
+
+
+# -- Conflict::Last at scale on several CPU workers: private owners (host/large_a5.py) --------------------------
+# Two workers claiming one small owner array trade its cache lines at every claim. With a private copy of the
+# owners per block (the host launches one block per worker), block ``b`` claims its contiguous share of the
+# positions into copy ``b``, and the write takes each slot's largest owner over the copies. A CPU block runs on one
+# thread, so its claims are plain loads and stores; on CUDA (where the host never launches these kernels) they are
+# atomics, with the same result.
+
+@functools.cache
+def simt_mscatter_elem_private_owner_claim_kernel(rule: IndexRule):
+    """Elem: ``owner[b][remap(idx[p])] = max(owner[b][...], p)`` over block ``b``'s contiguous share of the flat
+    source positions (:func:`.device.walk_block_share`, :func:`.device.claim_elem_owner`), where ``owner[b]`` is
+    copy ``b`` of the ``table_size`` owners (``grid`` copies)."""
+
+    def simt_mscatter_elem_private_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows,
+                                                     valid_cols):
+        total = valid_rows * valid_cols
+        contiguous = idx_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
+        for b in block_range(launch):
+            walk_block_share(launch, b, total, claim_private_elem_owner,
+                             (owner[b * table_size:(b + 1) * table_size], idx, idx_rs, idx_cs, table_size,
+                              valid_cols, total, contiguous, rule))
+
+    return simt_mscatter_elem_private_owner_claim_kernel
+
+
+@functools.cache
+def simt_mscatter_elem_private_owner_write_kernel():
+    """Elem: every owned slot takes the source element at the largest of its ``copies`` owners
+    (:func:`.device.write_private_elem_owner`); ``simt_mscatter_elem_owner_write_kernel`` over the copies."""
+
+    def simt_mscatter_elem_private_owner_write_kernel(launch, table, owner, src, src_rs, src_cs, table_size, copies,
+                                                     valid_cols):
+        walk_grid(launch, table_size, write_private_elem_owner,
+                  (table, src, src_rs, src_cs, owner, table_size, copies, valid_cols))
+
+    return simt_mscatter_elem_private_owner_write_kernel
 
 
 # -- Conflict::Last at scale, sized by the updates: the compact owner path (host/large_a5.py) ---------------
