@@ -10,8 +10,9 @@ numpy operands that are C-contiguous (and, for a gather, no ``out``), is then ru
 
 * the index array goes through the same narrowing (:func:`~.arrays.checked_indices`: int64 values outside
   ``[-2**31, 2**32)`` are refused with the full path's message) and, under a policy that leaves out-of-range
-  indices undefined, the same range check; a scatter's table is checked against its source and indices for shared
-  memory; all before anything is written;
+  indices undefined, the same range check (where a launch checks the range itself, as the private Conflict::Last
+  claim does with its ``refused`` flags, right after that launch, before any launch writes the table); a scatter's
+  table is checked against its source and indices for shared memory; all before anything is written;
 * the kernel launches (``a5``, on the ``multicore`` backend: :class:`A5Gather`, :class:`A5Scatter`) or the A2/A3
   row walk (``a2a3`` gathers, in :mod:`.large`) run with the call's own arrays in place of the first call's;
 * an index the check refuses, or operands that may share memory, send the call back to the full path, which raises
@@ -148,8 +149,8 @@ class A5Scatter:
 
     OPERANDS = ("table", "src", "idx")
 
-    def __init__(self, plan, launches: list, owner: tuple | None):
-        self.plan, self.launches, self.owner = plan, launches, owner
+    def __init__(self, plan, launches: list, owner: tuple | None, refused: tuple | None):
+        self.plan, self.launches, self.owner, self.refused = plan, launches, owner, refused
 
     @classmethod
     def of(cls, call, plan, table: np.ndarray, src: np.ndarray, idx: np.ndarray) -> A5Scatter | None:
@@ -159,7 +160,7 @@ class A5Scatter:
             return None
         from simt_pto.kernels.a5 import simt
         operands = dict(zip(cls.OPERANDS, (table, src, idx)))
-        owner = None
+        owner = refused = None
         launches = []
         for spec in call.steps:
             if not isinstance(spec, LaunchSpec):  # a host step
@@ -176,6 +177,8 @@ class A5Scatter:
                         return None
                 elif name == "owner" and (owner is None or value is owner):
                     owner = value
+                elif name == "refused" and refused is None:
+                    refused = (len(launches), value.size)  # (the launch that sets the flags, how many)
                 else:
                     return None
                 views.append((name, value.dtype))
@@ -183,19 +186,27 @@ class A5Scatter:
             if launch is None:
                 return None
             launches.append((launch, tuple(views)))
-        return cls(plan, launches, None if owner is None else (owner.size, owner.dtype))
+        return cls(plan, launches, None if owner is None else (owner.size, owner.dtype), refused)
 
     def __call__(self, table: np.ndarray, src: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
         if a5_backend() != "multicore" or may_overlap(table, src) or may_overlap(table, idx):
             return None
-        bits = index_bits(idx, self.plan)
-        if bits is None:
-            return None
+        if self.refused is None:
+            bits = index_bits(idx, self.plan)
+            if bits is None:
+                return None
+        else:  # a launch checks the index range itself, before any launch writes the table
+            bits = checked_indices(idx, self.plan.op, self.plan.target).ravel().view(_UINT32)
         arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": bits}
         if self.owner is not None:
             arrays["owner"] = _take_owner(*self.owner)  # every launch of the call shares it; the reset fills it
-        for launch, views in self.launches:
+        if self.refused is not None:
+            checked_by, flags = self.refused
+            arrays["refused"] = np.zeros(flags, np.int32)
+        for at, (launch, views) in enumerate(self.launches):
             launch(*[arrays[name].view(dtype) for name, dtype in views])
+            if self.refused is not None and at == checked_by and arrays["refused"].any():
+                return None  # an index past the table: the full path refuses the call (only the owners are written)
         if self.owner is not None:
             _keep_owner(arrays["owner"])
         return table

@@ -372,8 +372,9 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
         if copies > 1:  # a block of one warp per copy: each CPU worker walks its share of the positions in order
             claim = launch_spec("simt_mscatter_elem_private_owner_claim_kernel", claim_policy,
                                 replace(geometry.flat_geometry(rows * cols), launch_warps=1), grid=copies,
-                                writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1, table_size=cap,
-                                valid_rows=rows, valid_cols=cols)
+                                writes=("owner", "refused"), owner=owner, refused=np.zeros(copies, np.int32),
+                                idx=idx_flat, idx_rs=cols, idx_cs=1, table_size=cap, valid_rows=rows,
+                                valid_cols=cols)
             write = launch_spec("simt_mscatter_elem_private_owner_write_kernel", _RESET, write_geo, grid=write_grid,
                                 writes=("table",), table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1,
                                 table_size=cap, copies=copies, valid_cols=cols)

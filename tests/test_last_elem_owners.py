@@ -10,7 +10,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import geometry
-from simt_pto.host import large, large_a5
+from simt_pto.host import fast_path, large, large_a5
 from simt_pto.plan import CallCache
 
 from conftest import as_bits, random_values
@@ -118,6 +118,41 @@ def test_the_owner_copies_give_the_serial_bits(cpu_or_simulator_backend, rng, mo
         got = table.copy()
         pto.scatter(got, src, idx, coalesce="elem", oob=oob, conflict="last", last_path="owner")
         np.testing.assert_array_equal(as_bits(got), want)
+
+
+@pytest.mark.parametrize("where", ["first", "block edge", "last", "negative"])
+def test_the_private_claim_refuses_an_index_past_the_table_before_any_write(rng, monkeypatch, where):
+    """Under UNDEFINED (out-of-range indices refused), the repeated call of a signature whose claim takes private
+    owners leaves the range check to that claim: an index past the table, at any position (the first and last of
+    the source, the first of a block's share, a negative index: past the table after the uint32 cast), sets its
+    block's ``refused`` flag, and the call is refused with the full path's error before the write: the table, the
+    source and the indices keep their bits."""
+    from simt_pto.errors import OutOfBoundsError
+    monkeypatch.setattr(large_a5, "_claim_copies", lambda updates, slots, owner_dtype, backend: 3)
+    table = random_values(rng, (23,), "float32")
+    src = random_values(rng, (17, 10), "float32")
+    clean = rng.integers(0, 23, (17, 10)).astype(np.int32)
+    bad = clean.copy()
+    at = {"first": 0, "block edge": 170 // 3, "last": 169, "negative": 85}[where]
+    bad.reshape(-1)[at] = -1 if where == "negative" else 23
+
+    def refusal():
+        got, src_before, bad_before = table.copy(), src.copy(), bad.copy()
+        with pytest.raises(OutOfBoundsError) as info:
+            pto.scatter(got, src, bad, coalesce="elem", conflict="last", last_path="owner")
+        np.testing.assert_array_equal(as_bits(got), as_bits(table))
+        np.testing.assert_array_equal(as_bits(src), as_bits(src_before))
+        np.testing.assert_array_equal(bad, bad_before)
+        return str(info.value)
+
+    CallCache.clear_all()
+    first = refusal()  # the full path's range check
+    pto.scatter(table.copy(), src, clean, coalesce="elem", conflict="last", last_path="owner")  # keeps the launches
+
+    def no_range_pass(*args):
+        raise AssertionError("the kept launches ran a range pass before the claim")
+    monkeypatch.setattr(fast_path, "indices_below", no_range_pass)
+    assert first == refusal() == refusal()
 
 
 def test_owner_copies_are_taken_for_few_owners_on_the_workers(monkeypatch):

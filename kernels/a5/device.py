@@ -403,15 +403,20 @@ def claim_elem_owner(args, item):
 
 def claim_private_elem_owner(args, item):
     """``simt_mscatter_elem_private_owner_claim_kernel``'s visitor: :func:`claim_elem_owner` into a block's own copy
-    of the owners. On the CPU (one thread per block) the max is a plain read and an unconditional store: a
-    branch on it is mispredicted for every slot's first claim; on CUDA it is the atomic. ``args = (owner, idx, idx_rs,
-    idx_cs, table_size, valid_cols, total, contiguous, rule)``."""
-    owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, rule = args
+    of the owners. On the CPU (one thread per block) the max is a plain read and an unconditional store: a branch on
+    it is mispredicted for every slot's first claim; on CUDA it is the atomic. The claim checks the index range
+    itself: a slot past the table (only under the rule that leaves out-of-range indices undefined, whose remap
+    passes every index) is not claimed, and sets the block's ``refused[0]``, so that the caller refuses the call
+    before its write. ``args = (owner, refused, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous,
+    rule)``."""
+    owner, refused, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, rule = args
     p = total - 1 - item
     _, lanes = lane_span()
     slot, in_range = elem_owner_slot(idx, idx_rs, idx_cs, table_size, valid_cols, contiguous, rule, p)
     if in_range:
-        if lanes > 1:
+        if slot >= table_size:
+            refused[0] = 1
+        elif lanes > 1:
             owner[unsigned_offset(slot)] = max(owner[unsigned_offset(slot)], p)
         else:
             atomic_max(owner, slot, p)

@@ -180,17 +180,18 @@ def simt_mscatter_elem_owner_write_kernel():
 @functools.cache
 def simt_mscatter_elem_private_owner_claim_kernel(rule: IndexRule):
     """Elem: ``owner[b][remap(idx[p])] = max(owner[b][...], p)`` over block ``b``'s contiguous share of the flat
-    source positions (:func:`.device.walk_block_share`, :func:`.device.claim_elem_owner`), where ``owner[b]`` is
-    copy ``b`` of the ``table_size`` owners (``grid`` copies)."""
+    source positions (:func:`.device.walk_block_share`, :func:`.device.claim_private_elem_owner`), where
+    ``owner[b]`` is copy ``b`` of the ``table_size`` owners (``grid`` copies). ``refused[b]`` is set where block
+    ``b`` met a slot past the table: the claim is the call's range check (the write must not run then)."""
 
-    def simt_mscatter_elem_private_owner_claim_kernel(launch, owner, idx, idx_rs, idx_cs, table_size, valid_rows,
-                                                     valid_cols):
+    def simt_mscatter_elem_private_owner_claim_kernel(launch, owner, refused, idx, idx_rs, idx_cs, table_size,
+                                                      valid_rows, valid_cols):
         total = valid_rows * valid_cols
         contiguous = idx_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
         for b in block_range(launch):
             walk_block_share(launch, b, total, claim_private_elem_owner,
-                             (owner[b * table_size:(b + 1) * table_size], idx, idx_rs, idx_cs, table_size,
-                              valid_cols, total, contiguous, rule))
+                             (owner[b * table_size:(b + 1) * table_size], refused[b:b + 1], idx, idx_rs, idx_cs,
+                              table_size, valid_cols, total, contiguous, rule))
 
     return simt_mscatter_elem_private_owner_claim_kernel
 
