@@ -307,9 +307,9 @@ fast at 256K (float32, float16), 1.14x to 1.22x at 384K, 1.00x to 1.46x at 512K,
 CPU_OWNER_COPY_MAX_BYTES = 1 << 20
 """... while a copy holds at most this many bytes, the L2 cache of one core of the development machine, where a copy
 stays while its worker claims into it. The whole call, n updates into n / 16 slots, a copy per worker against one
-shared owner array claimed with atomics, in one process, the order alternating (medians of 21, 2 cores): 1.44x to
-1.75x as fast at 256 KB of owners (1M updates), 0.91x to 1.26x at 512 KB, 1.00x to 1.06x at 768 KB, 1.02x to 1.17x
-at 1 MB, 0.99x to 1.03x at 2 MB (one run 1.66x)."""
+shared owner array claimed with atomics, in one process, the order alternating (medians of 21, 2 cores; before the
+claim took over the range check): 1.44x and 1.69x as fast at 256 KB of owners (1M updates, float32 and float16),
+0.91x to 1.26x at 512 KB, 1.00x to 1.06x at 768 KB, 1.02x to 1.17x at 1 MB, 0.99x to 1.03x at 2 MB (once 1.66x)."""
 CPU_OWNER_COPY_UPDATES_PER_SLOT = 4
 """... and while the updates are at least this many times the owners of all copies: the copies' reset and their
 merge in the write cost a pass over every copy, which must stay small beside the claim (a bound, not a measured
