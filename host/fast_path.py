@@ -97,11 +97,12 @@ def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None
         _RUNNERS.put(key, runner)
 
 
-def index_bits(idx: np.ndarray, plan) -> np.ndarray | None:
+def index_bits(idx: np.ndarray, plan, checks_range: bool = True) -> np.ndarray | None:
     """The call's indices after the ISA's uint32 cast (int64 narrowed, or refused, as on the full path), or None
-    when the policy leaves out-of-range indices undefined and one is out of range (the full path refuses it)."""
+    when the policy leaves out-of-range indices undefined and one is out of range (the full path refuses it).
+    ``checks_range=False``: no range pass (a launch of the call checks the range itself)."""
     bits = checked_indices(idx, plan.op, plan.target).ravel().view(_UINT32)  # (C-contiguous: ravel is a view)
-    if plan.checks_range and not indices_below(bits, plan.capacity):
+    if checks_range and plan.checks_range and not indices_below(bits, plan.capacity):
         return None
     return bits
 
@@ -191,12 +192,10 @@ class A5Scatter:
     def __call__(self, table: np.ndarray, src: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
         if a5_backend() != "multicore" or may_overlap(table, src) or may_overlap(table, idx):
             return None
-        if self.refused is None:
-            bits = index_bits(idx, self.plan)
-            if bits is None:
-                return None
-        else:  # a launch checks the index range itself, before any launch writes the table
-            bits = checked_indices(idx, self.plan.op, self.plan.target).ravel().view(_UINT32)
+        # a plan with refused flags checks the index range in a launch, before any launch writes the table
+        bits = index_bits(idx, self.plan, checks_range=self.refused is None)
+        if bits is None:
+            return None
         arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": bits}
         if self.owner is not None:
             arrays["owner"] = _take_owner(*self.owner)  # every launch of the call shares it; the reset fills it
