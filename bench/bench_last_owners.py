@@ -1,0 +1,145 @@
+"""Conflict::Last on the ``multicore`` backend: the owner forms side by side, and numpy in the same run.
+
+For ``n`` updates into ``n / --writers`` slots (Elem, float32 / float16, uniform random indices, the default
+policies), each form is planned once and run through its kept launches (``host/fast_path.A5Scatter``, what a
+repeated ``pto.scatter`` runs):
+
+* ``alone``: one shared owner array, the claim on the calling thread (``CPU_ONE_WORKER_CLAIMS``);
+* ``shared``: one shared owner array claimed with atomics by every worker;
+* ``private``: a copy of the owners per worker, claimed with plain stores, the claim being the range check
+  (``host/large_a5._claim_copies``; what the dispatch takes from ``CPU_OWNER_COPY_MIN_UPDATES`` updates on);
+* ``chosen``: what ``pto.scatter`` itself plans for the shape.
+
+The forms are forced through the thresholds of ``host/large_a5.py`` while each is planned. Every form's result is
+checked bitwise against the serial loop (``simt_pto.reference.last_writer_scatter``) before the timing; numpy's
+peer is ``table[idx] = src`` with int64 indices, as in ``bench_peers.py``. Then ``--rounds`` rounds, each
+calling every form once and numpy once, the forms' order reversed every other round (on this kind of machine a fixed
+order alone moved two identical runners apart by up to 1.3x); each figure is the median over the rounds, and each
+ratio is numpy's median over the form's.
+
+Run: ``python bench/bench_last_owners.py [--sizes 256K,1M,4M] [--writers 16] [--dtypes float32,float16]
+[--rounds 21] [--json]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+import simt_pto as pto
+from simt_pto import reference
+from simt_pto.host import fast_path, large_a5
+from simt_pto.kernels.a5.simt import cpu_workers
+from simt_pto.plan import CallCache
+
+FORMS = ("alone", "shared", "private", "chosen")
+
+
+@contextmanager
+def _thresholds(**values):
+    """``host/large_a5``'s thresholds set to ``values`` while a form is planned."""
+    before = {name: getattr(large_a5, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(large_a5, name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(large_a5, name, value)
+
+
+FORCED = {
+    "alone": dict(CPU_ONE_WORKER_CLAIMS=1 << 62, CPU_OWNER_COPY_MAX_BYTES=0),
+    "shared": dict(CPU_ONE_WORKER_CLAIMS=0, CPU_OWNER_COPY_MAX_BYTES=0),
+    "private": dict(CPU_OWNER_COPY_MIN_UPDATES=0, CPU_OWNER_COPY_MAX_BYTES=1 << 62, CPU_OWNER_COPY_UPDATES_PER_SLOT=0),
+    "chosen": {},
+}
+
+
+def _runner(form, table, src, idx):
+    """``(kept launches, claim in words)`` of ``form`` for this call's signature: one full-path call keeps the
+    launches (``host/fast_path``; its cache was emptied first, so it holds this runner alone)."""
+    CallCache.clear_all()
+    with _thresholds(**FORCED[form]):
+        claim = pto.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5").launches[1]
+        pto.scatter(table.copy(), src, idx, coalesce="elem", conflict="last", target="a5")
+    runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
+    if len(runners) != 1:
+        raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
+    if "private" in claim.kernel:
+        words = f"private x{claim.grid}"
+    else:
+        words = "alone" if claim.grid == 1 else "shared"
+    return runners[0], words
+
+
+def measure(n: int, writers: int, dtype: np.dtype, rounds: int, rng) -> dict:
+    slots = max(1, n // writers)
+    table = np.zeros(slots, dtype)
+    idx = rng.integers(0, slots, n, dtype=np.int32)
+    src = rng.standard_normal(n, dtype=np.float32).astype(dtype)
+    peer_idx = idx.astype(np.int64)
+    want = reference.last_writer_scatter(table, peer_idx, src).view(np.uint8)
+    runs, planned = {}, {}
+    for form in FORMS:
+        runner, planned[form] = _runner(form, table, src, idx)
+        got = table.copy()
+        if runner(got, src, idx) is None or not np.array_equal(got.view(np.uint8), want):
+            raise SystemExit(f"{form}: wrong result at n={n}, {dtype}")
+        runs[form] = (lambda r: lambda: r(table, src, idx))(runner)
+    runs["numpy"] = lambda: table.__setitem__(peer_idx, src)
+    times = {name: [] for name in runs}
+    names = list(runs)
+    for _ in range(3):
+        for name in names:
+            runs[name]()
+    for k in range(rounds):
+        order = FORMS if k % 2 else FORMS[::-1]
+        for name in (*order, "numpy"):
+            t = time.perf_counter()
+            runs[name]()
+            times[name].append(time.perf_counter() - t)
+    med = {name: float(np.median(v)) for name, v in times.items()}
+    return {"n": n, "slots": slots, "dtype": np.dtype(dtype).name, "planned": planned,
+            "ms": {name: m * 1e3 for name, m in med.items()},
+            "vs_numpy": {form: med["numpy"] / med[form] for form in FORMS}}
+
+
+def _size(text: str) -> int:
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1].upper(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="256K,1M,4M")
+    ap.add_argument("--writers", type=int, default=16, help="updates per slot on average (the table holds n / this)")
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if pto.a5_backend() != "multicore":
+        raise SystemExit(f"this benchmark times the multicore backend; the A5 backend is {pto.a5_backend()!r}")
+    rng = np.random.default_rng(0)
+    rows = [measure(_size(s), args.writers, np.dtype(d), args.rounds, rng)
+            for d in args.dtypes.split(",") for s in args.sizes.split(",")]
+    if args.json:
+        print(json.dumps({"machine": platform.machine(), "workers": cpu_workers(), "rows": rows}, indent=1))
+        return
+    print(f"A5 multicore, {cpu_workers()} workers, {platform.machine()}; n updates into n/{args.writers} slots; "
+          f"medians of {args.rounds} rounds, the forms' order alternating; numpy time / form time (above 1: faster)")
+    print()
+    print("| dtype | n | slots | alone | shared | private | chosen (as planned) | numpy ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        cells = " | ".join(f"{r['vs_numpy'][f]:.2f}x ({r['ms'][f]:.3f} ms)" for f in FORMS[:3])
+        print(f"| {r['dtype']} | {r['n']} | {r['slots']} | {cells} | {r['vs_numpy']['chosen']:.2f}x "
+              f"({r['planned']['chosen']}) | {r['ms']['numpy']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
