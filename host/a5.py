@@ -449,6 +449,23 @@ def guarded(steps, boundary) -> CallPlan:
     return CallPlan(tuple(steps), guard=boundary.held, guard_name=BoundaryWords.GUARD_NAME)
 
 
+CPU_ALONE_MAX_UPDATES = 1 << 19
+"""On the ``multicore`` backend, an Elem scatter with an atomic op of at most this many elements runs its
+plain-store form on the calling thread while nothing else writes its table (:func:`elem_alone_kernel`). Measured
+on 2 cores against the atomic form on its threads (one process, the two called in turn, order alternating; 4M
+elements of table per 1M updates): float32 1.4x to 2.2x faster from 4K to 512K updates, 0.93x at 768K and 0.68x at
+1M; float16 1.05x to 1.6x faster up to 1M, 0.91x at 2M."""
+
+
+def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
+    """``LaunchSpec.cpu_alone_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_alone_kernel``
+    for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
+    :data:`CPU_ALONE_MAX_UPDATES` elements, else None."""
+    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values() or updates > CPU_ALONE_MAX_UPDATES:
+        return None
+    return "simt_mscatter_elem_alone_kernel"
+
+
 def _elem_scatter_plan(plan) -> CallPlan:
     """``simt_mscatter_elem_kernel`` over the plan's tile (also the device form of the ``(1, 1)`` fallback)."""
     fmt = element_format(plan)
@@ -456,7 +473,8 @@ def _elem_scatter_plan(plan) -> CallPlan:
     rs, cs = plan.tile.strides
     irs, ics = plan.idx.strides
     launch = launch_spec("simt_mscatter_elem_kernel", scatter_policy(plan, fmt),
-                         geometry.elem_geometry(plan.rows, plan.cols), writes=("table",), table=table,
+                         geometry.elem_geometry(plan.rows, plan.cols), writes=("table",),
+                         cpu_alone_kernel=elem_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols), table=table,
                          src=plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), src_rs=rs,
                          src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
                          valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows)
@@ -493,7 +511,7 @@ def mscatter_scalar_impl(plan) -> None:
     value = plan.tile.data[at:at + 1].view(store.source_dtype(plan.atomic, fmt, plan.dtype))[0]
     table, boundary = scatter_table(plan, fmt)
     with holding(boundary):
-        simt.host_store(plan.atomic, fmt)(table, slot, value)
+        simt.write_shared(table, simt.host_store(plan.atomic, fmt), table, slot, value)
 
 
 class KeptTileOp:
@@ -624,7 +642,7 @@ def run_mscatter(plan, backend: str | None = None) -> None:
     _run_tile_op(plan, backend, mscatter_plan)
 
 
-__all__ = ["BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "element_format", "gm_memory", "guarded", "holding",
-           "holds_host_memory", "mgather_l1_plan", "mgather_plan", "mgather_scalar_impl", "mscatter_plan",
-           "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather", "run_plan", "run_mscatter", "scatter_policy",
-           "scatter_table", "table_memory", "tile_bits", "to_device"]
+__all__ = ["CPU_ALONE_MAX_UPDATES", "BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "elem_alone_kernel",
+           "element_format", "gm_memory", "guarded", "holding", "holds_host_memory", "mgather_l1_plan", "mgather_plan",
+           "mgather_scalar_impl", "mscatter_plan", "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather",
+           "run_plan", "run_mscatter", "scatter_policy", "scatter_table", "table_memory", "tile_bits", "to_device"]

@@ -228,7 +228,9 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
                            valid_rows=rows, valid_cols=cols, tile_rows=tile_rows, row_warps=geo.row_warps,
                            warps_per_row=geo.warps_per_row)
     return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, cols), grid=grid,
-                       writes=("table",), cpu_threads=threads, table=table_arg, src=src, src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
+                       writes=("table",), cpu_threads=threads,
+                       cpu_alone_kernel=a5.elem_alone_kernel(plan.atomic, fmt, rows * cols), table=table_arg, src=src,
+                       src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
                        idx_cs=1, table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
 
 

@@ -89,6 +89,42 @@ def cpu_or_simulator_backend(request):
     return "multicore"
 
 
+class ElemScatterForm:
+    """What :func:`elem_scatter_form` forced, and how many plain-store launches ran under it."""
+
+    def __init__(self, name: str | None):
+        self.name, self.alone_runs = name, 0
+
+
+@pytest.fixture(params=["alone", "atomic"])
+def elem_scatter_form(request, monkeypatch):
+    """The test's A5 Elem scatters with an atomic op in one of the two forms the ``multicore`` backend has:
+    ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_alone_kernel``, which it runs
+    while nothing else writes the table, up to ``host/a5.CPU_ALONE_MAX_UPDATES`` elements), or ``"atomic"``, the
+    atomic kernel (which it runs otherwise); None (indirect parametrisation) changes nothing. The fixture checks
+    at the end that the form ran: at least one plain-store launch for ``"alone"``, none for ``"atomic"``."""
+    from simt_pto.host import a5
+    from simt_pto.kernels.a5 import writers
+    from simt_pto.plan import CallCache
+    form = ElemScatterForm(request.param)
+    if form.name is None:
+        yield form
+        return
+    monkeypatch.setattr(a5, "CPU_ALONE_MAX_UPDATES", 1 << 62 if form.name == "alone" else -1)
+    registry = writers.table_writers
+    run_alone = registry.run_alone
+
+    def counted(*args):
+        ran = run_alone(*args)
+        form.alone_runs += ran
+        return ran
+    monkeypatch.setattr(registry, "run_alone", counted)
+    CallCache.clear_all()  # kept plans and runners were built under the other form
+    yield form
+    CallCache.clear_all()
+    assert (form.alone_runs > 0) == (form.name == "alone"), f"form {form.name!r}: {form.alone_runs} plain-store runs"
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A NumPy generator with a fixed seed: every run draws the same cases."""

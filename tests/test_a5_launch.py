@@ -319,6 +319,7 @@ POLICY_FIELDS = {
     # compact claim (the host remapped its indices), take none
     "simt_mgather_row_kernel": {"rule"}, "simt_mgather_elem_kernel": {"rule"}, "simt_mgather_l1_elem_kernel": {"rule"},
     "simt_mscatter_row_kernel": {"rule", "atomic", "fmt"}, "simt_mscatter_elem_kernel": {"rule", "atomic", "fmt"},
+    "simt_mscatter_elem_alone_kernel": {"rule", "atomic", "fmt"},
     "simt_mscatter_row_last_kernel": {"rule"}, "simt_mscatter_elem_last_kernel": {"rule"},
     "simt_mscatter_owner_reset_kernel": set(), "simt_mscatter_row_owner_claim_kernel": {"rule"},
     "simt_mscatter_elem_owner_claim_kernel": {"rule"}, "simt_mscatter_row_owner_write_kernel": set(),
@@ -363,10 +364,12 @@ def test_kernel_factories_take_exactly_their_policy_by_name():
     tile_ops += [resolve_mscatter(scatter_plan(2, 8, c, a, k, dtype="float32")) for c in ("row", "elem")
                  for a in ("none", "add", "max") for k in ("last", "default")]
     launches = tile_ops + _whole_array_launches()
-    assert {launch.kernel for launch in launches} == set(KERNELS) - {"simt_mgather_l1_elem_kernel"}
-    for launch in launches:
-        assert set(launch.policy.factory_args()) == POLICY_FIELDS[launch.kernel], (launch.kernel, launch.policy)
-        assert simt.kernel_source(launch.kernel, launch.policy).__name__ == launch.kernel
+    kernels = [(launch.kernel, launch.policy) for launch in launches]
+    kernels += [(launch.cpu_alone_kernel, launch.policy) for launch in launches if launch.cpu_alone_kernel]
+    assert {kernel for kernel, _ in kernels} == set(KERNELS) - {"simt_mgather_l1_elem_kernel"}
+    for kernel, policy in kernels:
+        assert set(policy.factory_args()) == POLICY_FIELDS[kernel], (kernel, policy)
+        assert simt.kernel_source(kernel, policy).__name__ == kernel
 
 
 def _index_file(kernel, policy):

@@ -36,7 +36,7 @@ def test_gather_on_the_simulator(simulator_backend, kernel, dtype, policy):
 
 @pytest.mark.parametrize("kernel, dtype, policy, atomic, conflict", SCATTERS)
 def test_scatter_on_the_simulator(simulator_backend, kernel, dtype, policy, atomic, conflict):
-    scatter_case(kernel, dtype, policy, atomic, conflict)
+    scatter_case(kernel, dtype, policy, atomic, conflict, None)  # (no form to force: the simulator has one)
 
 
 @pytest.mark.parametrize("dtype, policy", [("float32", "zero"), ("int8", "clamp")])

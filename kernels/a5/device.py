@@ -244,6 +244,41 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
                     visit(args, row0, base, p, span_end(p, lanes, total), total, lanes, store)
 
 
+ALONE_PREFETCH_AHEAD = 32
+"""The plain-store Elem walk prefetches the destination of the position this many positions ahead."""
+
+
+def walk_elems_alone(launch, tile_rows, valid_rows, valid_cols, args, store):
+    """The Elem scatter of blocks ``[launch[0], launch[1])`` by one CPU thread, for a kernel that writes its table
+    alone (``simt_mscatter_elem_alone_kernel``): the positions of :func:`walk_elems` in the order one thread visits
+    them there (block by block, warp by warp, lane by lane: row-major), ``table[remap(idx)] op= src`` at each by
+    the store rule ``store``, the destination :data:`ALONE_PREFETCH_AHEAD` positions on prefetched first (dense
+    tiles). ``args`` as for :func:`scatter_elems`."""
+    (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words,
+     shift) = args
+    row0 = launch[0] * tile_rows
+    first, stop = row0 * valid_cols, min(launch[1] * tile_rows, valid_rows) * valid_cols
+    if dense:
+        for q in range(first, stop):
+            ahead = q + ALONE_PREFETCH_AHEAD
+            if ahead < stop:
+                slot, in_range = remap_index(idx[unsigned_offset(ahead * idx_cs)], table_size, rule)
+                if in_range:
+                    prefetch(words, slot >> shift)
+            slot, in_range = remap_index(idx[unsigned_offset(q * idx_cs)], table_size, rule)
+            if in_range:
+                store(table, unsigned_offset(slot), src[unsigned_offset(q * src_cs)])
+        return
+    r, c = row0, 0
+    for _ in range(first, stop):
+        slot, in_range = remap_index(idx[tile_offset_2d(r, c, idx_rs, idx_cs)], table_size, rule)
+        if in_range:
+            store(table, unsigned_offset(slot), src[tile_offset_2d(r, c, src_rs, src_cs)])
+        c += 1
+        if c == valid_cols:
+            r, c = r + 1, 0
+
+
 def gather_elems(args, row0, base, p, end, total, lanes, store):
     """``simt_mgather_elem_kernel``'s visitor: ``dst[i, j] = table[remap(idx[i, j])]`` over one span. A CPU span of
     dense tiles runs as one affine loop (unsigned offsets, :func:`unsigned_offset`); otherwise it divides ``(r, c)``
@@ -489,14 +524,19 @@ def last_elem(args, slot):
         p -= 1
 
 
+def half_sum(word, shift, v_bits, exp_bits, man_bits):
+    """``word`` (an int64 holding a 32-bit word) with its 16-bit half at ``shift`` += ``v``, rounded in the element
+    type (round-to-nearest-even); the other half as it was."""
+    res = add_bits((word >> shift) & 0xFFFF, numba.int64(v_bits), exp_bits, man_bits)
+    return (word & ~(numba.int64(0xFFFF) << shift)) | (res << shift)
+
+
 def cas_add_half(words, w, shift, v_bits, exp_bits, man_bits):
     """``words[w]``'s 16-bit half at ``shift`` += ``v``, rounded in the element type (round-to-nearest-even), as a
     compare-and-swap loop on the 32-bit word."""
     old = numba.int64(words[w])
     while True:
-        cur = (old >> shift) & 0xFFFF
-        res = add_bits(cur, numba.int64(v_bits), exp_bits, man_bits)
-        new = (old & ~(numba.int64(0xFFFF) << shift)) | (res << shift)
+        new = half_sum(old, shift, v_bits, exp_bits, man_bits)
         prev = numba.int64(atomic_cas(words, w, numba.uint32(old), numba.uint32(new)))
         if prev == old:
             return
@@ -510,6 +550,13 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
     not two. For a table that starts on a 4-byte boundary and holds an even number of elements (formats F16 /
     BF16); otherwise :func:`atomic_add_half_edge`."""
     cas_add_half(words, e >> 1, (e & 1) * 16, v_bits, exp_bits, man_bits)
+
+
+def plain_add_half(words, e, v_bits, exp_bits, man_bits):
+    """:func:`atomic_add_half` as one load and one store of the word: for a kernel that writes its table alone
+    (``simt_mscatter_elem_alone_kernel`` on the CPU)."""
+    w = e >> 1
+    words[w] = numba.uint32(half_sum(numba.int64(words[w]), (e & 1) * 16, v_bits, exp_bits, man_bits))
 
 
 def atomic_add_half_edge(table, e, v_bits, exp_bits, man_bits):
@@ -565,10 +612,10 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
-           walk_elems, gather_elems, scatter_elems,
+           walk_elems, walk_elems_alone, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
            write_elem_owner, write_private_elem_owner, write_compact_elem_owner,
            last_row, last_elem,
-           cas_add_half, atomic_add_half, atomic_add_half_edge)
+           half_sum, cas_add_half, atomic_add_half, plain_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

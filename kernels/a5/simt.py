@@ -33,7 +33,8 @@ from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store
 from simt_pto.kernels.store import bind
-from . import device, intrinsics
+from . import device, intrinsics, writers
+from .mscatter import PLAIN_STORE_KERNELS
 
 CHUNKS_PER_WORKER = 4
 """CPU launches split a grid into this many block ranges per worker (load balance for uneven blocks)."""
@@ -85,6 +86,20 @@ def _store_element(family_name: str, atomic: int, fmt: int):
     return _device_jit(family_name)(bind(store.store_rule(atomic, fmt), scope))
 
 
+@functools.cache
+def _plain_store_element(atomic: int, fmt: int):
+    """The store rule on the CPU with plain read-modify-writes (a kernel of ``PLAIN_STORE_KERNELS``, run on one
+    thread while nothing else writes its table): the sequential primitives of :mod:`simt_pto.kernels.store` on the
+    element views, and on the uint32 words of a 16-bit float table :func:`.device.plain_add_half`."""
+    scope = namespace("cpu")
+    scope = {**scope, "rmw_add": store.rmw_add, "rmw_max": store.rmw_max, "rmw_min": store.rmw_min,
+             "rmw_add_half": scope["plain_add_half"]}
+    jit = _device_jit("cpu")
+    for helper in store.HELPERS:
+        scope[helper.__name__] = jit(bind(helper, scope))
+    return jit(bind(store.store_rule(atomic, fmt), scope))
+
+
 def kernel_source(kernel: str, policy: KernelPolicy):
     """The source of ``kernel`` (its spec name) specialised on ``policy``: its factory
     (:data:`simt_pto.kernels.a5.KERNELS`) called with the policy's compile-time constants."""
@@ -96,18 +111,32 @@ def kernel_source(kernel: str, policy: KernelPolicy):
     return factory(**policy.factory_args())
 
 
-def _policy_scope(policy: KernelPolicy, family_name: str) -> dict:
+def _plain_store(kernel: str, family_name: str) -> bool:
+    """Whether ``kernel``'s store rule is bound to plain read-modify-writes: a kernel of
+    :data:`~.mscatter.PLAIN_STORE_KERNELS` (CPU only: one thread, nothing else writing its table)."""
+    return family_name == "cpu" and kernel in PLAIN_STORE_KERNELS
+
+
+def _policy_scope(kernel: str, policy: KernelPolicy, family_name: str) -> dict:
     """What a kernel binds by its policy: a scatter kernel's ``store_element`` (the Store / Add / Max / Min rule of
-    its atomic op and element format, written once; each specialization inlines one branch)."""
-    if policy.atomic is not None and policy.fmt is not None:
-        return {"store_element": _store_element(family_name, policy.atomic, policy.fmt)}
-    return {}
+    its atomic op and element format, written once; each specialization inlines one branch), bound to the
+    atomics, or for a plain-store kernel on the CPU to plain loads and stores."""
+    if policy.atomic is None or policy.fmt is None:
+        return {}
+    if _plain_store(kernel, family_name):
+        return {"store_element": _plain_store_element(policy.atomic, policy.fmt)}
+    return {"store_element": _store_element(family_name, policy.atomic, policy.fmt)}
 
 
 def bound_source(kernel: str, policy: KernelPolicy, family_name: str):
     """The kernel source with the intrinsics, device helpers and store rule of a backend family bound (what
     :func:`compile_kernel` compiles, and ``numba.cuda.compile_ptx`` for the compile proof)."""
-    return bind(kernel_source(kernel, policy), {**namespace(family_name), **_policy_scope(policy, family_name)})
+    if kernel in PLAIN_STORE_KERNELS and family_name != "cpu":
+        raise ValueError(f"{kernel} runs on the multicore backend only (one thread, plain stores); it has no "
+                         f"{family_name} form")
+    return bind(kernel_source(kernel, policy), {**namespace(family_name), **_policy_scope(kernel, policy, family_name)})
+
+
 
 
 def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
@@ -324,6 +353,31 @@ def _launch_cpu(kernel, grid: int, warps: int, args, threads: int | None = None)
         raise launch.errors[0]
 
 
+def _launch_cpu_writer(kernel, alone, grid: int, warps: int, args, threads: int | None, table) -> None:
+    """:func:`_launch_cpu`, registered as a writer of ``table`` when it writes one (:mod:`.writers`); with an
+    ``alone`` kernel (its plain-store form), that kernel on the calling thread instead, if nothing else is
+    writing memory the table shares."""
+    if table is None:
+        _launch_cpu(kernel, grid, warps, args, threads)
+        return
+    if alone is not None and writers.table_writers.run_alone(table, _run_range, alone, (0, grid, grid, warps), args):
+        return
+    write_shared(table, _launch_cpu, kernel, grid, warps, args, threads)
+
+
+def write_shared(table, write, *args) -> None:
+    """``write(*args)``, a writer of the host array ``table`` whose updates compose (atomics, stores), registered
+    as such for its duration (:mod:`.writers`: it waits while a plain-store launch writes memory ``table``
+    shares)."""
+    registry = writers.table_writers
+    token = registry.token()
+    try:
+        registry.enter_shared(token, table)
+        write(*args)
+    finally:
+        registry.leave(token)
+
+
 def _stop(launch: _Launch) -> None:
     """After an exception in the caller (Ctrl-C): hand out no more block ranges and wait for the running ones, so
     that no thread of ours writes the caller's arrays once the exception leaves the call. A second interrupt during
@@ -357,7 +411,9 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
     args = spec.values() if args is None else tuple(args)
     kernel = compile_kernel(spec.kernel, spec.policy, family(backend))
     if backend == "multicore":
-        _launch_cpu(kernel, grid, warps, args, spec.cpu_threads)
+        table = spec.arguments["table"] if "table" in spec.writes else None
+        alone = None if spec.cpu_alone_kernel is None else compile_kernel(spec.cpu_alone_kernel, spec.policy, "cpu")
+        _launch_cpu_writer(kernel, alone, grid, warps, args, spec.cpu_threads, table)
         return
     config = kernel[grid, (geometry.WARP, warps)]
     if backend == "simulator":
@@ -392,6 +448,14 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.cpu_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_cpu runs on its caller
+    if "table" in spec.writes:  # a writer of the table: registered (.writers), maybe in its plain-store form
+        table_at = names.index("table")
+        alone = None if spec.cpu_alone_kernel is None else compile_kernel(spec.cpu_alone_kernel, spec.policy, "cpu")
+
+        def run_writer(*arrays) -> None:
+            args = arguments(arrays + constants)
+            _launch_cpu_writer(kernel, alone, grid, warps, args, threads, args[table_at])
+        return run_writer
 
     def run(*arrays) -> None:
         args = arguments(arrays + constants)
@@ -434,4 +498,4 @@ def host_store(atomic: int, fmt: int):
 
 __all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "cpu_launcher", "cpu_workers", "family",
            "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "single_cpu_launcher",
-           "trace_cpu_launches"]
+           "trace_cpu_launches", "write_shared"]

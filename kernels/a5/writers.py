@@ -1,0 +1,110 @@
+"""The host tables that ``multicore`` launches are writing now: a launch may update a table with plain
+read-modify-writes (``LaunchSpec.cpu_alone_kernel``) only while no other launch writes memory that table shares.
+
+Every writer of a table on the ``multicore`` backend is a kernel launch (or the ``(1, 1)`` scalar fallback, a CPU
+atomic). Their atomics compose: calls from several Python threads into one table lose no update, as on the
+hardware. A plain ``table[e] += v`` does not compose with anything that writes ``table[e]`` between its load and
+its store: that update would be lost, or lose this one. So each such writer registers its table here for as long
+as it runs:
+
+* :meth:`TableWriters.enter_shared`: any number at once (atomics, and stores, which compose with atomics); it waits while
+  a plain writer runs on memory its table shares (a plain launch is one thread's pass over at most a few MB: well
+  under a millisecond on the machines we measured);
+* :meth:`TableWriters.run_alone`: runs a plain writer only if no writer, shared or plain, is registered on memory
+  its table shares, and otherwise returns False at once (its caller then runs the atomic form, shared): it never
+  waits, so plain writers cannot starve or deadlock one another.
+
+Overlap is ``np.may_share_memory`` (the bounds of the two arrays), so calls on separate tables never wait for
+each other. Only this package's launches register: a numpy write into a table while one of our calls updates it is
+a race in the caller's program, with atomics or without.
+
+A registration is made inside the ``try`` whose ``finally`` drops it, by a single dict operation (no lock, and
+nothing before it at which Python would raise a pending ``KeyboardInterrupt``): an interrupt cannot leave one
+behind. (A launch is one compiled call: an interrupt that arrives during it is raised once it returns.)
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+
+import numpy as np
+
+
+WAIT_SLICE_S = 20e-6
+"""A shared writer blocked by a plain one polls this often (seconds): a plain launch lasts well under a millisecond,
+and the poll is the only wait there is (no condition variable to leave signalled)."""
+
+
+def _key(table):
+    """The array a writer registers: the table, or the first of its views (the float32 Max / Min pair)."""
+    return table[0] if isinstance(table, tuple) else table
+
+
+class TableWriters:
+    """The registry of writers in flight (module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens = itertools.count()
+        self._shared: dict[int, np.ndarray] = {}
+        self._alone: dict[int, np.ndarray] = {}
+
+    def _overlaps(self, table: np.ndarray, writers: dict) -> bool:
+        # a snapshot: a writer leaving drops its entry without the lock
+        return any(np.may_share_memory(table, other) for other in tuple(writers.values()))
+
+    def token(self) -> int:
+        """A new registration token (``next`` of a counter: one C call, safe under threads)."""
+        return next(self._tokens)
+
+    def enter_shared(self, token: int, table) -> None:
+        """Register ``token`` as a composing writer of ``table``; wait while a plain writer runs on memory it
+        shares. Call it inside the ``try`` whose ``finally`` calls :meth:`leave` with the same token."""
+        table = _key(table)
+        while True:
+            with self._lock:
+                if not self._alone or not self._overlaps(table, self._alone):
+                    self._shared[token] = table
+                    return
+            time.sleep(WAIT_SLICE_S)
+
+    def leave(self, token: int) -> None:
+        """Drop ``token``'s registration, if any (one dict operation each: no lock, no point an interrupt can split)."""
+        self._shared.pop(token, None)
+        self._alone.pop(token, None)
+
+    def run_alone(self, table, run, *args) -> bool:
+        """``run(*args)``, a plain writer of ``table``, with ``table`` registered as written alone, and True; or,
+        when a writer of memory ``table`` shares is registered, nothing and False."""
+        table = _key(table)
+        token = self.token()
+        try:  # registered inside the try: an exception (Ctrl-C) anywhere after it drops the registration
+            with self._lock:
+                if self._overlaps(table, self._shared) or self._overlaps(table, self._alone):
+                    return False
+                self._alone[token] = table
+            run(*args)
+            return True
+        finally:
+            self._alone.pop(token, None)
+
+    def busy(self) -> int:
+        """How many writers are registered now (tests: none once every call has returned)."""
+        return len(self._shared) + len(self._alone)
+
+
+table_writers = TableWriters()
+"""The one registry of the process."""
+
+
+def _forget_writers() -> None:  # a forked child has none of the parent's threads, and maybe its lock held
+    global table_writers
+    table_writers = TableWriters()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_writers)
+
+__all__ = ["TableWriters", "WAIT_SLICE_S", "table_writers"]

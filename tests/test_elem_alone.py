@@ -1,0 +1,211 @@
+"""The ``multicore`` backend's plain-store Elem scatter (``simt_mscatter_elem_alone_kernel``, issue 24) and the
+registry of table writers that decides when it may run (``kernels/a5/writers.py``).
+
+An Elem scatter with an atomic op of at most ``host/a5.CPU_ALONE_MAX_UPDATES`` elements runs with plain
+read-modify-writes on the calling thread while no other launch writes memory its table shares, and as the atomic
+kernel otherwise. Both forms must give the serial loop's result (``simt_pto.reference``: bitwise, a float Add
+within the reference's bound), write nothing outside the table, and compose with every other writer: calls from
+several threads into one table lose no update.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from simt_pto import reference
+from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
+from simt_pto.host import a5, large
+from simt_pto.kernels.a5 import simt, writers
+from simt_pto.launch_spec import KernelPolicy
+
+from conftest import as_bits, random_values
+
+ATOMICS = {name: tuple(d.name for d in pto.dtypes.atomic_dtypes("a5", op)) for name, op in
+           (("add", ScatterAtomicOp.ADD), ("max", ScatterAtomicOp.MAX), ("min", ScatterAtomicOp.MIN))}
+CASES = [(atomic, dtype) for atomic, dtypes in ATOMICS.items() for dtype in dtypes]
+SCATTER_OOB = ("undefined", "skip", "clamp", "wrap")
+GUARD = 16
+"""Elements of sentinel on each side of the table, inside one buffer: a write outside the table lands there."""
+
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+
+def _values(rng, shape, dtype, atomic):
+    """Raw values: finite floats of mixed signs for a float Add (NaN and inf make no sum to bound), any bits
+    otherwise (NaN payloads and -0.0 included: Max / Min order them, integers wrap)."""
+    if atomic == "add" and pto.dtypes.resolve(dtype).kind == "float":
+        return (rng.standard_normal(shape) * 100).astype(pto.dtypes.resolve(dtype).numpy)
+    return random_values(rng, shape, dtype)
+
+
+@pytest.mark.parametrize("oob", SCATTER_OOB)
+@pytest.mark.parametrize("atomic, dtype", CASES)
+def test_each_form_gives_the_serial_loops_result(rng, elem_scatter_form, atomic, dtype, oob):
+    """A whole-array Elem scatter (123 updates into 30 slots, out-of-range and negative indices unless UNDEFINED),
+    the full path and then the signature's kept launch, against the serial loop; the guards around the table, the
+    source and the indices keep their bits."""
+    cap, shape = 30, (3, 41)  # an even count: a 16-bit table of whole words (a mid-word one has no plain form)
+    low, high = (-3, cap + 7) if oob != "undefined" else (0, cap)
+    idx = rng.integers(low, high, shape).astype(np.int32)
+    src = _values(rng, shape, dtype, atomic)
+    np_dtype = pto.dtypes.resolve(dtype).numpy
+    buffer = np.zeros(cap + 2 * GUARD, np_dtype)
+    as_bits(buffer)[:] = int("A5" * buffer.itemsize, 16)
+    buffer[GUARD:GUARD + cap] = _values(rng, cap, dtype, atomic)
+    initial = as_bits(buffer).copy()
+    src_bits, idx_before = as_bits(src).copy(), idx.copy()
+    for run in ("full path", "kept launch"):
+        as_bits(buffer)[:] = initial
+        table = buffer[GUARD:GUARD + cap]
+        pto.scatter(table, src, idx, coalesce="elem", atomic=atomic, oob=oob, target="a5")
+        got = as_bits(buffer)
+        assert np.array_equal(got[:GUARD], initial[:GUARD]) and np.array_equal(got[-GUARD:], initial[-GUARD:]), run
+        assert np.array_equal(as_bits(src), src_bits) and np.array_equal(idx, idx_before), run
+        wrong = reference.scatter_mismatches(got[GUARD:-GUARD], initial[GUARD:-GUARD], dtype, "elem", idx,
+                                             src_bits, cap, oob, atomic, "last")
+        assert not wrong, f"{run}: " + "; ".join(wrong[:5])
+
+
+def test_which_launches_have_a_plain_store_form():
+    """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, of at most CPU_ALONE_MAX_UPDATES
+    elements names the plain-store kernel; the plan says so."""
+    most = a5.CPU_ALONE_MAX_UPDATES
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_alone_kernel"
+    assert a5.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_alone_kernel"
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_alone_kernel"
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+    assert a5.elem_alone_kernel(ScatterAtomicOp.NONE, ElementFormat.NATIVE, 64) is None
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE, 64) is None
+    table, idx = np.zeros(64, np.float32), np.arange(40, dtype=np.int32)
+    plan = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", atomic="add")
+    (launch,) = plan.launches
+    assert launch.kernel == "simt_mscatter_elem_kernel"  # what a GPU, the simulator and the analyzer see
+    assert launch.cpu_alone_kernel == "simt_mscatter_elem_alone_kernel"
+    assert any("simt_mscatter_elem_alone_kernel on the calling thread" in line for line in plan.describe())
+    halves = np.zeros(65, np.float16)[1:]  # starts mid-word: the boundary words' guarded form
+    (launch,) = large.scatter_plan(halves, np.ones(40, np.float16), idx, coalesce="elem", atomic="add").launches
+    assert launch.cpu_alone_kernel is None
+    for conflict in ("last", "default"):
+        (launch,) = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", conflict=conflict,
+                                       last_path="slot").launches
+        assert launch.cpu_alone_kernel is None
+
+
+def test_the_plain_store_kernel_has_no_cuda_form():
+    policy = KernelPolicy(rule=IndexRule.IDENTITY, atomic=ScatterAtomicOp.ADD, fmt=ElementFormat.NATIVE)
+    with pytest.raises(ValueError, match="multicore backend only"):
+        simt.bound_source("simt_mscatter_elem_alone_kernel", policy, "cuda")
+
+
+# -- the registry ---------------------------------------------------------------------------------------------
+
+def test_a_plain_writer_runs_only_while_nothing_else_writes_memory_its_table_shares():
+    registry = writers.TableWriters()
+    table, other = np.zeros(100, np.int32), np.zeros(100, np.int32)
+    ran = []
+    token = registry.token()
+    registry.enter_shared(token, table)
+    assert not registry.run_alone(table[50:], ran.append, "overlapping view")
+    assert not registry.run_alone((table[:10].view(np.uint32), table[:10]), ran.append, "a pair over it")
+    assert registry.run_alone(other, ran.append, "another table")
+    assert registry.run_alone(np.zeros(3, np.int32), ran.append, "a third")
+    registry.leave(token)
+    assert registry.run_alone(table, ran.append, "free again")
+    assert ran == ["another table", "a third", "free again"] and registry.busy() == 0
+
+    def nested():  # a plain writer in flight refuses another plain writer of the same memory
+        ran.append(registry.run_alone(table[:1], ran.append, "inside"))
+    assert registry.run_alone(table, nested)
+    assert ran[-1] is False and registry.busy() == 0
+
+
+def test_a_composing_writer_waits_for_a_plain_one_on_memory_they_share():
+    registry = writers.TableWriters()
+    table, other = np.zeros(100, np.int32), np.zeros(100, np.int32)
+    running, release, entered = threading.Event(), threading.Event(), []
+
+    def plain():
+        running.set()
+        assert release.wait(10)
+
+    def shared(array, name):
+        token = registry.token()
+        try:
+            registry.enter_shared(token, array)
+            entered.append(name)
+        finally:
+            registry.leave(token)
+
+    alone = threading.Thread(target=registry.run_alone, args=(table, plain))
+    alone.start()
+    assert running.wait(10)
+    waiting = threading.Thread(target=shared, args=(table[90:], "overlapping"))
+    waiting.start()
+    shared(other, "separate")  # another table: no wait
+    time.sleep(0.05)
+    assert entered == ["separate"]
+    release.set()
+    alone.join(10)
+    waiting.join(10)
+    assert entered == ["separate", "overlapping"] and registry.busy() == 0
+
+
+@pytest.mark.parametrize("elem_scatter_form", ["alone", "atomic"], indirect=True)
+def test_an_exception_inside_a_launch_leaves_no_writer_registered(elem_scatter_form, monkeypatch):
+    """An exception (Ctrl-C) as a block range starts: the call raises, nothing is written, no registration is left
+    behind, and the next call runs in the same form."""
+    table, idx = np.zeros(1000, np.int32), np.arange(1000, dtype=np.int32)[::-1].copy()
+    src = np.ones(1000, np.int32)
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+
+    def hook(point):
+        if point == "range-start":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(simt, "fault_hook", hook)
+    table[:] = 0
+    with pytest.raises(KeyboardInterrupt):
+        pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+    assert writers.table_writers.busy() == 0 and not table.any()
+    monkeypatch.setattr(simt, "fault_hook", None)
+    runs = elem_scatter_form.alone_runs
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+    assert (table == 1).all() and writers.table_writers.busy() == 0
+    assert (elem_scatter_form.alone_runs > runs) == (elem_scatter_form.name == "alone")
+
+
+def test_threads_adding_into_one_table_lose_no_update(elem_scatter_form):
+    """Four threads add into one table and into views that overlap it, each call small enough for the plain-store
+    form; whichever form each call gets, every update lands (int32: the exact counts times the values)."""
+    table = np.zeros(4096, np.int32)
+    views = (table, table[1024:], table[:3072], table)
+    calls, n = 40, 20000
+    rngs = [np.random.default_rng(k) for k in range(4)]
+    work = [(v, rngs[k].integers(0, v.size, n).astype(np.int32), np.full(n, k + 1, np.int32))
+            for k, v in enumerate(views)]
+    expected = np.zeros(table.size, np.int64)
+    for k, (view, idx, src) in enumerate(work):
+        offset = 1024 if k == 1 else 0
+        np.add.at(expected, idx.astype(np.int64) + offset, calls * (k + 1))
+    barrier, errors = threading.Barrier(4), []
+
+    def worker(k):
+        view, idx, src = work[k]
+        try:
+            barrier.wait(10)
+            for _ in range(calls):
+                pto.scatter(view, src, idx, coalesce="elem", atomic="add")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    assert np.array_equal(table, expected.astype(np.int32))
+    assert writers.table_writers.busy() == 0
