@@ -312,10 +312,13 @@ stays while its worker claims into it. The whole call, n updates into n / 16 slo
 shared owner array claimed with atomics, in one process, the order alternating (medians of 21, 2 cores; before the
 claim took over the range check): 1.44x and 1.69x as fast at 256 KB of owners (1M updates, float32 and float16),
 0.91x to 1.26x at 512 KB, 1.00x to 1.06x at 768 KB, 1.02x to 1.17x at 1 MB, 0.99x to 1.03x at 2 MB (once 1.66x)."""
-CPU_OWNER_COPY_UPDATES_PER_SLOT = 4
+CPU_OWNER_COPY_UPDATES_PER_SLOT = 2
 """... and while the updates are at least this many times the owners of all copies: the copies' reset and their
-merge in the write cost a pass over every copy, which must stay small beside the claim (a bound, not a measured
-break-even: the development machine has 2 cores, so 2 copies)."""
+merge in the write cost a pass over every copy, which must stay small beside the claim. On 2 cores (2 copies) that
+is 4 updates a slot or more. Measured at 4 a slot (``bench/bench_last_owners.py --writers 4``, medians of 15
+rounds, numpy time / form time, float32 / float16): 512K updates, private 0.73x / 0.85x against 0.43x / 0.39x for
+the claim alone on the calling thread (chosen before, at a bound of 4); 1M, 0.87x / 1.09x against 0.74x / 0.70x for
+the shared owners (chosen before). At 16 a slot nothing changes."""
 
 
 def _claim_copies(updates: int, slots: int, owner_dtype: np.dtype, backend: str) -> int:

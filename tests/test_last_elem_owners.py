@@ -197,14 +197,17 @@ def test_small_owner_passes_run_on_the_calling_thread(monkeypatch):
     few, some = 1 << 10, large_a5.CPU_ONE_WORKER_WRITES + 1
     many = large_a5.CPU_OWNER_COPY_MAX_BYTES // 4 + 1  # int32 owners past what a copy may hold
     least, claims = large_a5.CPU_OWNER_COPY_MIN_UPDATES, large_a5.CPU_ONE_WORKER_CLAIMS
-    assert some < large_a5.CPU_ONE_WORKER_SLOTS < many and 2 * some * large_a5.CPU_OWNER_COPY_UPDATES_PER_SLOT > claims + 1
+    most = large_a5.CPU_OWNER_COPY_MAX_BYTES // 4  # int32 owners a copy may hold
+    per_slot = large_a5.CPU_OWNER_COPY_UPDATES_PER_SLOT
+    assert some < large_a5.CPU_ONE_WORKER_SLOTS < most < many
+    assert 2 * some * per_slot > least + 1 and 2 * most * per_slot > claims + 1  # too few updates a slot for copies
     cases = [  # (slots, updates): (reset, claim, write), each on one thread or the flat grid, copies of the owners
         ((few, 1 << 12), (one, one, one), 1),
         ((few, least), (one, one, one), 1),
         ((few, least + 1), (one, copies, one), 2),
         ((few, claims + 1), (one, copies, one), 2),
         ((some, least + 1), (one, one, _flat(some)), 1),  # too few updates per owner for copies: shared, one thread
-        ((some, claims + 1), (one, _flat(claims + 1), _flat(some)), 1),
+        ((most, claims + 1), (_flat(most), _flat(claims + 1), _flat(most)), 1),  # ... shared, on the workers
         ((many, 1 << 12), (_flat(many), one, _flat(many)), 1),
         ((many, claims + 1), (_flat(many), _flat(claims + 1), _flat(many)), 1),
     ]
