@@ -114,7 +114,7 @@ def test_a_plain_writer_runs_only_while_nothing_else_writes_memory_its_table_sha
     assert not registry.run_alone((table[:10].view(np.uint32), table[:10]), ran.append, "a pair over it")
     assert registry.run_alone(other, ran.append, "another table")
     assert registry.run_alone(np.zeros(3, np.int32), ran.append, "a third")
-    registry.leave(token)
+    registry.leave_shared(token)
     assert registry.run_alone(table, ran.append, "free again")
     assert ran == ["another table", "a third", "free again"] and registry.busy() == 0
 
@@ -139,7 +139,7 @@ def test_a_composing_writer_waits_for_a_plain_one_on_memory_they_share():
             registry.enter_shared(token, array)
             entered.append(name)
         finally:
-            registry.leave(token)
+            registry.leave_shared(token)
 
     alone = threading.Thread(target=registry.run_alone, args=(table, plain))
     alone.start()

@@ -362,7 +362,10 @@ def _launch_cpu_writer(kernel, alone, grid: int, warps: int, args, threads: int 
         return
     if alone is not None and writers.table_writers.run_alone(table, _run_range, alone, (0, grid, grid, warps), args):
         return
-    write_shared(table, _launch_cpu, kernel, grid, warps, args, threads)
+    if grid == 1 or threads == 1:  # what _launch_cpu runs on its caller (a tile op: a few microseconds in all)
+        write_shared(table, _run_range, kernel, (0, grid, grid, warps), args)
+    else:
+        write_shared(table, _launch_cpu, kernel, grid, warps, args, threads)
 
 
 def write_shared(table, write, *args) -> None:
@@ -375,7 +378,7 @@ def write_shared(table, write, *args) -> None:
         registry.enter_shared(token, table)
         write(*args)
     finally:
-        registry.leave(token)
+        registry.leave_shared(token)
 
 
 def _stop(launch: _Launch) -> None:
