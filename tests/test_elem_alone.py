@@ -23,6 +23,7 @@ from simt_pto.kernels.a5 import simt, writers
 from simt_pto.launch_spec import KernelPolicy
 
 from conftest import as_bits, random_values
+from oracles import GuardedTable, index_tile, make_tile, min_contiguous
 
 ATOMICS = {name: tuple(d.name for d in pto.dtypes.atomic_dtypes("a5", op)) for name, op in
            (("add", ScatterAtomicOp.ADD), ("max", ScatterAtomicOp.MAX), ("min", ScatterAtomicOp.MIN))}
@@ -68,6 +69,27 @@ def test_each_form_gives_the_serial_loops_result(rng, elem_scatter_form, atomic,
         wrong = reference.scatter_mismatches(got[GUARD:-GUARD], initial[GUARD:-GUARD], dtype, "elem", idx,
                                              src_bits, cap, oob, atomic, "last")
         assert not wrong, f"{run}: " + "; ".join(wrong[:5])
+
+
+@pytest.mark.parametrize("atomic, dtype", CASES)
+def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(rng, elem_scatter_form, atomic,
+                                                                                dtype):
+    """The tile op over tiles whose rows are padded past their valid columns (the walk that steps through rows and
+    columns, not the flat one), into a table of whole 32-bit words (so a 16-bit float Add has its plain form too),
+    both forms against the serial loop; the guards after the table keep their bits."""
+    cap, (rows, cols) = 40, (3, 11)
+    table = GuardedTable(dtype, as_bits(_values(rng, cap, dtype, atomic)), (cap,), lead=16, tail=32)
+    initial = table.core()
+    pad = 2 * min_contiguous(dtype)
+    idx_values = rng.integers(-3, cap + 5, (rows, cols))
+    src_bits = as_bits(_values(rng, (rows, cols), dtype, atomic))
+    src = make_tile(dtype, 4, pad, valid=(rows, cols), logical_bits=src_bits)
+    idx = index_tile(idx_values, "elem", cols=pad)
+    pto.mscatter(table.tensor, src, idx, coalesce="elem", atomic=atomic, oob="skip", target="a5")
+    assert table.guards_intact()
+    wrong = reference.scatter_mismatches(table.core(), initial, dtype, "elem", idx_values, src_bits, cap, "skip",
+                                         atomic, "last")
+    assert not wrong, "; ".join(wrong[:5])
 
 
 def test_which_launches_have_a_plain_store_form():
