@@ -13,8 +13,8 @@ repeated ``pto.scatter`` runs):
 The forms are forced through ``CPU_ALONE_MAX_UPDATES`` while each is planned. Every result is checked against the
 exact sum within the reference's bound (``simt_pto.reference.UNIT_ROUNDOFF``: ``(k + 1) * eps * (|t0| + sum |c|)``
 plus the smallest subnormal at a slot of ``k`` adds) before the timing; numpy's peer is ``np.add.at`` with int64
-indices. Then ``--rounds`` rounds, each calling every form once and numpy once, the forms' order reversed every
-other round; each figure is the median over the rounds, and each ratio is numpy's median over the form's. The table
+indices. Then ``--rounds`` rounds (``side_by_side.timed_rounds``: each form once and numpy once, the forms' order
+reversed every other round; medians, numpy's over the form's). The table
 accumulates over the rounds (as in ``bench_peers.py``; the values are standard normal, so it stays finite).
 
 Run: ``python bench/bench_add_forms.py [--sizes 64K,256K,512K,1M,2M] [--dtypes float32,float16] [--rounds 21]
@@ -22,17 +22,12 @@ Run: ``python bench/bench_add_forms.py [--sizes 64K,256K,512K,1M,2M] [--dtypes f
 """
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import time
-
 import numpy as np
 
+import side_by_side
 import simt_pto as pto
 from simt_pto import reference
 from simt_pto.host import a5, fast_path
-from simt_pto.kernels.a5.simt import cpu_workers
 from simt_pto.plan import CallCache
 
 FORMS = ("alone", "atomic", "chosen")
@@ -88,49 +83,16 @@ def measure(n: int, dtype: np.dtype, rounds: int, rng) -> dict:
         check_sum(f"{form} at n={n}, {dtype}", got, table, idx, src)
         runs[form] = (lambda r: lambda: r(table, src, idx))(runner)
     runs["numpy"] = lambda: np.add.at(table, peer_idx, src)
-    times = {name: [] for name in runs}
-    for _ in range(3):
-        for run in runs.values():
-            run()
-    for k in range(rounds):
-        order = FORMS if k % 2 else FORMS[::-1]
-        for name in (*order, "numpy"):
-            t = time.perf_counter()
-            runs[name]()
-            times[name].append(time.perf_counter() - t)
-    med = {name: float(np.median(v)) for name, v in times.items()}
-    return {"n": n, "dtype": np.dtype(dtype).name, "planned": planned, "ms": {name: m * 1e3 for name, m in med.items()},
-            "vs_numpy": {form: med["numpy"] / med[form] for form in FORMS}}
-
-
-def _size(text: str) -> int:
-    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1].upper(), 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
+    return {"n": n, "dtype": np.dtype(dtype).name, "planned": planned, **side_by_side.timed_rounds(runs, FORMS, rounds)}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="64K,256K,512K,1M,2M")
-    ap.add_argument("--dtypes", default="float32,float16")
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    if pto.a5_backend() != "multicore":
-        raise SystemExit(f"this benchmark times the multicore backend; the A5 backend is {pto.a5_backend()!r}")
+    args = side_by_side.parser(__doc__, "64K,256K,512K,1M,2M").parse_args()
+    side_by_side.require_multicore()
     rng = np.random.default_rng(0)
-    rows = [measure(_size(s), np.dtype(d), args.rounds, rng) for d in args.dtypes.split(",") for s in args.sizes.split(",")]
-    if args.json:
-        print(json.dumps({"machine": platform.machine(), "workers": cpu_workers(), "rows": rows}, indent=1))
-        return
-    print(f"A5 multicore, {cpu_workers()} workers, {platform.machine()}; n updates into 4n elements; medians of "
-          f"{args.rounds} rounds, the forms' order alternating; numpy time / form time (above 1: faster)")
-    print()
-    print("| dtype | n | alone | atomic | chosen (as planned) | numpy ms |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        cells = " | ".join(f"{r['vs_numpy'][f]:.2f}x ({r['ms'][f]:.3f} ms)" for f in FORMS[:2])
-        print(f"| {r['dtype']} | {r['n']} | {cells} | {r['vs_numpy']['chosen']:.2f}x ({r['planned']['chosen']}) | "
-              f"{r['ms']['numpy']:.3f} |")
+    rows = [measure(side_by_side.size(s), np.dtype(d), args.rounds, rng)
+            for d in args.dtypes.split(",") for s in args.sizes.split(",")]
+    side_by_side.report(rows, args.json, "n updates into 4n elements", args.rounds, shown=("alone", "atomic"))
 
 
 if __name__ == "__main__":

@@ -22,18 +22,14 @@ Run: ``python bench/bench_last_owners.py [--sizes 256K,1M,4M] [--writers 16] [--
 """
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import time
 from contextlib import contextmanager
 
 import numpy as np
 
+import side_by_side
 import simt_pto as pto
 from simt_pto import reference
 from simt_pto.host import fast_path, large_a5
-from simt_pto.kernels.a5.simt import cpu_workers
 from simt_pto.plan import CallCache
 
 FORMS = ("alone", "shared", "private", "chosen")
@@ -92,53 +88,20 @@ def measure(n: int, writers: int, dtype: np.dtype, rounds: int, rng) -> dict:
             raise SystemExit(f"{form}: wrong result at n={n}, {dtype}")
         runs[form] = (lambda r: lambda: r(table, src, idx))(runner)
     runs["numpy"] = lambda: table.__setitem__(peer_idx, src)
-    times = {name: [] for name in runs}
-    names = list(runs)
-    for _ in range(3):
-        for name in names:
-            runs[name]()
-    for k in range(rounds):
-        order = FORMS if k % 2 else FORMS[::-1]
-        for name in (*order, "numpy"):
-            t = time.perf_counter()
-            runs[name]()
-            times[name].append(time.perf_counter() - t)
-    med = {name: float(np.median(v)) for name, v in times.items()}
     return {"n": n, "slots": slots, "dtype": np.dtype(dtype).name, "planned": planned,
-            "ms": {name: m * 1e3 for name, m in med.items()},
-            "vs_numpy": {form: med["numpy"] / med[form] for form in FORMS}}
-
-
-def _size(text: str) -> int:
-    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1].upper(), 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
+            **side_by_side.timed_rounds(runs, FORMS, rounds)}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="256K,1M,4M")
+    ap = side_by_side.parser(__doc__, "256K,1M,4M")
     ap.add_argument("--writers", type=int, default=16, help="updates per slot on average (the table holds n / this)")
-    ap.add_argument("--dtypes", default="float32,float16")
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if pto.a5_backend() != "multicore":
-        raise SystemExit(f"this benchmark times the multicore backend; the A5 backend is {pto.a5_backend()!r}")
+    side_by_side.require_multicore()
     rng = np.random.default_rng(0)
-    rows = [measure(_size(s), args.writers, np.dtype(d), args.rounds, rng)
+    rows = [measure(side_by_side.size(s), args.writers, np.dtype(d), args.rounds, rng)
             for d in args.dtypes.split(",") for s in args.sizes.split(",")]
-    if args.json:
-        print(json.dumps({"machine": platform.machine(), "workers": cpu_workers(), "rows": rows}, indent=1))
-        return
-    print(f"A5 multicore, {cpu_workers()} workers, {platform.machine()}; n updates into n/{args.writers} slots; "
-          f"medians of {args.rounds} rounds, the forms' order alternating; numpy time / form time (above 1: faster)")
-    print()
-    print("| dtype | n | slots | alone | shared | private | chosen (as planned) | numpy ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        cells = " | ".join(f"{r['vs_numpy'][f]:.2f}x ({r['ms'][f]:.3f} ms)" for f in FORMS[:3])
-        print(f"| {r['dtype']} | {r['n']} | {r['slots']} | {cells} | {r['vs_numpy']['chosen']:.2f}x "
-              f"({r['planned']['chosen']}) | {r['ms']['numpy']:.3f} |")
+    side_by_side.report(rows, args.json, f"n updates into n/{args.writers} slots", args.rounds,
+                        shown=("alone", "shared", "private"), keys=("dtype", "n", "slots"))
 
 
 if __name__ == "__main__":

@@ -138,7 +138,6 @@ def bound_source(kernel: str, policy: KernelPolicy, family_name: str):
 
 
 
-
 def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
     """The dispatcher of one kernel specialization for a backend family (compiled per argument types on first
     call). Its policy is part of its on-disk cache key, explicitly (``KernelPolicy.cache_key``); Numba's disk
@@ -414,7 +413,7 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
     args = spec.values() if args is None else tuple(args)
     kernel = compile_kernel(spec.kernel, spec.policy, family(backend))
     if backend == "multicore":
-        table = spec.arguments["table"] if "table" in spec.writes else None
+        table = args[[name for name, _ in spec.args].index("table")] if "table" in spec.writes else None
         alone = None if spec.cpu_alone_kernel is None else compile_kernel(spec.cpu_alone_kernel, spec.policy, "cpu")
         _launch_cpu_writer(kernel, alone, grid, warps, args, spec.cpu_threads, table)
         return
