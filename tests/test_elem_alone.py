@@ -177,8 +177,10 @@ def test_a_composing_writer_waits_for_a_plain_one_on_memory_they_share():
     assert entered == ["separate", "overlapping"] and registry.busy() == 0
 
 
+@pytest.mark.parametrize("cpu_or_simulator_backend", ["multicore"], indirect=True)  # its fault hook
 @pytest.mark.parametrize("elem_scatter_form", ["alone", "atomic"], indirect=True)
-def test_an_exception_inside_a_launch_leaves_no_writer_registered(elem_scatter_form, monkeypatch):
+def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulator_backend, elem_scatter_form,
+                                                                  monkeypatch):
     """An exception (Ctrl-C) as a block range starts: the call raises, nothing is written, no registration is left
     behind, and the next call runs in the same form."""
     table, idx = np.zeros(1000, np.int32), np.arange(1000, dtype=np.int32)[::-1].copy()
