@@ -4,7 +4,7 @@ For ``n`` updates into ``4 n`` table elements (uniform random indices, the defau
 ``bench_peers.py``), each form is planned once and run through its kept launch (``host/fast_path.A5Scatter``, what a
 repeated ``pto.scatter`` runs):
 
-* ``alone``: the plain-store kernel on the calling thread (``simt_mscatter_elem_alone_kernel``: no locked
+* ``alone``: the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``: no locked
   instruction), what the dispatch runs up to ``host/a5.CPU_ALONE_MAX_UPDATES`` updates while nothing else writes the
   table;
 * ``atomic``: the atomic kernel on every worker (one thread up to ``host/large_a5.CPU_ONE_THREAD_UPDATES``);

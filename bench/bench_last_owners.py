@@ -8,6 +8,8 @@ repeated ``pto.scatter`` runs):
 * ``shared``: one shared owner array claimed with atomics by every worker;
 * ``private``: a copy of the owners per worker, claimed with plain stores, the claim being the range check
   (``host/large_a5._claim_copies``; what the dispatch takes from ``CPU_OWNER_COPY_MIN_UPDATES`` updates on);
+* ``serial``: no owners, the serial loop itself on the calling thread (``simt_mscatter_elem_serial_kernel``;
+  what the dispatch takes up to ``CPU_SERIAL_LAST_UPDATES`` updates);
 * ``chosen``: what ``pto.scatter`` itself plans for the shape.
 
 The forms are forced through the thresholds of ``host/large_a5.py`` while each is planned. Every form's result is
@@ -32,7 +34,7 @@ from simt_pto import reference
 from simt_pto.host import fast_path, large_a5
 from simt_pto.plan import CallCache
 
-FORMS = ("alone", "shared", "private", "chosen")
+FORMS = ("alone", "shared", "private", "serial", "chosen")
 
 
 @contextmanager
@@ -49,23 +51,28 @@ def _thresholds(**values):
 
 
 FORCED = {
-    "alone": dict(CPU_ONE_WORKER_CLAIMS=1 << 62, CPU_OWNER_COPY_MAX_BYTES=0),
-    "shared": dict(CPU_ONE_WORKER_CLAIMS=0, CPU_OWNER_COPY_MAX_BYTES=0),
-    "private": dict(CPU_OWNER_COPY_MIN_UPDATES=0, CPU_OWNER_COPY_MAX_BYTES=1 << 62, CPU_OWNER_COPY_UPDATES_PER_SLOT=0),
+    "alone": dict(CPU_SERIAL_LAST_UPDATES=0, CPU_ONE_WORKER_CLAIMS=1 << 62, CPU_OWNER_COPY_MAX_BYTES=0),
+    "shared": dict(CPU_SERIAL_LAST_UPDATES=0, CPU_ONE_WORKER_CLAIMS=0, CPU_OWNER_COPY_MAX_BYTES=0),
+    "private": dict(CPU_SERIAL_LAST_UPDATES=0, CPU_OWNER_COPY_MIN_UPDATES=0, CPU_OWNER_COPY_MAX_BYTES=1 << 62,
+                    CPU_OWNER_COPY_UPDATES_PER_SLOT=0),
+    "serial": dict(CPU_SERIAL_LAST_UPDATES=1 << 62),
     "chosen": {},
 }
 
 
 def _runner(form, table, src, idx):
-    """``(kept launches, claim in words)`` of ``form`` for this call's signature: one full-path call keeps the
+    """``(kept launches, the form in words)`` of ``form`` for this call's signature: one full-path call keeps the
     launches (``host/fast_path``; its cache was emptied first, so it holds this runner alone)."""
     CallCache.clear_all()
     with _thresholds(**FORCED[form]):
-        claim = pto.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5").launches[1]
+        launches = pto.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5").launches
         pto.scatter(table.copy(), src, idx, coalesce="elem", conflict="last", target="a5")
     runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
     if len(runners) != 1:
         raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
+    if len(launches) == 1:
+        return runners[0], "serial"
+    claim = launches[1]
     if "private" in claim.kernel:
         words = f"private x{claim.grid}"
     else:
@@ -101,7 +108,7 @@ def main() -> None:
     rows = [measure(side_by_side.size(s), args.writers, np.dtype(d), args.rounds, rng)
             for d in args.dtypes.split(",") for s in args.sizes.split(",")]
     side_by_side.report(rows, args.json, f"n updates into n/{args.writers} slots", args.rounds,
-                        shown=("alone", "shared", "private"), keys=("dtype", "n", "slots"))
+                        shown=("alone", "shared", "private", "serial"), keys=("dtype", "n", "slots"))
 
 
 if __name__ == "__main__":

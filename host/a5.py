@@ -458,12 +458,12 @@ elements of table per 1M updates): float32 1.4x to 2.2x faster from 4K to 512K u
 
 
 def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
-    """``LaunchSpec.cpu_alone_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_alone_kernel``
+    """``LaunchSpec.cpu_alone_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_serial_kernel``
     for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
     :data:`CPU_ALONE_MAX_UPDATES` elements, else None."""
     if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values() or updates > CPU_ALONE_MAX_UPDATES:
         return None
-    return "simt_mscatter_elem_alone_kernel"
+    return "simt_mscatter_elem_serial_kernel"
 
 
 def _elem_scatter_plan(plan) -> CallPlan:

@@ -99,7 +99,7 @@ class ElemScatterForm:
 @pytest.fixture(params=["alone", "atomic"])
 def elem_scatter_form(request, monkeypatch):
     """The test's A5 Elem scatters with an atomic op in one of the two forms the ``multicore`` backend has:
-    ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_alone_kernel``, which it runs
+    ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``, which it runs
     while nothing else writes the table, up to ``host/a5.CPU_ALONE_MAX_UPDATES`` elements), or ``"atomic"``, the
     atomic kernel (which it runs otherwise); None (indirect parametrisation) changes nothing. The fixture checks
     at the end that the form ran: at least one plain-store launch for ``"alone"``, none for ``"atomic"``. On another

@@ -151,7 +151,7 @@ MATRIX = [(k, d, p, a, c, form) for k in KERNELS for a in ATOMIC_OPS for d in A5
           for p in SCATTER_POLICIES for c in CONFLICTS
           for form in (("atomic",) if k == "elem" and a != "none" and not _mid_word_add(d, a) else (None,))]
 """The Elem kernel with an atomic op runs as the atomic kernel (``elem_scatter_form``: on ``multicore`` a small one
-would run its plain-store form, which ``test_elem_alone.py`` checks for every policy); a 16-bit float Add into these
+would run its plain-store form, which ``test_elem_serial.py`` checks for every policy); a 16-bit float Add into these
 tables (which start mid-word) has no other form."""
 
 

@@ -7,7 +7,7 @@ launches them. Choosing a kernel for a call, staging and the scalar fallbacks ar
 first launch.
 """
 from .mgather import simt_mgather_elem_kernel, simt_mgather_l1_elem_kernel, simt_mgather_row_kernel
-from .mscatter import (simt_mscatter_elem_alone_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
+from .mscatter import (simt_mscatter_elem_serial_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
                        simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
                        simt_mscatter_owner_reset_kernel, simt_mscatter_row_kernel, simt_mscatter_row_last_kernel,
                        simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel)
@@ -18,7 +18,7 @@ from .mscatter import (simt_mscatter_compact_owner_claim_kernel, simt_mscatter_e
 
 KERNELS = {factory.__name__: factory for factory in (
     simt_mgather_row_kernel, simt_mgather_elem_kernel, simt_mgather_l1_elem_kernel,
-    simt_mscatter_row_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_alone_kernel, simt_mscatter_row_last_kernel,
+    simt_mscatter_row_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_serial_kernel, simt_mscatter_row_last_kernel,
     simt_mscatter_elem_last_kernel,
     simt_mscatter_owner_reset_kernel, simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel,
     simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
@@ -30,7 +30,7 @@ A factory takes the policy's compile-time constants by name (``rule``, ``atomic`
 kernel as plain Python over the intrinsics (:mod:`.simt` binds and compiles it per backend)."""
 
 __all__ = ["KERNELS", "simt_mgather_elem_kernel", "simt_mgather_l1_elem_kernel", "simt_mgather_row_kernel",
-           "simt_mscatter_elem_alone_kernel", "simt_mscatter_elem_kernel", "simt_mscatter_elem_last_kernel",
+           "simt_mscatter_elem_serial_kernel", "simt_mscatter_elem_kernel", "simt_mscatter_elem_last_kernel",
            "simt_mscatter_elem_owner_claim_kernel", "simt_mscatter_elem_owner_write_kernel",
            "simt_mscatter_owner_reset_kernel", "simt_mscatter_row_kernel", "simt_mscatter_row_last_kernel",
            "simt_mscatter_row_owner_claim_kernel", "simt_mscatter_row_owner_write_kernel"]

@@ -244,24 +244,25 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
                     visit(args, row0, base, p, span_end(p, lanes, total), total, lanes, store)
 
 
-ALONE_PREFETCH_AHEAD = 32
+SERIAL_PREFETCH_AHEAD = 32
 """The plain-store Elem walk prefetches the destination of the position this many positions ahead."""
 
 
-def walk_elems_alone(launch, tile_rows, valid_rows, valid_cols, args, store):
-    """The Elem scatter of blocks ``[launch[0], launch[1])`` by one CPU thread, for a kernel that writes its table
-    alone (``simt_mscatter_elem_alone_kernel``): the positions of :func:`walk_elems` in the order one thread visits
-    them there (block by block, warp by warp, lane by lane: row-major), ``table[remap(idx)] op= src`` at each by
-    the store rule ``store``, the destination :data:`ALONE_PREFETCH_AHEAD` positions on prefetched first (dense
-    tiles). ``args`` as for :func:`scatter_elems`."""
+def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
+    """The Elem scatter of blocks ``[launch[0], launch[1])`` by one CPU thread (``simt_mscatter_elem_serial_kernel``):
+    the positions of :func:`walk_elems` in source order (block by block, row-major: the order one thread visits them
+    there), ``table[remap(idx)] op= src`` at each by the store rule ``store``; with ``prefetches`` (a
+    read-modify-write, which waits for its load; a plain store does not) the destination
+    :data:`SERIAL_PREFETCH_AHEAD` positions on is prefetched first (dense tiles). ``args`` as for
+    :func:`scatter_elems`."""
     (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words,
      shift) = args
     row0 = launch[0] * tile_rows
     first, stop = row0 * valid_cols, min(launch[1] * tile_rows, valid_rows) * valid_cols
     if dense:
         for q in range(first, stop):
-            ahead = q + ALONE_PREFETCH_AHEAD
-            if ahead < stop:
+            ahead = q + SERIAL_PREFETCH_AHEAD
+            if prefetches and ahead < stop:
                 slot, in_range = remap_index(idx[unsigned_offset(ahead * idx_cs)], table_size, rule)
                 if in_range:
                     prefetch(words, slot >> shift)
@@ -554,7 +555,7 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
 
 def plain_add_half(words, e, v_bits, exp_bits, man_bits):
     """:func:`atomic_add_half` as one load and one store of the word: for a kernel that writes its table alone
-    (``simt_mscatter_elem_alone_kernel`` on the CPU)."""
+    (``simt_mscatter_elem_serial_kernel`` on the CPU)."""
     w = e >> 1
     words[w] = numba.uint32(half_sum(numba.int64(words[w]), (e & 1) * 16, v_bits, exp_bits, man_bits))
 
@@ -612,7 +613,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
-           walk_elems, walk_elems_alone, gather_elems, scatter_elems,
+           walk_elems, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
            write_elem_owner, write_private_elem_owner, write_compact_elem_owner,

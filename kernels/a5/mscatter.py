@@ -22,7 +22,7 @@ from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
 from .device import (CLAIM_PREFETCH_MIN_SLOTS, claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
                      claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner,
-                     scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_alone, walk_grid, walk_rows,
+                     scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
 from .intrinsics import block_range, lane_span
 
@@ -70,37 +70,46 @@ def simt_mscatter_elem_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: Ele
     return simt_mscatter_elem_kernel
 
 
-PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_alone_kernel"})
-"""The kernels of the ``multicore`` backend alone, each run on one thread while no other launch writes its table:
-their store rule is bound to plain loads and stores (:mod:`.simt`), and no CUDA form exists."""
+PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_serial_kernel"})
+"""The kernels of the ``multicore`` backend alone, each run by one thread in source order: their store rule is bound
+to plain loads and stores (:mod:`.simt`), and no CUDA form exists."""
 
 
 @functools.cache
-def simt_mscatter_elem_alone_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
-    """``simt_mscatter_elem_kernel`` as the ``multicore`` backend runs it on the calling thread while no other launch
-    writes memory its table shares (``LaunchSpec.cpu_alone_kernel``, :mod:`.writers`): the same positions in the
-    order one thread visits them there (:func:`.device.walk_elems_alone`), each ``table[remap(idx)] op= src`` by
-    the store rule with plain read-modify-writes (:data:`PLAIN_STORE_KERNELS`): the same bits per element as the
-    atomic's. x86 runs a locked instruction only once the loads before it are done, so each atomic waits for its
-    own cache miss; plain adds overlap theirs (measured in ``host/a5.CPU_ALONE_MAX_UPDATES``). A 16-bit float Add
-    on a table that starts or ends mid-word has no such form: its boundary words hold bytes outside the table."""
+def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
+    """The Elem scatter as one thread's serial loop, what the ``multicore`` backend runs on the calling thread over
+    the whole grid: the positions of ``simt_mscatter_elem_kernel`` in source order (block by block, row-major:
+    :func:`.device.walk_elems_serial`), each ``table[remap(idx)] op= src`` by the store rule with plain loads and
+    stores (:data:`PLAIN_STORE_KERNELS`), the same bits per element as the atomic's.
+
+    * With an atomic op it is the atomic kernel's plain form, run only while no other launch writes memory its
+      table shares (``LaunchSpec.cpu_alone_kernel``, :mod:`.writers`): x86 runs a locked instruction only once the
+      loads before it are done, so each atomic waits for its own cache miss; plain adds overlap theirs (measured in
+      ``host/a5.CPU_ALONE_MAX_UPDATES``).
+    * With atomic NONE it is Conflict::Last's serial loop itself (a later position overwrites an earlier one), the
+      whole-array Elem Last of a few million updates (``host/large_a5.CPU_SERIAL_LAST_UPDATES``); its stores
+      compose with other writers as the owner path's do.
+
+    A 16-bit float Add on a table that starts or ends mid-word has no such form: its boundary words hold bytes
+    outside the table."""
     if fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE):
-        raise ValueError(f"simt_mscatter_elem_alone_kernel: no plain form for the mid-word format {fmt.name}")
+        raise ValueError(f"simt_mscatter_elem_serial_kernel: no plain form for the mid-word format {fmt.name}")
+    prefetches = atomic != ScatterAtomicOp.NONE                                  # a read-modify-write waits for its load
     word_pair = fmt == ElementFormat.F32_ORDER                                   # (int32, uint32) views
     shift = 1 if fmt in (ElementFormat.F16, ElementFormat.BF16) else 0           # two elements a uint32 word
 
-    def simt_mscatter_elem_alone_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
+    def simt_mscatter_elem_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                         valid_rows, valid_cols, tile_rows):
         dense = dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
         if word_pair:   # prefetch hints go to the words array
             words = table[0]
         else:
             words = table
-        walk_elems_alone(launch, tile_rows, valid_rows, valid_cols,
-                         (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, True,
-                          words, shift), store_element)
+        walk_elems_serial(launch, tile_rows, valid_rows, valid_cols,
+                         (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule,
+                          prefetches, words, shift), store_element)
 
-    return simt_mscatter_elem_alone_kernel
+    return simt_mscatter_elem_serial_kernel
 
 
 @functools.cache

@@ -1,11 +1,13 @@
-"""The ``multicore`` backend's plain-store Elem scatter (``simt_mscatter_elem_alone_kernel``, issue 24) and the
-registry of table writers that decides when it may run (``kernels/a5/writers.py``).
+"""The ``multicore`` backend's serial Elem scatter (``simt_mscatter_elem_serial_kernel``, issue 24): one thread's
+loop over the positions in source order with plain loads and stores, and the registry of table writers that decides
+when its read-modify-write form may run (``kernels/a5/writers.py``).
 
-An Elem scatter with an atomic op of at most ``host/a5.CPU_ALONE_MAX_UPDATES`` elements runs with plain
-read-modify-writes on the calling thread while no other launch writes memory its table shares, and as the atomic
-kernel otherwise. Both forms must give the serial loop's result (``simt_pto.reference``: bitwise, a float Add
-within the reference's bound), write nothing outside the table, and compose with every other writer: calls from
-several threads into one table lose no update.
+* With an atomic op, an Elem scatter of at most ``host/a5.CPU_ALONE_MAX_UPDATES`` elements runs this form while no
+  other launch writes memory its table shares, and the atomic kernel otherwise. Both forms must give the serial
+  loop's result (``simt_pto.reference``: bitwise, a float Add within the reference's bound), write nothing outside
+  the table, and compose with every other writer: calls from several threads into one table lose no update.
+* With atomic NONE it is Conflict::Last's serial loop itself, the whole-array Elem Last of at most
+  ``host/large_a5.CPU_SERIAL_LAST_UPDATES`` updates: bit for bit the serial result.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import reference
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
-from simt_pto.host import a5, large
+from simt_pto.host import a5, large, large_a5
 from simt_pto.kernels.a5 import simt, writers
 from simt_pto.launch_spec import KernelPolicy
 
@@ -96,9 +98,9 @@ def test_which_launches_have_a_plain_store_form():
     """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, of at most CPU_ALONE_MAX_UPDATES
     elements names the plain-store kernel; the plan says so."""
     most = a5.CPU_ALONE_MAX_UPDATES
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_alone_kernel"
-    assert a5.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_alone_kernel"
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_alone_kernel"
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_serial_kernel"
+    assert a5.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_serial_kernel"
+    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_serial_kernel"
     assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
     assert a5.elem_alone_kernel(ScatterAtomicOp.NONE, ElementFormat.NATIVE, 64) is None
     assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
@@ -107,8 +109,8 @@ def test_which_launches_have_a_plain_store_form():
     plan = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", atomic="add")
     (launch,) = plan.launches
     assert launch.kernel == "simt_mscatter_elem_kernel"  # what a GPU, the simulator and the analyzer see
-    assert launch.cpu_alone_kernel == "simt_mscatter_elem_alone_kernel"
-    assert any("simt_mscatter_elem_alone_kernel on the calling thread" in line for line in plan.describe())
+    assert launch.cpu_alone_kernel == "simt_mscatter_elem_serial_kernel"
+    assert any("simt_mscatter_elem_serial_kernel on the calling thread" in line for line in plan.describe())
     halves = np.zeros(65, np.float16)[1:]  # starts mid-word: the boundary words' guarded form
     (launch,) = large.scatter_plan(halves, np.ones(40, np.float16), idx, coalesce="elem", atomic="add").launches
     assert launch.cpu_alone_kernel is None
@@ -121,7 +123,7 @@ def test_which_launches_have_a_plain_store_form():
 def test_the_plain_store_kernel_has_no_cuda_form():
     policy = KernelPolicy(rule=IndexRule.IDENTITY, atomic=ScatterAtomicOp.ADD, fmt=ElementFormat.NATIVE)
     with pytest.raises(ValueError, match="multicore backend only"):
-        simt.bound_source("simt_mscatter_elem_alone_kernel", policy, "cuda")
+        simt.bound_source("simt_mscatter_elem_serial_kernel", policy, "cuda")
 
 
 # -- the registry ---------------------------------------------------------------------------------------------
@@ -233,3 +235,55 @@ def test_threads_adding_into_one_table_lose_no_update(elem_scatter_form):
     assert not errors
     assert np.array_equal(table, expected.astype(np.int32))
     assert writers.table_writers.busy() == 0
+
+
+# -- Conflict::Last ----------------------------------------------------------------------------------------------
+
+LAST_DTYPES = ("int8", "uint8", "int16", "float16", "bfloat16", "int32", "uint32", "float32")
+
+
+@pytest.mark.parametrize("cpu_or_simulator_backend", ["multicore"], indirect=True)
+@pytest.mark.parametrize("oob", SCATTER_OOB)
+@pytest.mark.parametrize("dtype", LAST_DTYPES)
+def test_a_small_elem_last_is_the_serial_loop(cpu_or_simulator_backend, rng, dtype, oob):
+    """A whole-array Elem Conflict::Last (``last_path="auto"``) of a few updates is one launch of the serial kernel on
+    the calling thread, and gives the serial loop's bits (many writers a slot, every bit pattern, out-of-range and
+    negative indices unless UNDEFINED), the full path and then the kept launch; the guards keep their bits."""
+    cap, shape = 23, (12, 10)
+    low, high = (-3, cap + 7) if oob != "undefined" else (0, cap)
+    idx = rng.integers(low, high, shape).astype(np.int32)
+    src = random_values(rng, shape, dtype)
+    buffer = random_values(rng, cap + 2 * GUARD, dtype)
+    initial = as_bits(buffer).copy()
+    (launch,) = pto.scatter_plan(buffer[GUARD:GUARD + cap], src, idx, coalesce="elem", oob=oob).launches
+    assert (launch.kernel, launch.cpu_threads, launch.policy.atomic) == ("simt_mscatter_elem_serial_kernel", 1,
+                                                                         ScatterAtomicOp.NONE)
+    for run in ("full path", "kept launch"):
+        as_bits(buffer)[:] = initial
+        pto.scatter(buffer[GUARD:GUARD + cap], src, idx, coalesce="elem", oob=oob)
+        got = as_bits(buffer)
+        assert np.array_equal(got[:GUARD], initial[:GUARD]) and np.array_equal(got[-GUARD:], initial[-GUARD:]), run
+        wrong = reference.scatter_mismatches(got[GUARD:-GUARD], initial[GUARD:-GUARD], dtype, "elem", idx,
+                                             as_bits(src), cap, oob, "none", "last")
+        assert not wrong, f"{run}: " + "; ".join(wrong[:5])
+
+
+def test_which_elem_last_calls_are_the_serial_loop(monkeypatch):
+    """On ``multicore`` with ``last_path="auto"`` up to CPU_SERIAL_LAST_UPDATES updates (Elem only); past that, with
+    an explicit ``last_path``, for a Row scatter, or planned for another backend, the kernels of before."""
+    most = 64
+    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_UPDATES", most)
+    table = np.zeros(40, np.float32)
+
+    def kernels(n, backend="multicore", **options):
+        idx = np.arange(n, dtype=np.int32) % table.size
+        call = large.scatter_plan(table, np.ones(n, np.float32), idx, coalesce="elem", backend=backend, **options)
+        return [launch.kernel for launch in call.launches]
+    assert kernels(most) == ["simt_mscatter_elem_serial_kernel"]
+    assert "simt_mscatter_elem_serial_kernel" not in kernels(most + 1)
+    assert kernels(most, last_path="slot") == ["simt_mscatter_elem_last_kernel"]
+    assert kernels(most, last_path="owner")[1] == "simt_mscatter_elem_owner_claim_kernel"
+    assert "simt_mscatter_elem_serial_kernel" not in kernels(most, backend="simulator")
+    rows = large.scatter_plan(np.zeros((40, 8), np.float32), np.ones((most, 8), np.float32),
+                              np.arange(most, dtype=np.int32) % 40, coalesce="row").launches
+    assert all(launch.kernel != "simt_mscatter_elem_serial_kernel" for launch in rows)
