@@ -248,12 +248,11 @@ table of n / 16 slots stay in its caches; past a few million updates the owner p
 
 
 def _elem_serial_last(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
-    """Conflict::Last as the serial loop: one launch of the serial Elem kernel with plain stores over every tile,
-    on the calling thread, in source order (the last writer of each slot stores last)."""
-    return launch_spec("simt_mscatter_elem_serial_kernel", a5.scatter_policy(plan, fmt),
-                       geometry.elem_geometry(tile_rows, cols), grid=_tile_grid(rows, tile_rows), writes=("table",),
-                       cpu_threads=1, table=table_arg, src=src, src_rs=cols, src_cs=1, idx=idx, idx_rs=cols, idx_cs=1,
-                       table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
+    """Conflict::Last as the serial loop: the Elem launch of :func:`_tile_scatter` (atomic NONE: plain stores) as the
+    serial kernel over every tile, on the calling thread, in source order (the last writer of each slot stores
+    last)."""
+    return replace(_tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt),
+                   kernel="simt_mscatter_elem_serial_kernel", cpu_threads=1)
 
 
 def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
