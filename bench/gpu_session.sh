@@ -10,6 +10,15 @@
 # Numba's on-disk cache (kernels/**/__pycache__) stays on a warm machine between commands, so run `tests`
 # first: later stages then reuse its compiled kernels.
 #
+# Knobs (environment), for a lease shorter than the stages' defaults:
+#   GPU_TEST_WORKERS  pytest-xdist workers for `tests` (default 8: the cold kernel compiles run in parallel)
+#   TESTS_TIMEOUT, SANITIZE_TIMEOUT  seconds for `tests`, `sanitize` (default 560 each); a stage that runs out is
+#                     interrupted (SIGINT), so pytest still prints what failed so far
+#   BENCH_TIMEOUT, COALESCE_TIMEOUT, VALIDATE_TIMEOUT  seconds for the three parts of `bench` (300, 180, 100)
+#   SANITIZE_K        the -k filter of the memcheck run
+#   BENCH_QUICK=1     bench_large.py --quick
+#   COALESCE_ARGS     more arguments of coalescing_bench.py (e.g. --no-ncu: no Nsight Compute pass, much shorter)
+#
 # Beforehand, on the development machine, fetch the wheels the GPU machine lacks into .whl/ (ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
@@ -32,32 +41,38 @@ if [ $# -gt 0 ]; then gpu_tests="$*"; fi
 run_tests() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
   date -u | tee -a "$out/gpu.txt"
-  timeout 560 python3 -m pytest -q -p no:cacheprovider -rs --durations=15 $gpu_tests > "$out/gpu_tests.log" 2>&1
+  timeout -s INT -k 20 "${TESTS_TIMEOUT:-560}" python3 -m pytest -q -p no:cacheprovider -rs --durations=15 \
+    -n "${GPU_TEST_WORKERS:-8}" $gpu_tests > "$out/gpu_tests.log" 2>&1
   echo "pytest rc=$?" >> "$out/gpu_tests.log"
   tail -40 "$out/gpu_tests.log"
 }
 
 run_sanitize() {
   local san
+  # the carried wheel's, else the machine's own
   san=$(ls /tmp/site/nvidia/cu*/bin/compute-sanitizer 2>/dev/null | head -1)
+  [ -n "$san" ] || san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -z "$san" ]; then
     echo "compute-sanitizer: not found (carry the nvidia-cuda-sanitizer-api wheel)" | tee "$out/sanitizer.txt"
     return
   fi
-  chmod +x "$san"
-  timeout 560 "$san" --tool memcheck --error-exitcode 99 --print-limit 20 --target-processes all \
-    python3 -m pytest -q -p no:cacheprovider $gpu_tests -k "float32 or int8 or device or last or owner" \
+  chmod +x "$san" 2>/dev/null
+  echo "$san" > "$out/sanitizer.txt"
+  timeout -s INT -k 20 "${SANITIZE_TIMEOUT:-560}" "$san" --tool memcheck --error-exitcode 99 --print-limit 20 \
+    --target-processes all python3 -m pytest -q -p no:cacheprovider $gpu_tests \
+    -k "${SANITIZE_K:-float32 or int8 or device or last or owner}" \
     > "$out/sanitizer_memcheck.log" 2>&1
-  echo "memcheck rc=$?" | tee "$out/sanitizer.txt"
+  echo "memcheck rc=$?" | tee -a "$out/sanitizer.txt"
   grep -E "ERROR SUMMARY|passed|failed" "$out/sanitizer_memcheck.log" | tail -5 | tee -a "$out/sanitizer.txt"
 }
 
 run_bench() {
-  timeout 300 python3 bench/bench_large.py 2>&1 | tee "$out/bench_large.md"
-  timeout 180 python3 bench/coalescing_bench.py --quick --out "$out" > "$out/coalescing_bench.txt" 2>&1
+  timeout -k 10 "${BENCH_TIMEOUT:-300}" python3 bench/bench_large.py ${BENCH_QUICK:+--quick} 2>&1 \
+    | tee "$out/bench_large.md"
+  timeout -k 10 "${COALESCE_TIMEOUT:-180}" python3 bench/coalescing_bench.py --quick ${COALESCE_ARGS:-} --out "$out" > "$out/coalescing_bench.txt" 2>&1
   echo "coalescing_bench rc=$?" >> "$out/coalescing_bench.txt"
   tail -30 "$out/coalescing_bench.txt"
-  timeout 100 python3 -m simt_pto.host.tools.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
+  timeout -k 10 "${VALIDATE_TIMEOUT:-100}" python3 -m simt_pto.host.tools.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
 }
 
 case "$stage" in

@@ -387,6 +387,22 @@ def base_address(array) -> int:
     return array.device_ctypes_pointer.value
 
 
+def new_device_array(template, n: int, dtype=None) -> Any:
+    """``n`` uninitialised elements on the device, of ``dtype`` (a numpy dtype) or else of the template's own dtype,
+    from the allocator of the template's library (CuPy's memory pool, PyTorch's caching allocator: no
+    ``cudaMalloc`` per call), else Numba's (for a Numba device array or no template)."""
+    module = _module_root(template) if template is not None else None
+    if module == "cupy":
+        import cupy  # the template is a CuPy array: cupy is imported already
+        return cupy.empty(n, dtype=template.dtype if dtype is None else dtype)
+    if module == "torch":
+        import torch  # the template is a tensor: torch is imported already
+        torch_dtype = template.dtype if dtype is None else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+        return torch.empty(n, dtype=torch_dtype, device=template.device)
+    from numba import cuda  # a device array: numba.cuda is in real mode already
+    return cuda.device_array(n, dtype=cuda.as_cuda_array(template).dtype if dtype is None else dtype)
+
+
 def like(table: WholeArray, result: np.ndarray) -> Any:
     """A gather's host result as an array of the table's kind: numpy for numpy and other producers, a PyTorch
     tensor (of the table's own torch dtype, bfloat16 included) for a PyTorch table, a JAX array for a JAX one.
@@ -402,4 +418,4 @@ def like(table: WholeArray, result: np.ndarray) -> Any:
 
 
 __all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "WholeArray", "base_address", "checked_indices",
-           "host_memory", "like", "to_host", "wrap"]
+           "host_memory", "like", "new_device_array", "to_host", "wrap"]

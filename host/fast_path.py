@@ -22,9 +22,18 @@ The signature holds everything the full path's validation and plan read but the 
 values: the op, the operands' shapes and dtypes, every option (with its type: ``True`` and ``1`` are validated
 differently), a scatter table's writability, and the table's (and source's) address modulo 8 (the ``a5`` Row
 copy's move unit, :func:`.large_a5.row_move_unit`, and a 16-bit float Add's boundary form). An ``a5`` runner runs
-on the ``multicore`` backend only. Runners hold no caller's array. Device arrays, other libraries' arrays,
-non-contiguous operands, a gather's ``out=`` and the ``cpu`` target always take the full path, and so do the plans
-no runner can repeat (:class:`A5Scatter`).
+on the ``multicore`` backend only. Runners hold no caller's array. Other libraries' host arrays, non-contiguous
+operands, a gather's ``out=`` and the ``cpu`` target always take the full path, and so do the plans no runner can
+repeat (:class:`A5Scatter`).
+
+On the GPU backend, a repeated ``a5`` call on device arrays (CuPy, PyTorch CUDA tensors, Numba: C-contiguous, int32
+/ uint32 indices, no stream of their own in ``__cuda_array_interface__``) is run by :class:`DeviceGather` /
+:class:`DeviceScatter`: the call's one launch with its arguments packed once
+(:mod:`simt_pto.kernels.a5.direct_launch`), the operands' data pointers put in place, after the same checks (an
+index scan on the device under a policy that leaves out-of-range indices undefined; a scatter's table against its
+source and indices by byte range). The signature then holds the operands' types, ``__cuda_array_interface__``
+dtypes, shapes and read-only flags in place of the numpy fields. Like the full path, the call returns once the
+device has finished its work.
 """
 from __future__ import annotations
 
@@ -38,7 +47,7 @@ from simt_pto.aliasing import may_overlap
 from simt_pto.launch_spec import LaunchSpec
 from simt_pto.plan import CallCache, indices_below
 
-from .arrays import base_address, checked_indices
+from .arrays import base_address, checked_indices, new_device_array
 
 _UINT32 = np.dtype(np.uint32)
 
@@ -63,29 +72,68 @@ def _signature(table, idx, options: tuple, src=None) -> tuple | None:
     return key + (src.shape, src.dtype, base_address(src) & 7)
 
 
+def _device_operand(obj) -> tuple[tuple, int, int] | None:
+    """``(signature fields, data pointer, bytes)`` of a non-empty C-contiguous device array whose
+    ``__cuda_array_interface__`` names no stream of its own (none, or the legacy default stream: the one the
+    launches use), else None."""
+    if isinstance(obj, np.ndarray):
+        return None
+    try:
+        info = obj.__cuda_array_interface__
+    except Exception:  # noqa: BLE001 - no device array, or one the full path refuses (a tensor that requires grad)
+        return None
+    shape, (pointer, read_only) = tuple(info["shape"]), info["data"]
+    if info.get("strides") is not None or info.get("stream") not in (None, 1) or not pointer:
+        return None
+    return (type(obj), info["typestr"], shape, read_only), pointer, np.dtype(info["typestr"]).itemsize * int(
+        np.prod(shape, dtype=np.int64))
+
+
+def _device_signature(table, idx, options: tuple, src=None) -> tuple | None:
+    """``(key, operands)`` of a call on device arrays (``operands``: ``(pointer, bytes)`` of the table, the indices
+    and, for a scatter, the source), or None for a call that always takes the full path."""
+    found = [_device_operand(a) for a in ((table, idx) if src is None else (table, idx, src))]
+    if any(f is None for f in found) or found[1][0][1][1:] not in ("i4", "u4"):
+        return None
+    key = ("MGATHER" if src is None else "MSCATTER", "device", options, tuple(map(type, options)),
+           *(fields for fields, _, _ in found), *(pointer & 7 for _, pointer, _ in found[::2]))
+    return key, tuple((pointer, size) for _, pointer, size in found)
+
+
 def gather(table, idx, options: tuple) -> Any | None:
     """The gathered array of a call of a known signature, run by its runner; None when the call must take the full
     path (no runner, or an index value that the full path refuses)."""
-    runner = _RUNNERS.get(_signature(table, idx, options))
-    if runner is None:
-        return None
-    return runner(table, idx)
+    key = _signature(table, idx, options)
+    if key is not None:
+        runner = _RUNNERS.get(key)
+        return None if runner is None else runner(table, idx)
+    device = _device_signature(table, idx, options)
+    runner = None if device is None else _RUNNERS.get(device[0])
+    return None if runner is None else runner(table, device[1])
 
 
 def scatter(table, src, idx, options: tuple) -> Any | None:
     """The updated table of a scatter of a known signature, run by its runner; None when the call must take the
     full path (no runner, operands that may share memory, or an index value that the full path refuses)."""
-    runner = _RUNNERS.get(_signature(table, idx, options, src))
-    if runner is None:
-        return None
-    return runner(table, src, idx)
+    key = _signature(table, idx, options, src)
+    if key is not None:
+        runner = _RUNNERS.get(key)
+        return None if runner is None else runner(table, src, idx)
+    device = _device_signature(table, idx, options, src)
+    runner = None if device is None else _RUNNERS.get(device[0])
+    return None if runner is None else runner(table, device[1])
+
+
+def _remember(key, runner: Callable | None) -> None:
+    if key is not None and runner is not None:
+        _RUNNERS.put(key, runner)
 
 
 def remember_scatter(table, src, idx, options: tuple, runner: Callable | None) -> None:
     """Keep ``runner`` (:class:`A5Scatter`) for the signature of a scatter that has just run on the full path."""
     key = _signature(table, idx, options, src)
-    if key is not None and runner is not None and idx.size:
-        _RUNNERS.put(key, runner)
+    if key is not None and idx.size:  # (a key means numpy operands)
+        _remember(key, runner)
 
 
 def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None:
@@ -93,8 +141,17 @@ def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None
     signature of a gather that has just run on the full path: :class:`A5Gather`, or the A2/A3 one of
     :mod:`.large`. Runners hold no caller's array."""
     key = _signature(table, idx, options)
-    if key is not None and runner is not None and idx.size:
-        _RUNNERS.put(key, runner)
+    if key is not None and idx.size:  # (a key means numpy operands)
+        _remember(key, runner)
+
+
+def remember_device_call(table, idx, options: tuple, build: Callable[[], Callable | None], src=None) -> None:
+    """Keep the runner ``build()`` makes (:class:`DeviceGather`, or with ``src`` :class:`DeviceScatter`) for the
+    signature of a call on device arrays that has just run on the full path (built only for a signature a runner
+    can serve)."""
+    device = _device_signature(table, idx, options, src)
+    if device is not None:
+        _remember(device[0], build())
 
 
 def index_bits(idx: np.ndarray, plan, checks_range: bool = True) -> np.ndarray | None:
@@ -211,6 +268,99 @@ class A5Scatter:
         return table
 
 
+def _on_gpu() -> bool:
+    return a5_backend() == "gpu"
+
+
+def _index_scan(call, plan):
+    """``(scan or None, ok)``: the device index scan of a plan that leaves out-of-range indices undefined
+    (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`, over the launch's ``idx``), None for a plan that places
+    or drops every index; ``ok`` False where a scan is needed and none can be made."""
+    if not plan.checks_range:
+        return None, True
+    from simt_pto.kernels.a5.direct_launch import IndexScan
+    scan = IndexScan.of(call.steps[0].arguments["idx"], plan.capacity)
+    return scan, scan is not None
+
+
+def _synchronize() -> None:
+    from numba import cuda  # the GPU backend: numba.cuda is in real mode
+    cuda.synchronize()
+
+
+class DeviceGather:
+    """The one launch of an ``a5`` whole-array gather on the GPU over device arrays
+    (``simt.single_gpu_launcher``), into a new device array of the table's kind, with a call's own table and
+    index pointers; under a policy that leaves out-of-range indices undefined, after the device index scan (an index
+    past the table sends the call back to the full path, which refuses it, before the gather reads anything)."""
+
+    def __init__(self, launch: Callable, scan, out_size: int, out_shape: tuple):
+        self.launch, self.scan, self.out_size, self.out_shape = launch, scan, out_size, out_shape
+
+    @classmethod
+    def of(cls, call, plan, result) -> DeviceGather | None:
+        """The runner of a gather that ran ``call`` on the GPU backend and returned the device array ``result``."""
+        if not _on_gpu():
+            return None
+        from simt_pto.kernels.a5 import simt
+        launch = simt.single_gpu_launcher(call, ("dst", "idx", "table"))
+        scan, ok = _index_scan(call, plan) if launch is not None else (None, False)
+        return cls(launch, scan, int(np.prod(result.shape, dtype=np.int64)), tuple(result.shape)) if ok else None
+
+    def __call__(self, table, operands: tuple) -> Any | None:
+        if not _on_gpu():
+            return None
+        (table_pointer, _), (idx_pointer, _) = operands
+        if self.scan is not None and self.scan.out_of_range(idx_pointer):
+            return None
+        out = new_device_array(table, self.out_size)
+        self.launch(out.__cuda_array_interface__["data"][0], idx_pointer, table_pointer)
+        _synchronize()
+        return out.reshape(self.out_shape)
+
+
+class DeviceScatter:
+    """The one launch of an ``a5`` whole-array scatter on the GPU over device arrays (``simt.single_gpu_launcher``:
+    atomics and Conflict::Default, whose launch takes the whole table, source and indices), with a call's own
+    pointers, after the full path's checks: the table shares no byte with the source or the indices, and, under a
+    policy that leaves out-of-range indices undefined, the device index scan; a call that fails one goes back to the
+    full path, which refuses it before anything is written."""
+
+    def __init__(self, launch: Callable, scan):
+        self.launch, self.scan = launch, scan
+
+    @classmethod
+    def of(cls, call, plan, table, idx, src) -> DeviceScatter | None:
+        """The runner of a scatter that ran ``call`` on the GPU backend over the device arrays ``table``, ``idx``,
+        ``src``, each of which its launch took whole (the same pointer and size)."""
+        if not _on_gpu() or len(call.steps) != 1 or not isinstance(call.steps[0], LaunchSpec):
+            return None
+        spec = call.steps[0].arguments
+        for name, operand in (("table", table), ("idx", idx), ("src", src)):
+            found, views = _device_operand(operand), spec.get(name)
+            for view in views if isinstance(views, tuple) else (views,):  # the float32 Max / Min pair: two views
+                if found is None or not hasattr(view, "device_ctypes_pointer") or (
+                        view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != found[1:]:
+                    return None
+        from simt_pto.kernels.a5 import simt
+        launch = simt.single_gpu_launcher(call, ("table", "idx", "src"))
+        scan, ok = _index_scan(call, plan) if launch is not None else (None, False)
+        return cls(launch, scan) if ok else None
+
+    def __call__(self, table, operands: tuple) -> Any | None:
+        if not _on_gpu():
+            return None
+        (table_at, table_bytes), (idx_at, idx_bytes), (src_at, src_bytes) = operands
+        for at, size in ((idx_at, idx_bytes), (src_at, src_bytes)):
+            if at < table_at + table_bytes and table_at < at + size:  # shared bytes: the full path refuses the call
+                return None
+        if self.scan is not None and self.scan.out_of_range(idx_at):
+            return None
+        self.launch(table_at, idx_at, src_at)
+        _synchronize()
+        return table
+
+
 _SPARE_OWNER = CallCache(maxsize=1)
 """The owner array of the last owner-path scatter that finished, by ``(size, dtype)``: the next call of that size
 takes it instead of a new one. A new array of that size is fresh pages, which the reset then faults in one by one:
@@ -229,4 +379,5 @@ def _keep_owner(owner: np.ndarray) -> None:
     _SPARE_OWNER.put((owner.size, owner.dtype), owner)
 
 
-__all__ = ["A5Gather", "A5Scatter", "gather", "index_bits", "remember_gather", "remember_scatter", "scatter"]
+__all__ = ["A5Gather", "A5Scatter", "DeviceGather", "DeviceScatter", "gather", "index_bits", "remember_device_call",
+           "remember_gather", "remember_scatter", "scatter"]

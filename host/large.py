@@ -371,8 +371,12 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     call, result, c = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, None, out)
     _run(call, c.target)
     gathered = result()
-    if out is None and type(gathered) is np.ndarray and c.idx.size:
-        fast_path.remember_gather(table, idx, options, _gather_runner(c, call, gathered))
+    if out is None and c.idx.size:
+        if type(gathered) is np.ndarray:
+            fast_path.remember_gather(table, idx, options, _gather_runner(c, call, gathered))
+        elif c.target == "a5" and c.table.device and c.idx.device:
+            fast_path.remember_device_call(table, idx, options,
+                                           lambda: fast_path.DeviceGather.of(call, c.plan, gathered))
     return gathered
 
 
@@ -540,7 +544,11 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     _run(call, target)
     updated: TableT = result()
     if c is not None and c.idx.size:
-        fast_path.remember_scatter(table, src, idx, options, _scatter_runner(c, call))
+        if c.target == "a5" and c.table.device and c.idx.device and c.src.device:
+            fast_path.remember_device_call(table, idx, options, lambda: fast_path.DeviceScatter.of(
+                call, c.plan, c.table.obj, c.idx.obj, c.src.obj), src)
+        else:
+            fast_path.remember_scatter(table, src, idx, options, _scatter_runner(c, call))
     return updated
 
 

@@ -36,7 +36,7 @@ from simt_pto.kernels.a5.simt import cpu_workers
 from simt_pto.kernels.index_policy import remap_array
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
 from . import a5
-from .arrays import to_host
+from .arrays import new_device_array, to_host
 
 
 
@@ -54,22 +54,11 @@ def _flat(a, dtype):
 
 
 def _empty_device(template, n, dtype=None):
-    """(array, kernel view): ``n`` uninitialised elements on the device, of ``dtype`` or else of the
-    template's own dtype, from the allocator of the template's library (CuPy's memory pool, PyTorch's
-    caching allocator: no ``cudaMalloc`` per call), else Numba's. ``array`` is of the template's kind;
-    the kernel view is a Numba device array over the same memory."""
-    module = type(template).__module__.split(".")[0] if template is not None else None
-    if module == "cupy":
-        import cupy
-        array = cupy.empty(n, dtype=template.dtype if dtype is None else dtype)
-    elif module == "torch":
-        import torch
-        torch_dtype = template.dtype if dtype is None else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-        array = torch.empty(n, dtype=torch_dtype, device=template.device)
-    else:
-        cuda = _cuda()
-        array = cuda.device_array(n, dtype=cuda.as_cuda_array(template).dtype if dtype is None else dtype)
-        return array, array
+    """(array, kernel view): ``n`` uninitialised elements on the device (:func:`~.arrays.new_device_array`); the
+    kernel view is a Numba device array over the same memory."""
+    array = new_device_array(template, n, dtype)
+    if template is None or type(template).__module__.partition(".")[0] not in ("cupy", "torch"):
+        return array, array  # Numba's own device array
     return array, _cuda().as_cuda_array(array)
 
 

@@ -683,3 +683,68 @@ def test_threads_adding_through_one_kept_tile_scatter_lose_no_update():
     for k in range(4):
         np.add.at(want, rows[0], np.full((8, 32), (k + 1) * calls, np.int32))
     assert np.array_equal(table, want)
+
+
+# -- device arrays: the signature and checks of the GPU runners (the launches themselves run in
+#    tests/test_device_arrays.py, on a GPU) ---------------------------------------------------------------------------
+
+class FakeDeviceArray:
+    """An object exporting ``__cuda_array_interface__`` (what the fast path reads of a device array)."""
+
+    def __init__(self, shape, typestr="<f4", pointer=1 << 20, strides=None, stream=None, read_only=False):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (pointer, read_only),
+                                         "strides": strides, "version": 3}
+        if stream is not None:
+            self.__cuda_array_interface__["stream"] = stream
+
+
+def test_a_device_signature_holds_what_validation_reads_and_not_the_address():
+    from simt_pto.host.fast_path import _device_signature
+    options = ("elem", "add")
+    table, idx, src = FakeDeviceArray((64, 8)), FakeDeviceArray((100,), "<i4", 1 << 24), FakeDeviceArray((100,))
+    key, operands = _device_signature(table, idx, options, src)
+    assert operands == ((1 << 20, 64 * 8 * 4), (1 << 24, 400), (1 << 20, 400))
+    moved = _device_signature(FakeDeviceArray((64, 8), pointer=(1 << 20) + 4096), idx, options, src)
+    assert moved[0] == key and moved[1][0] == ((1 << 20) + 4096, 2048)
+    changed = [FakeDeviceArray((64, 9)), FakeDeviceArray((64, 8), "<i4"), FakeDeviceArray((64, 8), read_only=True),
+               FakeDeviceArray((64, 8), pointer=(1 << 20) + 4)]  # the last: another Row move unit / element format
+    assert all(_device_signature(t, idx, options, src)[0] != key for t in changed)
+    assert _device_signature(table, idx, ("elem", "max"), src)[0] != key
+    assert _device_signature(table, idx, options)[0] != key  # a gather of the same arrays
+
+
+@pytest.mark.parametrize("table, idx", [
+    (FakeDeviceArray((8, 8), strides=(64, 4)), FakeDeviceArray((4,), "<i4")),        # strides given: full path
+    (FakeDeviceArray((8, 8), stream=7), FakeDeviceArray((4,), "<i4")),               # a stream of its own
+    (FakeDeviceArray((8, 8)), FakeDeviceArray((4,), "<i8")),                         # int64: narrowed on the host
+    (FakeDeviceArray((0, 8), pointer=0), FakeDeviceArray((4,), "<i4")),              # empty
+    (np.zeros((8, 8), np.float32), FakeDeviceArray((4,), "<i4")),                    # host table
+])
+def test_device_calls_a_runner_cannot_serve_have_no_signature(table, idx):
+    from simt_pto.host.fast_path import _device_signature
+    assert _device_signature(table, idx, ("elem",)) is None
+
+
+def test_a_device_scatter_runner_checks_overlap_and_indices_before_it_launches(monkeypatch):
+    from simt_pto.host import fast_path
+    monkeypatch.setattr(fast_path, "_on_gpu", lambda: True)
+    monkeypatch.setattr(fast_path, "_synchronize", lambda: None)
+    launched = []
+
+    class Scan:
+        refuse = False
+
+        def out_of_range(self, pointer):
+            return self.refuse
+
+    scan = Scan()
+    runner = fast_path.DeviceScatter(lambda *pointers: launched.append(pointers), scan)
+    table = object()
+    table_at = 1 << 20
+    assert runner(table, ((table_at, 4096), (table_at + 4096, 400), (table_at + 8192, 400))) is table
+    assert launched == [(table_at, table_at + 4096, table_at + 8192)]
+    for idx_at, src_at in ((table_at + 4092, table_at + 8192), (table_at + 8192, table_at - 399)):
+        assert runner(table, ((table_at, 4096), (idx_at, 400), (src_at, 400))) is None  # one byte shared
+    scan.refuse = True
+    assert runner(table, ((table_at, 4096), (table_at + 4096, 400), (table_at + 8192, 400))) is None
+    assert len(launched) == 1

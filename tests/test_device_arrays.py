@@ -180,3 +180,97 @@ def test_torch_bfloat16_tensors_are_read_as_bfloat16():
     slots = torch.arange(64, device="cuda", dtype=torch.int32) % 16
     pto.scatter(acc, torch.ones(64, device="cuda", dtype=torch.bfloat16), slots, coalesce="elem", atomic="add")
     assert torch.equal(acc, torch.full_like(acc, 4))
+
+
+# -- repeated calls: the fast path's device runners ----------------------------------------------------------------
+
+@pytest.fixture
+def device_runs(monkeypatch):
+    """How many calls the fast path's device runners served (returned a result rather than sending the call to
+    the full path)."""
+    from simt_pto.host import fast_path
+    counts = {"gather": 0, "scatter": 0}
+    for name, runner in (("gather", fast_path.DeviceGather), ("scatter", fast_path.DeviceScatter)):
+        def counted(self, *args, _run=runner.__call__, _name=name):
+            result = _run(self, *args)
+            counts[_name] += result is not None
+            return result
+        monkeypatch.setattr(runner, "__call__", counted)
+    return counts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("oob", ["undefined", "clamp", "zero"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_a_repeated_gather_runs_from_its_runner(kind, coalesce, oob, dtype, device_runs):
+    """Three calls of one signature with new tables and indices each time: the first takes the full path, the
+    next two its runner; each gives the reference's bits."""
+    rng = np.random.default_rng(6)
+    rows, cols = 97, 6
+    capacity = rows if coalesce == "row" else rows * cols
+    bits = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    for _ in range(3):
+        table = rng.integers(0, 1 << (8 * bits.itemsize), (rows, cols), dtype=np.uint64).astype(bits)
+        if dtype == "float16":
+            table &= 0x7BFF  # finite values only: a NaN's bits need not survive torch's own copies
+        idx = rng.integers(0, capacity if oob == "undefined" else capacity + 40, 300).astype(np.int32)
+        out = pto.gather(to_device(kind, table.view(dtype)), to_device(kind, idx), coalesce=coalesce, oob=oob)
+        assert_kind(kind, out)
+        flat_bits = table.reshape(-1)
+        want = (pto.reference.gather_row(flat_bits, capacity, cols, idx, oob) if coalesce == "row"
+                else pto.reference.gather_elem(flat_bits, capacity, idx, oob))
+        assert to_host(out).view(bits).tobytes() == want.tobytes()
+    assert device_runs["gather"] == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("oob", ["undefined", "skip", "wrap"])
+@pytest.mark.parametrize("dtype, atomic", [("int32", "add"), ("float32", "add"), ("int32", "max"),
+                                           ("uint32", "min"), ("float32", "max"), ("float32", "none")])
+def test_a_repeated_scatter_runs_from_its_runner(kind, coalesce, oob, dtype, atomic, device_runs):
+    """Three scatters of one signature into one table with new sources and indices: the first takes the full
+    path, the next two its runner. Small integers (exact in float32) make every order of the atomics give the
+    same bits; atomic NONE (Conflict::Default) writes each slot once, so no store races."""
+    rng = np.random.default_rng(7)
+    rows, cols, n = 90, 5, 60
+    capacity = rows if coalesce == "row" else rows * cols
+    table = rng.integers(0, 50, (rows, cols)).astype(dtype)
+    dev = to_device(kind, table)
+    want = table.view(f"u{table.itemsize}").reshape(-1)
+    for _ in range(3):
+        if atomic == "none":
+            idx = rng.permutation(capacity)[:n].astype(np.int32)
+        else:
+            idx = rng.integers(0, capacity if oob == "undefined" else capacity + 30, n).astype(np.int32)
+        src = rng.integers(0, 50, (n, cols) if coalesce == "row" else n).astype(dtype)
+        pto.scatter(dev, to_device(kind, src), to_device(kind, idx), coalesce=coalesce, atomic=atomic, oob=oob,
+                    conflict="default")
+        want = pto.reference.scatter(want, dtype, coalesce, idx, src.view(want.dtype), capacity, oob, atomic,
+                                     row_len=cols)
+        assert to_host(dev).view(want.dtype).reshape(-1).tobytes() == want.tobytes()
+    assert device_runs["scatter"] == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_repeated_call_is_refused_as_the_first_one_would_be(kind, device_runs):
+    """Once a signature has a runner, an index past the table (under undefined OOB) and a source that shares the
+    table's memory are still refused, naming the rule, with the table unchanged."""
+    table = np.arange(40, dtype=np.float32)
+    dev, src = to_device(kind, table), to_device(kind, np.ones(4, np.float32))
+    for _ in range(2):
+        pto.scatter(dev, src, to_device(kind, np.array([1, 2, 3, 4], np.int32)), coalesce="elem", atomic="add")
+        out = pto.gather(dev, to_device(kind, np.array([1, 2, 3, 4], np.int32)), coalesce="elem")
+    assert device_runs == {"gather": 1, "scatter": 1}
+    before = to_host(dev).copy()
+    bad = to_device(kind, np.array([1, 2, 40, 3], np.int32))
+    with pytest.raises(pto.OutOfBoundsError, match="40"):
+        pto.scatter(dev, src, bad, coalesce="elem", atomic="add")
+    with pytest.raises(pto.OutOfBoundsError, match="40"):
+        pto.gather(dev, bad, coalesce="elem")
+    with pytest.raises(pto.ConstraintError, match="shares memory"):
+        pto.scatter(dev, dev[:4], to_device(kind, np.array([1, 2, 3, 4], np.int32)), coalesce="elem", atomic="add")
+    assert to_host(dev).tobytes() == before.tobytes()
+    assert to_host(out).tobytes() == (table[1:5] + 2).tobytes()
+    assert device_runs == {"gather": 1, "scatter": 1}

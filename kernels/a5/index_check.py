@@ -17,3 +17,15 @@ def count_out_of_range(idx, capacity, out):
             cuda.atomic.add(out, 0, 1)
             cuda.atomic.min(out, 1, i)
         i += step
+
+
+@cuda_jit(cache=True)
+def flag_out_of_range(idx, capacity, flag):
+    """``flag[0] = 1`` when a uint32-cast index is ``>= capacity`` (a plain store: every writer stores the same value,
+    so ``flag`` may live in mapped host memory, where device atomics are not atomic)."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < idx.size:
+        if numba.int64(numba.uint32(idx[i])) >= capacity:
+            flag[0] = 1
+        i += step

@@ -475,6 +475,25 @@ def single_cpu_launcher(call: CallPlan, operands: tuple[str, ...]):
     return cpu_launcher(call.steps[0], operands)
 
 
+def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
+    """``launch(*pointers)``: the one launch of ``call`` (no host step, no guard), which has just run on the GPU
+    backend, with the data pointers of device arrays in the places of its arguments named ``operands`` (1-D device
+    arrays of the sizes and dtypes the launch had), every other argument as the launch has it
+    (:func:`.direct_launch.direct_launch`). None for any other plan, for a launch that holds an array outside
+    ``operands``, and where :func:`~.direct_launch.direct_launch` gives none."""
+    if len(call.steps) != 1 or call.guard_name is not None or not isinstance(call.steps[0], LaunchSpec):
+        return None
+    spec = call.steps[0]
+    names = [name for name, _ in spec.args]
+    if any(name not in operands and (isinstance(value, (np.ndarray, tuple)) or hasattr(value, "device_ctypes_pointer"))
+           for name, value in spec.args) or not set(operands) <= set(names):
+        return None
+    from .direct_launch import direct_launch
+    grid, warps = int(spec.grid), int(spec.geometry.launch_warps)
+    return direct_launch(compile_kernel(spec.kernel, spec.policy, family("gpu")), grid, (geometry.WARP, warps),
+                         ((0, grid, grid, warps), *spec.values()), tuple(1 + names.index(name) for name in operands))
+
+
 def _join_simulator_threads(timeout: float = 60.0) -> None:
     """After an exception in the caller during a simulated launch (Ctrl-C lands in numba-cuda's polling loop):
     wait for the simulator's threads of the block being run, which are numba-cuda's and cannot be stopped, so that
