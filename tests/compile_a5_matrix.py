@@ -19,7 +19,7 @@ launch names its kernel, its policy and its arguments), not listed by hand:
   path with both owner layouts, dense and compact); planned for the multicore backend (host arrays, typed as
   the GPU's device arrays are), nothing runs;
 * ``kernels/a5/index_check.count_out_of_range``, which ``host/large.py`` launches on device index arrays
-  only, with the argument types it passes there.
+  only, and ``flag_out_of_range``, the fast path's device index scan, with the argument types passed there.
 
 Launches are deduplicated by (kernel, compile-time policy, Numba argument types): exactly what the dispatcher
 compiles separately (``KernelPolicy.cache_key``: the conflict policy selects kernels and compiles nothing).
@@ -97,20 +97,23 @@ class Spec:
 
 
 class ValidateSpec(Spec):
-    """``count_out_of_range``: a plain CUDA kernel (device index arrays only), no launch tuple, no policy."""
+    """An index check of ``kernels/a5/index_check.py`` (``count_out_of_range``, kind ``validate``; or
+    ``flag_out_of_range``, kind ``index-flag``): a plain CUDA kernel (device index arrays only), no launch tuple, no
+    policy."""
 
-    def __init__(self, args, index_dtype):
+    def __init__(self, kernel, args, index_dtype):
         from simt_pto.kernels.a5.simt import argument_types
         from simt_pto.launch_spec import KernelPolicy
-        self.launch, self.kind, self.name, self.policy = None, "validate", "count_out_of_range", KernelPolicy()
+        self.launch, self.name, self.policy = None, kernel, KernelPolicy()
+        self.kind = "validate" if kernel == "count_out_of_range" else "index-flag"
         self.sig = argument_types(args)[1:]
         self.calls = [{"op": "validate", "index_dtype": index_dtype, "source": "whole-array"}]
         self.sources, self.dtypes, self.atomic = {"whole-array"}, set(), None
 
     def ptx(self, cc: int) -> str:
         from numba import cuda
-        from simt_pto.kernels.a5.index_check import count_out_of_range
-        return cuda.compile_ptx(count_out_of_range.py_func, self.sig, cc=(cc // 10, cc % 10))[0]
+        from simt_pto.kernels.a5 import index_check
+        return cuda.compile_ptx(getattr(index_check, self.name).py_func, self.sig, cc=(cc // 10, cc % 10))[0]
 
 
 def _kind(launch):
@@ -251,12 +254,16 @@ def enumerate_specs(include_whole_array=True):
 
 
 def _add_validate(specs):
-    """``count_out_of_range(idx, capacity, out)`` as ``host/large.py`` launches it (1-D device views)."""
+    """``count_out_of_range(idx, capacity, out)`` as ``host/large.py`` launches it, and ``flag_out_of_range(idx,
+    capacity, flag)`` as the fast path's index scan does (``kernels/a5/direct_launch.IndexScan``: an int32 flag word)
+    (1-D device views)."""
     import numpy as np
     from simt_pto import dtypes as dt
     for index_dtype in dt.INDEX_DTYPES:
-        spec = ValidateSpec((np.zeros(8, dtype=index_dtype.numpy), 64, np.zeros(2, dtype=np.int64)), index_dtype.name)
-        specs.setdefault(spec.key, spec)
+        idx = np.zeros(8, dtype=index_dtype.numpy)
+        for spec in (ValidateSpec("count_out_of_range", (idx, 64, np.zeros(2, dtype=np.int64)), index_dtype.name),
+                     ValidateSpec("flag_out_of_range", (idx, 64, np.zeros(1, dtype=np.int32)), index_dtype.name)):
+            specs.setdefault(spec.key, spec)
 
 
 _SPECS: list = []

@@ -70,11 +70,11 @@ def test_matrix_reaches_every_kernel(report):
     factories = set(KERNELS) - PLAIN_STORE_KERNELS  # the multicore backend's own: no CUDA form
     seen = {s["name"] for s in report["specs"] + report["not_compiled"]}
     assert factories <= seen, f"kernels no enumerated call launches: {sorted(factories - seen)}"
-    assert "count_out_of_range" in seen
+    assert {"count_out_of_range", "flag_out_of_range"} <= seen
     assert report["scalar_fallbacks"] > 0  # (1, 1) Elem calls resolve to the scalar pipe, no kernel
     kinds = {s["kind"] for s in report["specs"]}
     assert {"gather", "scatter-plain", "scatter-atomic", "last", "owner-claim", "owner-write", "owner-reset",
-            "validate"} <= kinds
+            "validate", "index-flag"} <= kinds
 
 
 def test_every_enumerated_specialization_is_compiled(report):
@@ -149,6 +149,9 @@ def test_owner_claim_and_index_check_atomics(report):
     for s in _specs(report, "validate"):
         for cc in CCS:
             assert _atomics(s["results"][cc]) == {("add", "u64"), ("min", "s64")}, _label(s)
+    for s in _specs(report, "index-flag"):  # a plain store: its flag may live in mapped host memory
+        for cc in CCS:
+            assert _atomics(s["results"][cc]) == set(), _label(s)
 
 
 _WIDTH = re.compile(r"array\(u?int(\d+), 1d, [CA]\)")
