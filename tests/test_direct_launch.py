@@ -60,10 +60,11 @@ class Dispatcher:
 
 @pytest.fixture
 def direct(monkeypatch):
-    """:func:`direct_launch` with the default stream as a stand-in (no CUDA driver here)."""
+    """:func:`direct_launch` with the default stream as a stand-in (no CUDA driver here; where ``numba.cuda`` runs as
+    the simulator, its driver module has no stream conversion at all)."""
     from numba.cuda.cudadrv import driver
     from simt_pto.kernels.a5 import direct_launch
-    monkeypatch.setattr(driver, "_to_core_stream", lambda stream: f"stream {stream}")
+    monkeypatch.setattr(driver, "_to_core_stream", lambda stream: f"stream {stream}", raising=False)
     return direct_launch.direct_launch
 
 
