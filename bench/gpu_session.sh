@@ -4,7 +4,8 @@
 #
 #   bash bench/gpu_session.sh tests [F]  # the A5 test modules (or the files F) on the GPU (compiles each kernel once)
 #   bash bench/gpu_session.sh sanitize   # the same under compute-sanitizer memcheck (a float32 / int8 subset)
-#   bash bench/gpu_session.sh bench      # bench_large.py, coalescing_bench.py --quick, validate-last
+#   bash bench/gpu_session.sh bench      # bench_large.py, gpu_call_overhead.py, coalescing_bench.py --quick,
+#                                        # validate-last
 #   bash bench/gpu_session.sh all        # all three, for a machine without the 10-minute limit
 #
 # Numba's on-disk cache (kernels/**/__pycache__) stays on a warm machine between commands, so run `tests`
@@ -69,6 +70,7 @@ run_sanitize() {
 run_bench() {
   timeout -k 10 "${BENCH_TIMEOUT:-300}" python3 bench/bench_large.py ${BENCH_QUICK:+--quick} 2>&1 \
     | tee "$out/bench_large.md"
+  timeout -k 10 "${BENCH_TIMEOUT:-300}" python3 bench/gpu_call_overhead.py 2>&1 | tee "$out/gpu_call_overhead.md"
   timeout -k 10 "${COALESCE_TIMEOUT:-180}" python3 bench/coalescing_bench.py --quick ${COALESCE_ARGS:-} --out "$out" > "$out/coalescing_bench.txt" 2>&1
   echo "coalescing_bench rc=$?" >> "$out/coalescing_bench.txt"
   tail -30 "$out/coalescing_bench.txt"

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from simt_pto.backend import a5_backend
-from simt_pto.aliasing import may_overlap
+from simt_pto.aliasing import may_overlap, ranges_overlap
 from simt_pto.launch_spec import LaunchSpec
 from simt_pto.plan import CallCache, indices_below
 
@@ -145,13 +145,13 @@ def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None
         _remember(key, runner)
 
 
-def remember_device_call(table, idx, options: tuple, build: Callable[[], Callable | None], src=None) -> None:
-    """Keep the runner ``build()`` makes (:class:`DeviceGather`, or with ``src`` :class:`DeviceScatter`) for the
-    signature of a call on device arrays that has just run on the full path (built only for a signature a runner
-    can serve)."""
+def remember_device_call(table, idx, options: tuple, build: Callable[[tuple], Callable | None], src=None) -> None:
+    """Keep the runner ``build(operands)`` makes (:class:`DeviceGather`, or with ``src`` :class:`DeviceScatter`; the
+    operands' ``(pointer, bytes)`` as :func:`_device_signature` read them) for the signature of a call on device
+    arrays that has just run on the full path (built only for a signature a runner can serve)."""
     device = _device_signature(table, idx, options, src)
     if device is not None:
-        _remember(device[0], build())
+        _remember(device[0], build(device[1]))
 
 
 def index_bits(idx: np.ndarray, plan, checks_range: bool = True) -> np.ndarray | None:
@@ -330,17 +330,17 @@ class DeviceScatter:
         self.launch, self.scan = launch, scan
 
     @classmethod
-    def of(cls, call, plan, table, idx, src) -> DeviceScatter | None:
-        """The runner of a scatter that ran ``call`` on the GPU backend over the device arrays ``table``, ``idx``,
-        ``src``, each of which its launch took whole (the same pointer and size)."""
+    def of(cls, call, plan, operands: tuple) -> DeviceScatter | None:
+        """The runner of a scatter that ran ``call`` on the GPU backend over device arrays whose ``(pointer, bytes)``
+        are ``operands`` (table, indices, source), each of which its launch took whole."""
         if not _on_gpu() or len(call.steps) != 1 or not isinstance(call.steps[0], LaunchSpec):
             return None
         spec = call.steps[0].arguments
-        for name, operand in (("table", table), ("idx", idx), ("src", src)):
-            found, views = _device_operand(operand), spec.get(name)
+        for name, operand in zip(("table", "idx", "src"), operands):
+            views = spec.get(name)
             for view in views if isinstance(views, tuple) else (views,):  # the float32 Max / Min pair: two views
-                if found is None or not hasattr(view, "device_ctypes_pointer") or (
-                        view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != found[1:]:
+                if not hasattr(view, "device_ctypes_pointer") or (
+                        view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != operand:
                     return None
         from simt_pto.kernels.a5 import simt
         launch = simt.single_gpu_launcher(call, ("table", "idx", "src"))
@@ -351,9 +351,9 @@ class DeviceScatter:
         if not _on_gpu():
             return None
         (table_at, table_bytes), (idx_at, idx_bytes), (src_at, src_bytes) = operands
-        for at, size in ((idx_at, idx_bytes), (src_at, src_bytes)):
-            if at < table_at + table_bytes and table_at < at + size:  # shared bytes: the full path refuses the call
-                return None
+        table_range = (table_at, table_at + table_bytes)
+        if any(ranges_overlap(table_range, (at, at + size)) for at, size in ((idx_at, idx_bytes), (src_at, src_bytes))):
+            return None  # shared bytes: the full path refuses the call
         if self.scan is not None and self.scan.out_of_range(idx_at):
             return None
         self.launch(table_at, idx_at, src_at)

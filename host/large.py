@@ -95,10 +95,10 @@ def _device_scan(idx: WholeArray, capacity):
     """``(count, first position, its uint32 value)`` of the out-of-range indices of a device index array, counted
     by the device kernel ``count_out_of_range`` (no copy of the indices to the host)."""
     from numba import cuda  # a device array: numba.cuda is in real mode already
-    from simt_pto.kernels.a5.index_check import count_out_of_range
+    from simt_pto.kernels.a5.index_check import SCAN_BLOCK, count_out_of_range, scan_grid
     dev = cuda.as_cuda_array(idx.obj).reshape(idx.size)
     out = cuda.to_device(np.array([0, idx.size], dtype=np.int64))
-    count_out_of_range[max(1, min(1024, -(-idx.size // 1024))), 1024](dev, capacity, out)
+    count_out_of_range[scan_grid(idx.size), SCAN_BLOCK](dev, capacity, out)
     count, first = (int(v) for v in out.copy_to_host())
     value = int(dev[first:first + 1].copy_to_host()[0]) & 0xFFFFFFFF if count else 0
     return count, first, value
@@ -376,7 +376,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
             fast_path.remember_gather(table, idx, options, _gather_runner(c, call, gathered))
         elif c.target == "a5" and c.table.device and c.idx.device:
             fast_path.remember_device_call(table, idx, options,
-                                           lambda: fast_path.DeviceGather.of(call, c.plan, gathered))
+                                           lambda operands: fast_path.DeviceGather.of(call, c.plan, gathered))
     return gathered
 
 
@@ -545,8 +545,8 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     updated: TableT = result()
     if c is not None and c.idx.size:
         if c.target == "a5" and c.table.device and c.idx.device and c.src.device:
-            fast_path.remember_device_call(table, idx, options, lambda: fast_path.DeviceScatter.of(
-                call, c.plan, c.table.obj, c.idx.obj, c.src.obj), src)
+            fast_path.remember_device_call(table, idx, options, lambda operands: fast_path.DeviceScatter.of(
+                call, c.plan, operands), src)
         else:
             fast_path.remember_scatter(table, src, idx, options, _scatter_runner(c, call))
     return updated

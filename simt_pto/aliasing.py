@@ -38,6 +38,11 @@ def _device_bounds(obj) -> tuple[int, int] | None:
     return lo, hi
 
 
+def ranges_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """True when the non-empty byte ranges ``[lo, hi)`` ``a`` and ``b`` share a byte."""
+    return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
+
+
 def may_overlap(a, b) -> bool:
     """True when ``a`` and ``b`` (numpy or device arrays) may share a byte (a conservative bounds check)."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
@@ -48,7 +53,7 @@ def may_overlap(a, b) -> bool:
     ra, rb = _device_bounds(a), _device_bounds(b)
     if ra is None or rb is None:  # host against device memory: separate address spaces
         return False
-    return ra[0] < rb[1] and rb[0] < ra[1] and ra[0] < ra[1] and rb[0] < rb[1]
+    return ranges_overlap(ra, rb)
 
 
 def check_disjoint(op: str, target: str | None, written: dict, read: dict) -> None:
@@ -66,4 +71,4 @@ def check_disjoint(op: str, target: str | None, written: dict, read: dict) -> No
                                       f"{verb}); pass a copy of one of them")
 
 
-__all__ = ["RULE", "check_disjoint", "may_overlap"]
+__all__ = ["RULE", "check_disjoint", "may_overlap", "ranges_overlap"]

@@ -19,9 +19,6 @@ import threading
 
 import numpy as np
 
-SCAN_BLOCK = 1024
-"""Threads of a block of the index scan (:class:`IndexScan`), as the full path launches it."""
-
 
 class DirectLaunch:
     """One compiled kernel's launch with its argument block packed once; ``launch(*pointers)`` runs it with the
@@ -95,10 +92,10 @@ class IndexScan:
         or None (:func:`direct_launch`). Runs once, through Numba, so that the overload exists."""
         from numba import cuda
 
-        from .index_check import flag_out_of_range
+        from .index_check import SCAN_BLOCK, flag_out_of_range, scan_grid
         flag = _flag()
         flag[0] = 0
-        grid = _scan_grid(idx.size)
+        grid = scan_grid(idx.size)
         flag_out_of_range[grid, SCAN_BLOCK](idx, capacity, flag)
         cuda.synchronize()
         launch = direct_launch(flag_out_of_range, grid, (SCAN_BLOCK, 1), (idx, capacity, flag), (0, 2))
@@ -113,11 +110,6 @@ class IndexScan:
         self._launch(idx_pointer, flag.device_ctypes_pointer.value)
         cuda.synchronize()
         return bool(flag[0])
-
-
-def _scan_grid(size: int) -> int:
-    """Blocks of the index scan: one per ``SCAN_BLOCK`` indices, at most 1024 (the threads then stride)."""
-    return max(1, min(1024, -(-size // SCAN_BLOCK)))
 
 
 _per_thread = threading.local()

@@ -6,6 +6,15 @@ from numba import cuda
 
 from simt_pto.kernels.cache import cuda_jit
 
+SCAN_BLOCK = 1024
+"""Threads of a block of an index scan (``count_out_of_range``, ``flag_out_of_range``)."""
+
+
+def scan_grid(size: int) -> int:
+    """Blocks of an index scan over ``size`` indices: one per :data:`SCAN_BLOCK`, at most 1024 (the threads then
+    stride)."""
+    return max(1, min(1024, -(-size // SCAN_BLOCK)))
+
 
 @cuda_jit(cache=True)
 def count_out_of_range(idx, capacity, out):

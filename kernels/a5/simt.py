@@ -468,11 +468,17 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     return run
 
 
-def single_cpu_launcher(call: CallPlan, operands: tuple[str, ...]):
-    """:func:`cpu_launcher` of a plan that is one launch and nothing else (no host step, no guard), or None."""
+def _single_launch(call: CallPlan) -> LaunchSpec | None:
+    """The launch of a plan that is one launch and nothing else (no host step, no guard), or None."""
     if len(call.steps) != 1 or call.guard_name is not None or not isinstance(call.steps[0], LaunchSpec):
         return None
-    return cpu_launcher(call.steps[0], operands)
+    return call.steps[0]
+
+
+def single_cpu_launcher(call: CallPlan, operands: tuple[str, ...]):
+    """:func:`cpu_launcher` of a plan that is one launch and nothing else (no host step, no guard), or None."""
+    spec = _single_launch(call)
+    return None if spec is None else cpu_launcher(spec, operands)
 
 
 def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
@@ -481,9 +487,9 @@ def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
     arrays of the sizes and dtypes the launch had), every other argument as the launch has it
     (:func:`.direct_launch.direct_launch`). None for any other plan, for a launch that holds an array outside
     ``operands``, and where :func:`~.direct_launch.direct_launch` gives none."""
-    if len(call.steps) != 1 or call.guard_name is not None or not isinstance(call.steps[0], LaunchSpec):
+    spec = _single_launch(call)
+    if spec is None:
         return None
-    spec = call.steps[0]
     names = [name for name, _ in spec.args]
     if any(name not in operands and (isinstance(value, (np.ndarray, tuple)) or hasattr(value, "device_ctypes_pointer"))
            for name, value in spec.args) or not set(operands) <= set(names):
