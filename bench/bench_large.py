@@ -23,6 +23,7 @@ import statistics
 import sys
 
 import numpy as np
+from gpu_peer import torch_on_gpu
 
 
 def _timer(torch, fn, repeat):
@@ -43,15 +44,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     args = parser.parse_args(argv)
+    torch = torch_on_gpu("this benchmark needs a GPU")
+    if torch is None:
+        return 0
     import simt_pto as pto
-    if pto.a5_backend() != "gpu":
-        print("no CUDA GPU: the A5 kernels run on the CUDA simulator here; this benchmark needs a GPU")
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("PyTorch is not installed: no peer to measure against")
-        return 0
     dev = "cuda"
     repeat = 5 if args.quick else 20
     n_rows = 1 << (18 if args.quick else 20)

@@ -22,6 +22,7 @@ import sys
 import time
 
 import numpy as np
+from gpu_peer import torch_on_gpu
 
 CALLS, PROFILED_CALLS = 30, 10
 
@@ -30,15 +31,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="cProfile the Row gather and the Elem Add")
     args = parser.parse_args(argv)
+    torch = torch_on_gpu("this benchmark times GPU calls")
+    if torch is None:
+        return 0
     import simt_pto as pto
-    if pto.a5_backend() != "gpu":
-        print("no CUDA GPU: this benchmark times GPU calls")
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("PyTorch is not installed: no peer to measure against")
-        return 0
     dev = "cuda"
     rng = np.random.default_rng(0)
     n_rows = 1 << 18
