@@ -9,7 +9,8 @@ repeated ``pto.scatter`` runs):
 * ``private``: a copy of the owners per worker, claimed with plain stores, the claim being the range check
   (``host/large_a5._claim_copies``; what the dispatch takes from ``CPU_OWNER_COPY_MIN_UPDATES`` updates on);
 * ``serial``: no owners, the serial loop itself on the calling thread (``simt_mscatter_elem_serial_kernel``;
-  what the dispatch takes up to ``CPU_SERIAL_LAST_UPDATES`` updates);
+  what the dispatch takes up to ``CPU_SERIAL_LAST_UPDATES`` updates, or into a table of up to
+  ``CPU_SERIAL_LAST_TABLE_BYTES``);
 * ``chosen``: what ``pto.scatter`` itself plans for the shape.
 
 The forms are forced through the thresholds of ``host/large_a5.py`` while each is planned. Every form's result is
@@ -50,10 +51,11 @@ def _thresholds(**values):
             setattr(large_a5, name, value)
 
 
+OWNERS = dict(CPU_SERIAL_LAST_UPDATES=0, CPU_SERIAL_LAST_TABLE_BYTES=0)  # no serial loop: the owner path
 FORCED = {
-    "alone": dict(CPU_SERIAL_LAST_UPDATES=0, CPU_ONE_WORKER_CLAIMS=1 << 62, CPU_OWNER_COPY_MAX_BYTES=0),
-    "shared": dict(CPU_SERIAL_LAST_UPDATES=0, CPU_ONE_WORKER_CLAIMS=0, CPU_OWNER_COPY_MAX_BYTES=0),
-    "private": dict(CPU_SERIAL_LAST_UPDATES=0, CPU_OWNER_COPY_MIN_UPDATES=0, CPU_OWNER_COPY_MAX_BYTES=1 << 62,
+    "alone": dict(OWNERS, CPU_ONE_WORKER_CLAIMS=1 << 62, CPU_OWNER_COPY_MAX_BYTES=0),
+    "shared": dict(OWNERS, CPU_ONE_WORKER_CLAIMS=0, CPU_OWNER_COPY_MAX_BYTES=0),
+    "private": dict(OWNERS, CPU_OWNER_COPY_MIN_UPDATES=0, CPU_OWNER_COPY_MAX_BYTES=1 << 62,
                     CPU_OWNER_COPY_UPDATES_PER_SLOT=0),
     "serial": dict(CPU_SERIAL_LAST_UPDATES=1 << 62),
     "chosen": {},

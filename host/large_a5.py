@@ -186,7 +186,7 @@ def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work
     else:
         slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
         if (last_path == "auto" and plan.coalesce == Coalesce.ELEM and backend == "multicore"
-                and rows * cols <= CPU_SERIAL_LAST_UPDATES):
+                and takes_serial_last(rows * cols, plan.capacity * plan.dtype.itemsize)):
             steps = (_elem_serial_last(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt),)
         elif last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
             steps = _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
@@ -234,6 +234,23 @@ per update, no owners. Measured on 2 cores, n updates into n / 16 slots, numpy's
 serial launch 1.75x / 2.07x at 256K, 1.69x / 1.91x at 1M, 1.32x / 1.66x at 4M, 1.41x / 1.48x at 8M; the owner path
 (``last_path="owner"``) 0.89x / 0.97x, 1.20x / 1.18x, 1.29x / 1.50x and 1.63x / 1.12x. One thread's stores into a
 table of n / 16 slots stay in its caches; past a few million updates the owner path's two workers catch up."""
+
+CPU_SERIAL_LAST_TABLE_BYTES = 8 << 20
+"""... and so is one of any number of updates into a table of at most this many bytes: the serial loop's stores
+stay in the caches (this machine's last level holds 32 MB), and its speed follows numpy's, one thread against one.
+The owner path's two workers share their owners' cache lines, and on a shared 2-core host their speed moves with
+where the host puts the two cores: n updates into n / 16 slots, numpy's time / ours, medians of 9 rounds
+(``bench/bench_last_owners.py --sizes 8M,16M,32M,64M --rounds 9``; float32 / float16): the serial loop 1.25x / 1.37x
+(8M), 1.35x / 1.51x (16M), 1.40x / 1.41x (32M), 1.14x / 1.41x (64M); the owner path on its shared owners 1.64x / 1.25x,
+0.93x / 1.48x, 1.66x / 1.46x, 2.03x / 1.20x, and in the full runs of ``bench_peers.py`` before, 0.73x to 1.74x at 16M
+and 0.79x to 2.13x at 64M. Past this size (a float32 table of 64M updates into 4M slots: 16 MB) the owner path
+stays: its two workers overlap their cache misses, where one thread's stores would wait for memory."""
+
+
+def takes_serial_last(updates: int, table_bytes: int) -> bool:
+    """Whether a ``multicore`` whole-array Elem Conflict::Last under ``last_path="auto"`` is the serial loop
+    (:data:`CPU_SERIAL_LAST_UPDATES`, :data:`CPU_SERIAL_LAST_TABLE_BYTES`)."""
+    return updates <= CPU_SERIAL_LAST_UPDATES or table_bytes <= CPU_SERIAL_LAST_TABLE_BYTES
 
 
 def _elem_serial_last(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):

@@ -7,7 +7,8 @@ when its read-modify-write form may run (``kernels/a5/writers.py``).
   loop's result (``simt_pto.reference``: bitwise, a float Add within the reference's bound), write nothing outside
   the table, and compose with every other writer: calls from several threads into one table lose no update.
 * With atomic NONE it is Conflict::Last's serial loop itself, the whole-array Elem Last of at most
-  ``host/large_a5.CPU_SERIAL_LAST_UPDATES`` updates: bit for bit the serial result.
+  ``host/large_a5.CPU_SERIAL_LAST_UPDATES`` updates or into a table of at most ``CPU_SERIAL_LAST_TABLE_BYTES``: bit
+  for bit the serial result.
 """
 from __future__ import annotations
 
@@ -269,10 +270,12 @@ def test_a_small_elem_last_is_the_serial_loop(cpu_or_simulator_backend, rng, dty
 
 
 def test_which_elem_last_calls_are_the_serial_loop(monkeypatch):
-    """On ``multicore`` with ``last_path="auto"`` up to CPU_SERIAL_LAST_UPDATES updates (Elem only); past that, with
-    an explicit ``last_path``, for a Row scatter, or planned for another backend, the kernels of before."""
+    """On ``multicore`` with ``last_path="auto"`` up to CPU_SERIAL_LAST_UPDATES updates, or into a table of up to
+    CPU_SERIAL_LAST_TABLE_BYTES (Elem only); past both, with an explicit ``last_path``, for a Row scatter, or planned
+    for another backend, the kernels of before."""
     most = 64
     monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_UPDATES", most)
+    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 40 * 4 - 1)
     table = np.zeros(40, np.float32)
 
     def kernels(n, backend="multicore", **options):
@@ -281,6 +284,9 @@ def test_which_elem_last_calls_are_the_serial_loop(monkeypatch):
         return [launch.kernel for launch in call.launches]
     assert kernels(most) == ["simt_mscatter_elem_serial_kernel"]
     assert "simt_mscatter_elem_serial_kernel" not in kernels(most + 1)
+    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 40 * 4)  # the table's bytes: any number of updates
+    assert kernels(most + 1) == kernels(4 * most) == ["simt_mscatter_elem_serial_kernel"]
+    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 40 * 4 - 1)
     assert kernels(most, last_path="slot") == ["simt_mscatter_elem_last_kernel"]
     assert kernels(most, last_path="owner")[1] == "simt_mscatter_elem_owner_claim_kernel"
     assert "simt_mscatter_elem_serial_kernel" not in kernels(most, backend="simulator")

@@ -208,6 +208,7 @@ def test_few_updates_into_a_large_table_allocate_by_the_updates(monkeypatch, coa
 def test_auto_takes_the_compact_owner_for_few_updates(monkeypatch):
     from simt_pto.host import large_a5
     monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_UPDATES", 0)  # multicore's serial loop would take 3 updates
+    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 0)  # ... and a 4 MB table
     table = np.zeros(1 << 22, np.uint8)
     idx = np.array([7, 1 << 21, 7], np.int32)
     rec = Recorder(monkeypatch)

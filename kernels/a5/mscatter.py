@@ -87,7 +87,7 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
       loads before it are done, so each atomic waits for its own cache miss; plain adds overlap theirs (measured in
       ``host/a5.CPU_ALONE_MAX_UPDATES``).
     * With atomic NONE it is Conflict::Last's serial loop itself (a later position overwrites an earlier one), the
-      whole-array Elem Last of a few million updates (``host/large_a5.CPU_SERIAL_LAST_UPDATES``); its stores
+      whole-array Elem Last of a few million updates or into a table of a few MB (``host/large_a5.takes_serial_last``); its stores
       compose with other writers as the owner path's do.
 
     A 16-bit float Add on a table that starts or ends mid-word has no such form: its boundary words hold bytes
