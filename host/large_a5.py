@@ -71,9 +71,15 @@ CPU_ONE_THREAD_ROW_BYTES = 1 << 21
 write) of at most this many bytes runs on the calling thread alone (``LaunchSpec.cpu_threads``): waking a helper
 thread costs tens of microseconds, and one core copying whole rows already draws most of what memory gives two.
 Measured on 2 cores (``bench/bench_peers.py``): two threads break even at about 2 MB."""
-CPU_ONE_THREAD_GATHER_ELEMS = 1 << 17
+CPU_ONE_THREAD_GATHER_ELEMS = 1 << 18
 """... an Elem gather of at most this many elements (random reads: a second core overlaps their misses, and wins
-from about 256K elements)."""
+from about 256K elements, but by little there). At 256K a call is a quarter of a millisecond, and waking a helper
+on a shared host now and then costs a large part of that: in three full runs of ``bench/bench_peers.py`` at 5ce2a2e
+(the helper's share on the workers) the 256K gather took 0.25 to 0.29 ms in some runs and 0.38 to 0.48 ms in others
+(0.95x and 0.98x numpy, whose one thread took 0.36 to 0.42 ms throughout; the plain ``prange`` loop was slow in the
+same runs). In one process, the two forms called in turn, order alternating, medians of 25 (numpy's time / ours,
+float32 / float16): one thread 1.27x / 1.33x, two 1.37x / 1.50x at 256K; at 512K one thread 1.08x / 1.31x, two
+1.91x / 1.74x (kept on both)."""
 CPU_ONE_THREAD_UPDATES = 1 << 16
 """... a scatter with a read-modify-write per element (atomics) of at most this many elements."""
 
