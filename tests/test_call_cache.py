@@ -336,6 +336,10 @@ def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
     large_call = pto.gather_plan(np.zeros(1 << 20, np.float32), np.zeros(1 << 20, np.int32), coalesce="elem",
                                  backend="multicore")
     assert small.launches[0].cpu_threads == 1 and large_call.launches[0].cpu_threads is None
+    # a 256K Elem gather is a quarter-millisecond call: the helper's wake-up would be a large part of it
+    quarter_ms = pto.gather_plan(np.zeros(1 << 20, np.float32), np.zeros(1 << 18, np.int32), coalesce="elem",
+                                 backend="multicore")
+    assert quarter_ms.launches[0].cpu_threads == 1
     assert "multicore threads<=1" in small.describe()[0] and "threads" not in large_call.describe()[0]
 
 
