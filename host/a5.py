@@ -16,9 +16,9 @@ import threading
 import numpy as np
 
 from simt_pto import geometry
-from simt_pto.backend import a5_backend
+from simt_pto.backend import a5_backend, imported
 from simt_pto.enums import Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
-from simt_pto.kernels import store
+from simt_pto.kernels import store, writers
 from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
@@ -34,8 +34,7 @@ def on_gpu() -> bool:
 
 
 def _cuda():
-    from numba import cuda
-    return cuda
+    return imported("numba.cuda")
 
 
 def run_plan(call: CallPlan, backend: str | None = None) -> None:
@@ -57,15 +56,37 @@ def run_plan(call: CallPlan, backend: str | None = None) -> None:
                     simt.launch(step, backend)
         return
     with call.guard():
-        staging = _Staging()
-        for step in call.steps:
-            if isinstance(step, HostStep):
-                staging.flush()  # a host step sees what the launches before it wrote
-                step.run()
-            else:
-                simt.launch(step, backend, staging.args(step))
-        staging.flush()
-        _cuda().synchronize()
+        table = _written_host_table(call)
+        if table is None:
+            _run_staged(call, backend)
+        else:
+            # the device copy of a host table is read in and written back whole: a read-modify-write of all of it,
+            # so the call runs as the table's only writer (kernels/writers.py; admitted at once under a guard that
+            # registered the same table already, the staged boundary words)
+            writers.table_writers.run_exclusive(table, _run_staged, call, backend)
+
+
+def _written_host_table(call: CallPlan):
+    """The host table (an array, or a tuple of views of one) that a launch of ``call`` writes, or None."""
+    for step in call.steps:
+        if not isinstance(step, HostStep) and "table" in step.writes:
+            table = dict(step.args)["table"]
+            if holds_host_memory(table):
+                return table
+    return None
+
+
+def _run_staged(call: CallPlan, backend: str) -> None:
+    """The steps of ``call`` on the GPU, host arrays staged to the device and back (:class:`_Staging`)."""
+    staging = _Staging()
+    for step in call.steps:
+        if isinstance(step, HostStep):
+            staging.flush()  # a host step sees what the launches before it wrote
+            step.run()
+        else:
+            simt.launch(step, backend, staging.args(step))
+    staging.flush()
+    _cuda().synchronize()
 
 
 class _Staging:
@@ -306,19 +327,29 @@ class BoundaryWords:
     def held(self):
         """Stage, run the body (the launch), publish: under the locks of the staged words, so that calls staging
         the same word run one at a time. The publish runs however the body ends (an interrupted launch keeps the
-        adds it made)."""
-        locks = boundary_locks(self.addresses, self.device)
-        for lock in locks:
-            lock.acquire()
+        adds it made). Staging and publishing are a read-modify-write of the staged elements that an update by
+        another writer in between would be lost to, so a host table with staged elements is registered as written by
+        this call alone (:mod:`simt_pto.kernels.writers`), before the locks are taken; its launches, whose table
+        argument the registration ``covers``, are admitted under it."""
+        registry = writers.table_writers
+        token = registry.token()
         try:
-            self.stage()
+            if self.pieces and not self.device:
+                registry.enter_exclusive(token, self._bits, covers=self.arg[0])
+            locks = boundary_locks(self.addresses, self.device)
+            for lock in locks:
+                lock.acquire()
             try:
-                yield self.arg
+                self.stage()
+                try:
+                    yield self.arg
+                finally:
+                    self.publish()
             finally:
-                self.publish()
+                for lock in reversed(locks):
+                    lock.release()
         finally:
-            for lock in reversed(locks):
-                lock.release()
+            registry.leave_exclusive(token)
 
 
 _LOCK_STRIPES = 64

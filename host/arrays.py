@@ -13,8 +13,15 @@ Where the memory cannot be used as it is, a copy is made and said so by :attr:`W
 non-contiguous operand (a column slice, ``idx[::2]``, a transposed source) is read from a C-contiguous copy; a
 non-contiguous table a scatter writes is updated through such a copy, written back into the caller's elements
 only (:meth:`WholeArray.write_back`) after the last tile. Index arrays of another integer dtype than int32 /
-uint32 become a checked int32 / uint32 copy (:func:`checked_indices`). A JAX array cannot be written: a scatter
-updates a copy and returns it as a new JAX array.
+uint32, or in the other byte order, become a checked native int32 / uint32 copy (:func:`checked_indices`); a data
+array in the other byte order (``>f4`` on a little-endian host) is read from a native copy, and a table or ``out``
+written through one is written back. A JAX array cannot be written: a scatter updates a copy and returns it as a
+new JAX array.
+
+PyTorch tensors follow :mod:`simt_pto.torch_rules`: read as torch reads them (a view with a lazy negation from a
+resolved copy), written only where torch's own in-place write would be (checked by :func:`wrap`, before anything is
+written), and the version counter of a written tensor is bumped after the write (:attr:`WholeArray.versioned`). A
+tensor, or any array, whose memory cannot be read is refused with a TypeError naming the argument.
 
 A Dask array is refused before anything could compute it: pulling a lazy, possibly larger-than-memory array
 into memory is not this path's job.
@@ -29,7 +36,8 @@ from typing import Any, Union
 import numpy as np
 
 from simt_pto import dtypes as _dt
-from simt_pto.backend import require_numba_cuda
+from simt_pto import torch_rules
+from simt_pto.backend import imported, require_numba_cuda
 from simt_pto.errors import ConstraintError
 
 ArrayLike = Any
@@ -63,6 +71,7 @@ class WholeArray:
     kind: str = NUMPY
     user: Any = None     # what the caller passed
     copied: bool = False  # ``obj`` is a private copy of ``memory``
+    versioned: Any = None  # the PyTorch tensor the call writes: its version counter is bumped after the write
 
     @property
     def size(self) -> int:
@@ -73,8 +82,9 @@ class WholeArray:
         return replace(self, rows=rows, cols=cols)
 
     def write_back(self) -> None:
-        """Copy the private contiguous copy a scatter updated into the caller's own elements (nothing else)."""
-        np.copyto(self.memory, self.obj.reshape(self.memory.shape), casting="no")
+        """Copy the private contiguous copy a scatter updated into the caller's own elements (nothing else), in
+        their byte order."""
+        np.copyto(self.memory, self.obj.reshape(self.memory.shape), casting="equiv")
 
 
 # -- what an object is -----------------------------------------------------------------------------------------
@@ -110,17 +120,22 @@ def _device_info(obj, what, op, target) -> tuple[np.dtype, tuple]:
 
 def host_memory(obj, what: str) -> tuple[np.ndarray, str]:
     """``(numpy view, kind)`` of a host array of any kind, without copying: the view shares the caller's memory
-    and is read-only where the producer says so (a JAX array). Raises TypeError naming ``what`` for anything
-    else (a Dask array, a list, an object exporting neither DLPack nor the array interface)."""
+    and is read-only where the producer says so (a JAX array). A PyTorch tensor is seen as torch reads it
+    (:func:`simt_pto.torch_rules.for_read`: a view with a lazy negation through a resolved copy). Raises TypeError
+    naming ``what`` for anything else (a Dask array, a list, an object exporting neither DLPack nor the array
+    interface, a tensor or array with no memory to read: a ``meta`` tensor, a deleted JAX array)."""
     if isinstance(obj, np.ndarray):
         return (obj if type(obj) is np.ndarray else obj.view(np.ndarray)), NUMPY
     _refuse_dask(obj, what)
+    if torch_rules.torch_of(obj) is not None:
+        return _from_dlpack(torch_rules.for_read(obj, what), what), TORCH
     root = _module_root(obj)
     if hasattr(obj, "__dlpack__"):
-        if root == "torch" and getattr(obj, "requires_grad", False):
-            obj = obj.detach()  # the same memory; DLPack exports no tensor that autograd tracks
-        view = _from_dlpack(obj, what)
-        return view, TORCH if root == "torch" else JAX if root in ("jax", "jaxlib") else FOREIGN
+        jax = root in ("jax", "jaxlib")
+        if jax and callable(getattr(obj, "is_deleted", None)) and obj.is_deleted():
+            raise TypeError(f"{what}: the JAX array has been deleted (x.delete(), or donated to a jitted call): "
+                            "it has no memory to read")
+        return _from_dlpack(obj, what), JAX if jax else FOREIGN
     if hasattr(obj, "__array_interface__"):
         return np.asarray(obj), FOREIGN
     raise TypeError(f"{what}: expected a numpy array, a device array, or an array that exports DLPack "
@@ -157,7 +172,9 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 
 _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
 _HOST_DEVICES = (1, 3)  # kDLCPU, kDLCUDAHost (pinned host memory)
-_DL_CODES = {0: "i", 1: "u", 2: "f"}  # kDLInt, kDLUInt, kDLFloat: numpy's own kinds
+_DL_CODES = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+"""kDLInt, kDLUInt, kDLFloat, kDLComplex, kDLBool: numpy's own kinds (no element dtype is complex or bool, but
+numpy's dtype gets the same refusal as a numpy array of it: "index dtype must be an integer dtype")."""
 _DL_ML_DTYPES = {(4, 16): _dt.bfloat16.numpy, (10, 8): _dt.float8_e4m3.numpy, (12, 8): _dt.float8_e5m2.numpy}
 """(code, bits) -> numpy dtype for what numpy has no type of: kDLBfloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2."""
 
@@ -202,9 +219,15 @@ def _export(obj, what):
 def _from_dlpack(obj, what) -> np.ndarray:
     """A numpy view of a host DLPack producer's memory, its dtype included where numpy cannot import it
     (bfloat16, float8): no copy. Read-only where the producer flags it so (DLPack 1.x)."""
-    if hasattr(obj, "__dlpack_device__") and int(obj.__dlpack_device__()[0]) not in _HOST_DEVICES:
-        raise TypeError(f"{what}: {type(obj).__name__} lives on device {obj.__dlpack_device__()} and exports no "
-                        "__cuda_array_interface__; pass a host array or a CUDA array")
+    if hasattr(obj, "__dlpack_device__"):
+        try:
+            device = obj.__dlpack_device__()
+        except Exception as exc:  # noqa: BLE001 - a producer with no memory to export raises what it likes
+            raise TypeError(f"{what}: {type(obj).__name__} could not say where its memory is "
+                            f"(__dlpack_device__: {type(exc).__name__}: {exc})") from None
+        if int(device[0]) not in _HOST_DEVICES:
+            raise TypeError(f"{what}: {type(obj).__name__} lives on device {device} and exports no "
+                            "__cuda_array_interface__; pass a host array or a CUDA array")
     capsule, name = _export(obj, what)
     address = _capsule_pointer(capsule, name)
     versioned = name == b"dltensor_versioned"
@@ -224,9 +247,12 @@ def _from_dlpack(obj, what) -> np.ndarray:
         raise TypeError(f"{what}: DLPack vector dtypes ({lanes} lanes) are not supported")
     np_dtype = _DL_ML_DTYPES.get((code, bits))
     if np_dtype is None:
-        if code not in _DL_CODES or bits not in (8, 16, 32, 64):
+        try:
+            np_dtype = np.dtype(f"{_DL_CODES[code]}{bits // 8}") if bits % 8 == 0 else None
+        except (KeyError, TypeError):  # a code numpy has no kind of, or a width it has no type of
+            np_dtype = None
+        if np_dtype is None:
             raise TypeError(f"{what}: DLPack dtype code {code} of {bits} bits has no element dtype here")
-        np_dtype = np.dtype(f"{_DL_CODES[code]}{bits // 8}")
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = None if not t.strides else tuple(t.strides[i] * np_dtype.itemsize for i in range(t.ndim))
     read_only = versioned and bool(managed.flags & _READ_ONLY)
@@ -244,12 +270,12 @@ def _from_dlpack(obj, what) -> np.ndarray:
 # -- indices ---------------------------------------------------------------------------------------------------
 
 def checked_indices(host: np.ndarray, op: str, target: str | None, what: str = "idx") -> np.ndarray:
-    """The index array as int32 / uint32: itself when it is one, else a checked copy (signed dtypes become int32,
-    unsigned uint32: the same bits under the ISA's uint32 cast). Every value must lie in ``[-2**31, 2**32)``;
-    the first one outside is refused by value and position (ConstraintError, before anything is written).
-    Non-integer dtypes are refused."""
+    """The index array as native int32 / uint32: itself when it is one, else a checked copy (signed dtypes become
+    int32, unsigned uint32: the same bits under the ISA's uint32 cast; either byte order, every width). Every value
+    must lie in ``[-2**31, 2**32)``; the first one outside is refused by value and position (ConstraintError,
+    before anything is written). Non-integer dtypes are refused."""
     dt = host.dtype
-    if dt.itemsize == 4 and dt.kind in "iu":  # int32 / uint32: attribute checks, the cheapest test
+    if dt.itemsize == 4 and dt.kind in "iu" and dt.isnative:  # int32 / uint32: attribute checks, the cheapest test
         return host
     if dt.kind not in "iu":
         raise ConstraintError(op, target, "Tile Constraints: index dtype",
@@ -284,25 +310,32 @@ def wrap(obj: ArrayLike, what: str, dtype: DTypeArg = None, two_d_only: bool = F
     """``obj`` (the call's ``what``: "table", "idx", "src", "out") as a :class:`WholeArray`, or the ConstraintError
     / TypeError that refuses it. ``dtype`` reinterprets a data array's elements; ``two_d_only``: a Row table;
     ``rows_only``: a Row index array (any shape, one index per row); ``written``: the call writes it (a copy
-    stays writable, and is written back)."""
-    user = obj
-    if type(obj) is np.ndarray and obj.flags.c_contiguous:  # the common case first: nothing to adapt
+    stays writable, and is written back; a PyTorch tensor must be one that torch would write in place,
+    :func:`simt_pto.torch_rules.check_write`, and becomes :attr:`WholeArray.versioned`)."""
+    user, versioned = obj, None
+    if type(obj) is np.ndarray and obj.flags.c_contiguous and obj.dtype.isnative:  # the common case: nothing to adapt
         host = checked_indices(obj, op, target) if what == "idx" else obj
         memory, kind = obj, NUMPY
     else:
+        if torch_rules.torch_of(obj) is not None:  # (before any look at the memory: a read may need a copy)
+            if written:
+                obj, versioned = torch_rules.for_write(obj, what, op, target), user  # detached: the same memory
+            else:
+                torch_rules.check_read(obj, what, op, target)
+                obj = torch_rules.for_read(obj, what)
         if not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):
-            return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only)
+            return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned)
         memory, kind = host_memory(obj, what)
         host = checked_indices(memory, op, target) if what == "idx" else memory
         if written and kind == JAX:
             host = np.array(memory, order="C")  # JAX arrays are immutable: the call updates a copy, a new JAX array
-        elif not host.flags.c_contiguous:
+        elif not host.flags.c_contiguous or not host.dtype.isnative:  # (checked indices are native already)
             if written:
                 _check_writable_copy(memory, what, op, target)
-            host = np.ascontiguousarray(host)
+            host = np.ascontiguousarray(host, dtype=host.dtype.newbyteorder("="))
     dt = _resolve(dtype, what, host.dtype, op, target)
     rows, cols = _shape_2d(what, memory.shape, two_d_only, rows_only, op, target)
-    return WholeArray(host, dt, memory.shape, rows, cols, False, memory, kind, user, host is not memory)
+    return WholeArray(host, dt, memory.shape, rows, cols, False, memory, kind, user, host is not memory, versioned)
 
 
 def _check_writable_copy(memory: np.ndarray, what, op, target) -> None:
@@ -331,7 +364,10 @@ def _resolve(dtype, what, np_dtype, op, target) -> _dt.DType:
     if dtype is None or what == "idx":
         dt = _OF_NUMPY.get(np_dtype)
         if dt is None:
-            dt = _OF_NUMPY[np_dtype] = _dt.resolve(np_dtype)  # raises for a dtype that is no element dtype
+            try:
+                dt = _OF_NUMPY[np_dtype] = _dt.resolve(np_dtype)
+            except TypeError as exc:  # a dtype that is no element dtype (bool, float64, complex64): name the array
+                raise TypeError(f"{what}: {exc}") from None
         return dt
     dt = _dt.resolve(dtype)
     if dt.itemsize != np_dtype.itemsize:
@@ -355,25 +391,32 @@ def _shape_2d(what, shape, two_d_only, rows_only, op, target) -> tuple[int, int]
     return _two_d(shape, rows_only)
 
 
-def _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only) -> WholeArray:
+def _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned) -> WholeArray:
+    """A device array (``obj``; for a PyTorch tensor, what :mod:`simt_pto.torch_rules` gives in its place; ``user``:
+    what the caller passed), used in place; an index array of another dtype than int32 / uint32 through a checked
+    host copy."""
     require_numba_cuda(f"{what}: a device array")  # the device paths run numba-cuda's kernels and copies
     np_dtype, shape = _device_info(obj, what, op, target)
     if what == "idx" and np_dtype not in (np.dtype(np.int32), np.dtype(np.uint32)):
-        # a wider index array is checked and narrowed on the host: a copy there and back
-        from numba import cuda  # a device array: numba.cuda is in real mode already
+        # a wider index array, or one in the other byte order, is checked and narrowed on the host: a copy there
+        # and back
+        cuda = imported("numba.cuda")  # a device array: numba.cuda is in real mode already
         host = checked_indices(cuda.as_cuda_array(obj).copy_to_host(), op, target)
         rows, cols = _two_d(shape, rows_only)
-        return WholeArray(host, _dt.resolve(host.dtype), shape, rows, cols, False, obj, DEVICE, obj, True)
+        return WholeArray(host, _dt.resolve(host.dtype), shape, rows, cols, False, obj, DEVICE, user, True)
+    if not np_dtype.isnative:
+        raise ConstraintError(op, target, "device arrays are used in place, in the host's byte order",
+                              f"{what} is a device array of dtype {np_dtype.str} (the other byte order); convert "
+                              "it on the device first")
     dt = _resolve(dtype, what, np_dtype, op, target)
     rows, cols = _shape_2d(what, shape, two_d_only, rows_only, op, target)
-    return WholeArray(obj, dt, shape, rows, cols, True, obj, DEVICE, obj)
+    return WholeArray(obj, dt, shape, rows, cols, True, obj, DEVICE, user, versioned=versioned)
 
 
 def to_host(a: WholeArray) -> np.ndarray:
     """The array as a host numpy array of its element dtype (a copy for device arrays)."""
     if a.device:
-        from numba import cuda
-        return cuda.as_cuda_array(a.obj).copy_to_host().view(a.dtype.numpy)
+        return imported("numba.cuda").as_cuda_array(a.obj).copy_to_host().view(a.dtype.numpy)
     return a.obj.view(a.dtype.numpy) if a.obj.dtype != a.dtype.numpy else a.obj
 
 
@@ -399,7 +442,7 @@ def new_device_array(template, n: int, dtype=None) -> Any:
         import torch  # the template is a tensor: torch is imported already
         torch_dtype = template.dtype if dtype is None else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
         return torch.empty(n, dtype=torch_dtype, device=template.device)
-    from numba import cuda  # a device array: numba.cuda is in real mode already
+    cuda = imported("numba.cuda")  # a device array: numba.cuda is in real mode already
     return cuda.device_array(n, dtype=cuda.as_cuda_array(template).dtype if dtype is None else dtype)
 
 

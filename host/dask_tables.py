@@ -23,6 +23,18 @@ and give, computed, the in-memory call's result (MGATHER.md / MSCATTER.md, the w
   Dask arrays are immutable, so the result is a new Dask array chunked like the table, where a chunk nobody
   writes is the table's own. The tasks number O(index chunks x table chunks); no table data passes through the
   client.
+* **Empty chunks are no work.** An index chunk with no index (a filtered ``idx`` after ``compute_chunk_sizes()``),
+  a chunk of width 0 along any axis of ``idx`` / ``src``, an empty table chunk: each routes and writes nothing,
+  and the result is the in-memory call's. An ``idx`` with no index at all is the in-memory no-op (a gather's
+  result of the right shape, the table unchanged).
+* **out= / store= are written, never returned unwritten.** Checked before anything runs by the in-memory
+  ``out``'s rules (writable, the result's shape and dtype). Where the scheduler runs tasks in the caller's process
+  (``sync``, ``threads``), the tasks write the destination (:func:`dask.array.store`). Where tasks run in other
+  processes (the ``processes`` scheduler, a process pool, a ``distributed`` client), a task that wrote a numpy
+  array (``np.memmap`` too), a tensor or any other object would write its pickled copy: the caller's process
+  writes those from the computed blocks instead, block by block as they finish on a ``distributed`` client. Only
+  a Zarr array over a store outside this process (a folder, an object store) is written by the workers, each of
+  its chunks by one task (:func:`_aligned`).
 
 Each chunk's call runs ``target`` (``"a5"``: the A5 kernels on the worker's own backend, its GPU or its cores)
 with local slots, which are in range (OOB policy UNDEFINED there). :func:`warm` has every worker load the
@@ -37,20 +49,27 @@ import functools
 import operator
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
+import dask
 import dask.array as da
+import dask.local
+import dask.threaded
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from simt_pto import dtypes as _dt
+from simt_pto import torch_rules
 from simt_pto.enums import (Coalesce, GatherOOB, IndexRule, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
                             target_from_any)
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.plan import out_of_range
 from simt_pto.policy import index_rule
 
-from . import large
+from . import arrays, large, tiling
 
 NUMPY_CHUNK = 1 << 22
 """Positions per chunk of a numpy ``idx`` / ``src`` (or a numpy table's rows) that meets Dask arrays."""
@@ -160,7 +179,10 @@ def _check_src(op, target, table, src, idx, row, dtype):
 
 def _proxy_idx(idx, row, tile_rows):
     """A small index array standing in for ``idx`` in the in-memory call's validation: its dtype, its row width
-    (Elem), and as many rows as one full tile of the real call has (``tile_rows``, or the default's cap)."""
+    (Elem), and as many rows as one full tile of the real call has (``tile_rows``, or the default's cap). An empty
+    ``idx`` stands for itself: a call with no index is validated as the in-memory no-op is."""
+    if idx.size == 0:
+        return np.zeros(idx.shape, dtype=idx.dtype)
     n = int(np.prod(idx.shape[:-1] if not row and idx.ndim > 1 else idx.shape, dtype=np.int64))
     if isinstance(tile_rows, (int, np.integer)) and not isinstance(tile_rows, bool) and tile_rows >= 1:
         n = min(n, int(tile_rows))
@@ -307,13 +329,14 @@ def _route_lookups(idx_block, *, capacity, rule, bounds):
     return [(local[a:b], where[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def _route_updates(idx_block, src_block, *, capacity, rule, bounds, row, origin, full_shape, positions):
+def _route_updates(idx_block, src_block, *, capacity, rule, bounds, row_len, origin, full_shape, positions):
     """One index chunk of a scatter, split by table chunk: per chunk ``(local slots, global source positions
-    (``positions``) or None, values)``, in increasing position."""
+    (``positions``) or None, values)``, in increasing position. ``row_len``: the table's row length (Row), 0 (Elem).
+    An index chunk may hold no index (a filtered ``idx`` after ``compute_chunk_sizes()``): its shares are empty."""
     bits = _bits(idx_block)
     local, where, cuts = _route(bits, capacity, rule, bounds)
     src = np.asarray(src_block)
-    values = (src.reshape(bits.size, -1) if row else src.reshape(-1))[where]
+    values = (src.reshape(bits.size, row_len) if row_len else src.reshape(-1))[where]  # (0, C) for no index
     at = _global_positions(where, origin, np.shape(idx_block), full_shape) if positions else None
     return [(local[a:b], None if at is None else at[a:b], values[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
@@ -358,9 +381,164 @@ def _scatter_chunk(table_block, shares, _refused, *, call, reorder, quiet_cpu_at
     return out
 
 
-def _store(result, out):
-    da.store(result, out)
-    return out
+# -- out= / store=: the computed result written where the caller reads it ------------------------------------------
+
+@dataclass(frozen=True)
+class _Destination:
+    """A call's ``out=`` / ``store=``: what the caller passed (``user``, returned), what is written (``into``: the
+    caller's array, a numpy view of its memory, or the store itself), and whether tasks in other processes write
+    ``into`` itself (``shared``) rather than a pickled copy of it."""
+    user: Any
+    into: Any
+    shared: bool
+    torch: bool
+
+
+def _in_memory_zarr_store(store) -> bool:
+    """A Zarr store held in this process's memory (zarr 3's MemoryStore, zarr 2's dict / KVStore / MemoryStore, an
+    fsspec ``memory://`` file system): pickled to a worker process, it is a copy."""
+    if isinstance(store, dict) or any("Memory" in c.__name__ for c in type(store).__mro__):
+        return True
+    inner = getattr(store, "_mutable_mapping", None)  # zarr 2's KVStore over a mapping
+    if inner is not None and _in_memory_zarr_store(inner):
+        return True
+    protocol = getattr(getattr(store, "fs", None), "protocol", ())
+    return "memory" in ((protocol,) if isinstance(protocol, str) else tuple(protocol))
+
+
+def _workers_write(dest) -> bool:
+    """Whether a task in another process (a process pool, a cluster's worker) that writes ``dest`` writes the
+    caller's store and not a copy: a Zarr array over a store outside this process's memory (a folder, an object
+    store). No other kind is known to: a numpy array (``np.memmap`` too: it pickles as its values), a tensor, an
+    h5py dataset (it does not pickle) or an unknown object with ``__setitem__`` is written from the caller's
+    process instead."""
+    if type(dest).__module__.partition(".")[0] != "zarr":
+        return False
+    store = getattr(dest, "store", None)
+    return store is not None and not _in_memory_zarr_store(store)
+
+
+def _destination(dest, what, op, target, shape, dtype, reinterpret) -> _Destination:
+    """``out=`` (gather) / ``store=`` (scatter) checked before anything runs, by the in-memory ``out``'s rules:
+    written in place, of the result's ``shape`` and ``dtype`` (in either byte order; ``reinterpret``: the call's
+    ``dtype=`` views host memory of the same width as it), a tensor only where torch would write it
+    (:func:`simt_pto.torch_rules.for_write`). Refused: a Dask array (immutable), a JAX array, a device array, an
+    object without ``__setitem__`` and ``shape``."""
+    root = type(dest).__module__.partition(".")[0]
+    if is_dask_array(dest):
+        raise TypeError(f"{what}: a Dask array cannot be written (Dask arrays are immutable); leave {what}= unset "
+                        f"and use the returned Dask array, or pass a Zarr array or a numpy array")
+    if root in ("jax", "jaxlib"):
+        raise TypeError(f"{what}: a JAX array cannot be written; leave {what}= unset and use the returned Dask "
+                        "array")
+    if not isinstance(dest, np.ndarray) and hasattr(dest, "__cuda_array_interface__"):
+        raise TypeError(f"{what}: a device array ({type(dest).__name__}) is not written by the Dask route; pass a "
+                        "numpy array or a Zarr array and copy the result to the device")
+    is_torch = torch_rules.torch_of(dest) is not None
+    if isinstance(dest, np.ndarray):
+        into = dest
+    elif hasattr(dest, "__dlpack__") or hasattr(dest, "__array_interface__"):  # a torch CPU tensor, ...
+        into = arrays.host_memory(torch_rules.for_write(dest, what, op, target) if is_torch else dest, what)[0]
+    elif hasattr(dest, "__setitem__") and hasattr(dest, "shape"):  # a Zarr array, an h5py dataset, ...
+        into = dest
+    else:
+        raise TypeError(f"{what}: expected a numpy array, a host tensor or an array-like with __setitem__ and "
+                        f"shape (a Zarr array), got {type(dest).__name__}")
+    if isinstance(into, np.ndarray):
+        if not into.flags.writeable:
+            raise ConstraintError(op, target, f"the {what} is written in place",
+                                  f"{what} is a read-only array (flags.writeable is False)")
+        if reinterpret and into.dtype != dtype and into.dtype.itemsize == dtype.itemsize:
+            into = into.view(dtype)
+    try:
+        have = np.dtype(into.dtype) if getattr(into, "dtype", None) is not None else None
+    except TypeError:  # a dtype numpy does not know: the store's own assignment decides
+        have = None
+    # the other byte order is written byte-swapped by numpy's assignment: bit for bit
+    if tuple(into.shape) != tuple(shape) or (have is not None and have.newbyteorder("=") != dtype):
+        rule = "out has the gathered shape and the table's dtype" if op == "MGATHER" else \
+            "store has the table's shape and dtype"
+        raise ConstraintError(op, target, rule, f"{what} {tuple(into.shape)} {have if have is not None else '?'}, "
+                                                f"expected {tuple(shape)} {dtype}")
+    return _Destination(dest, into, _workers_write(dest), is_torch)
+
+
+def _runs_in_this_process(get) -> bool:
+    """Whether Dask's scheduler ``get`` runs every task in the caller's process: the synchronous and threaded
+    schedulers, or a thread pool set as the scheduler (``dask.config.set(scheduler=ThreadPoolExecutor(...))``).
+    Not the ``processes`` scheduler, a process pool or a ``distributed`` client (its workers are processes of their
+    own, or a cluster's; an in-process cluster is treated alike)."""
+    if get is dask.local.get_sync or get is dask.threaded.get:
+        return True
+    if isinstance(get, functools.partial) and get.func is dask.local.get_async and get.args:
+        return isinstance(getattr(get.args[0], "__self__", None), ThreadPoolExecutor)
+    return False
+
+
+def _regions(result):
+    """``(slices, delayed block)`` of every non-empty block of ``result``, in C order of its chunk grid."""
+    blocks = result.to_delayed().reshape(-1)
+    return [(tuple(slice(o, o + n) for o, n in zip(origin, shape)), block)
+            for (_, origin, shape), block in zip(_blocks(result), blocks) if 0 not in shape]
+
+
+def _write_from_caller(result, into, get) -> None:
+    """Compute ``result`` and write it into ``into`` in the caller's process. On a ``distributed`` client block by
+    block as each finishes (the caller holds one block at a time); under another scheduler, its blocks are
+    computed together, then written (the caller holds the result once more until then). Every block depends on
+    the call's refusal, so a refused call writes nothing."""
+    parts = _regions(result)
+    if not parts:
+        return
+    client = getattr(get, "__self__", None)
+    if client is not None and type(client).__module__.partition(".")[0] == "distributed":
+        from distributed import as_completed
+        futures = client.compute([block for _, block in parts])
+        region_of = {future.key: region for future, (region, _) in zip(futures, parts)}
+        finished = as_completed(futures)
+        try:
+            for future in finished:
+                into[region_of[future.key]] = future.result()
+                future.release()
+        except BaseException:
+            client.cancel(futures)
+            raise
+        return
+    values = dask.compute(*[block for _, block in parts], scheduler=get)
+    for (region, _), value in zip(parts, values):
+        into[region] = value
+
+
+def _aligned(result, store):
+    """``result`` rechunked so that no two of its blocks write one chunk (zarr 3: one shard) of ``store``: each
+    block boundary moved up to the next multiple of the store's chunk along its axis. Two worker processes that
+    wrote parts of one store chunk would each read, update and write back the whole chunk, and one of the two
+    writes would be lost."""
+    unit = getattr(store, "shards", None) or store.chunks
+    chunks = []
+    for sizes, step, length in zip(result.chunks, unit, result.shape):
+        cuts = {min(-(-int(c) // step) * step, length) for c in np.cumsum(sizes)[:-1]}
+        edges = [0] + sorted(c for c in cuts if 0 < c < length) + [length]
+        chunks.append(tuple(int(b - a) for a, b in zip(edges[:-1], edges[1:])))
+    chunks = tuple(chunks)
+    return result if chunks == result.chunks else result.rechunk(chunks)
+
+
+def _store(result, dest: _Destination):
+    """Compute ``result`` into the checked ``out=`` / ``store=`` and return what the caller passed. A task writes
+    it where the scheduler runs tasks in the caller's process, or where workers write the store itself (a Zarr
+    array on disk: :func:`dask.array.store`); else the caller's process writes the computed blocks, so that an
+    in-memory destination is never left unwritten by writes that went to a worker's copy."""
+    get = dask.base.get_scheduler(collections=[result])
+    if _runs_in_this_process(get):  # the lock orders the threads' writes into one store chunk
+        da.store(result, dest.into, lock=True, scheduler=get)
+    elif dest.shared:  # worker processes: one task per store chunk, so that no lock across processes is needed
+        da.store(_aligned(result, dest.into), dest.into, lock=False, scheduler=get)
+    else:
+        _write_from_caller(result, dest.into, get)
+    if dest.torch:
+        torch_rules.bump_version(dest.user)  # as torch's own in-place writes do: autograd sees the change
+    return dest.user
 
 
 # -- gather ------------------------------------------------------------------------------------------------------
@@ -373,10 +551,11 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
 
     ``table`` is a Dask array chunked along its rows (a numpy table becomes one); ``idx`` a numpy or Dask array of
     any shape. Returns a Dask array chunked like ``idx`` (Row: ``idx.shape + (C,)``), which computes to the
-    in-memory call's result bit for bit; with ``out`` (an array-like with ``__setitem__``, e.g. a Zarr array),
-    computes it into ``out`` (:func:`dask.array.store`) and returns ``out``. Raises what the in-memory call raises
-    for a call it refuses, before anything runs; Dask indices it would refuse by value raise its error when the
-    result is computed.
+    in-memory call's result bit for bit; with ``out`` (a numpy array, a host tensor, or an array-like with
+    ``__setitem__`` and ``shape``, e.g. a Zarr array, of the result's shape and dtype), computes it into ``out``
+    under any scheduler (:func:`_store`) and returns ``out``. Raises what the in-memory call raises for a call it
+    refuses, before anything runs; Dask indices it would refuse by value raise its error when the result is
+    computed, before anything is written.
     """
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
@@ -387,24 +566,30 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
     large.gather_plan(_proxy_table(table), _proxy_idx(idx, row, tile_rows), coalesce=coalesce, oob=oob, target=target,
                       tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype,
                       backend="multicore")
+    out_dtype = _dt.resolve(dtype if dtype is not None else table.dtype).numpy
+    row_len = table.shape[1] if row else 0
+    dest = None if out is None else _destination(out, "out", "MGATHER", target,
+                                                 tuple(idx.shape) + ((row_len,) if row else ()), out_dtype,
+                                                 dtype is not None)
     capacity = table.shape[0] if row else table.size
     rule = index_rule(oob, strict)
     token = tokenize(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
     dsk = {}
     refused = _refusal(dsk, idx, "MGATHER", target, capacity, rule, token)
-    out_dtype = _dt.resolve(dtype if dtype is not None else table.dtype).numpy
-    row_len = table.shape[1] if row else 0
     if isinstance(idx, np.ndarray):
-        idx = da.from_array(idx, chunks=_numpy_chunks(idx.shape), name=False)
+        # named by the call's token, which hashed idx: a repeated call is the same graph (a random name would
+        # give the same route keys other dependencies, which a distributed scheduler warns can deadlock)
+        idx = da.from_array(idx, chunks=_numpy_chunks(idx.shape), name=f"pto-gather-idx-{token}")
     out_chunks = idx.chunks + (((row_len,),) if row else ())
     if idx.size == 0:
         result = da.zeros(tuple(sum(c) for c in out_chunks), dtype=out_dtype, chunks=out_chunks)
-        return result if out is None else _store(result, out)
+        return result if dest is None else _store(result, dest)
 
     name = f"pto-gather-{token}"
     route, share, part = f"pto-gather-route-{token}", f"pto-gather-share-{token}", f"pto-gather-part-{token}"
     table_keys, bounds = _table_keys_and_bounds(table, row)
-    idx_cols = idx.shape[-1] if idx.ndim > 1 else 1
+    idx_cols = 1 if row or idx.ndim < 2 else tiling.elem_tile_cols(  # the in-memory call's tile view of idx
+        "MGATHER", target, out_dtype, idx.shape[-1], dyn_ubuf_size)
     call = dict(coalesce=coalesce, target=target, dtype=dtype, dyn_ubuf_size=dyn_ubuf_size,
                 tile_rows=tile_rows if row or tile_rows is None else tile_rows * idx_cols)  # Elem: same tile size
     router = functools.partial(_route_lookups, capacity=capacity, rule=rule, bounds=bounds)
@@ -419,7 +604,7 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
         dsk[(name,) + key[1:] + ((0,) if row else ())] = (combine, [(part, b, t) for t in range(len(table_keys))])
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[table, idx])
     result = da.Array(graph, name, out_chunks, dtype=out_dtype)
-    return result if out is None else _store(result, out)
+    return result if dest is None else _store(result, dest)
 
 
 # -- scatter ------------------------------------------------------------------------------------------------------
@@ -433,11 +618,11 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
 
     ``table`` is a Dask array chunked along its rows; ``src`` and ``idx`` numpy or Dask arrays (``src``:
     ``idx.shape + (C,)``, Row; ``idx.shape``, Elem). Dask arrays are immutable: returns the updated table as a new
-    Dask array with the table's chunks, and ``table`` is unchanged. With ``store`` (an array-like with
-    ``__setitem__`` of the table's shape, e.g. a Zarr array), computes it into ``store``
-    (:func:`dask.array.store`) and returns ``store``. Raises what the in-memory call raises for a call it refuses,
-    before anything runs; Dask indices it would refuse by value raise its error when the result is computed,
-    before any chunk is written.
+    Dask array with the table's chunks, and ``table`` is unchanged. With ``store`` (a numpy array, a host tensor,
+    or an array-like with ``__setitem__`` and ``shape``, e.g. a Zarr array, of the table's shape and dtype),
+    computes it into ``store`` under any scheduler (:func:`_store`) and returns ``store``. Raises what the
+    in-memory call raises for a call it refuses, before anything runs; Dask indices it would refuse by value raise
+    its error when the result is computed, before any chunk is written.
     """
     atomic = from_any(ScatterAtomicOp, atomic, "atomic")
     oob = from_any(ScatterOOB, oob, "oob")
@@ -456,6 +641,8 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     large.scatter_plan(_proxy_table(table), proxy_src, proxy_idx, coalesce=coalesce, atomic=atomic, oob=oob,
                        conflict=conflict, target=target, tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size,
                        strict=strict, last_path=last_path, dtype=dtype, backend="multicore")
+    dest = None if store is None else _destination(store, "store", "MSCATTER", target, table.shape, table.dtype,
+                                                   dtype is not None)
     capacity = table.shape[0] if row else table.size
     # the CPU simulator's MSCATTER ignores ScatterOOB and uses every index unchecked (as the in-memory call)
     rule = index_rule(ScatterOOB.UNDEFINED if target == "cpu" else oob, strict)
@@ -468,16 +655,19 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
                       "CPU Reference Form: 'Atomic is always plain replace'); target='a2a3' is the sequential golden "
                       "for atomics", UserWarning, stacklevel=2)
     if idx.size == 0:
-        return table if store is None else _store(table, store)
+        return table if dest is None else _store(table, dest)
 
     # idx and src share one chunking: idx's when it is a Dask array, else src's along the first axis
     if src.shape != want:
         src = src.reshape(want)
     if isinstance(idx, np.ndarray):
         rows = src.chunks[0] if is_dask_array(src) and idx.ndim else None
-        idx = da.from_array(idx, chunks=_numpy_chunks(idx.shape, rows), name=False)
+        idx = da.from_array(idx, chunks=_numpy_chunks(idx.shape, rows), name=f"pto-scatter-idx-{token}")
     src_chunks = idx.chunks + (((table.shape[1],),) if row else ())
-    src = src.rechunk(src_chunks) if is_dask_array(src) else da.from_array(src, chunks=src_chunks, name=False)
+    # numpy operands are named by the call's token, which hashed them: a repeated call is the same graph (a random
+    # name would give the same route keys other dependencies, which a distributed scheduler warns can deadlock)
+    src = (src.rechunk(src_chunks) if is_dask_array(src) else
+           da.from_array(src, chunks=src_chunks, name=f"pto-scatter-src-{token}"))
 
     name = f"pto-scatter-{token}"
     route, share = f"pto-scatter-route-{token}", f"pto-scatter-share-{token}"
@@ -487,13 +677,15 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     src_keys = [key for key, _, _ in _blocks(src)]
     shares = [[] for _ in table_keys]
     for b, (key, origin, _) in enumerate(_blocks(idx)):
-        router = functools.partial(_route_updates, capacity=capacity, rule=rule, bounds=bounds, row=row,
-                                   origin=origin, full_shape=idx.shape, positions=reorder)
+        router = functools.partial(_route_updates, capacity=capacity, rule=rule, bounds=bounds,
+                                   row_len=table.shape[1] if row else 0, origin=origin, full_shape=idx.shape,
+                                   positions=reorder)
         dsk[(route, b)] = (router, key, src_keys[b])
         for t in range(len(table_keys)):
             dsk[(share, b, t)] = (operator.getitem, (route, b), t)
             shares[t].append((share, b, t))
-    idx_cols = idx.shape[-1] if idx.ndim > 1 else 1
+    idx_cols = 1 if row or idx.ndim < 2 else tiling.elem_tile_cols(  # the in-memory call's tile view of idx
+        "MSCATTER", target, _dt.resolve(dtype if dtype is not None else table.dtype), idx.shape[-1], dyn_ubuf_size)
     call = dict(coalesce=coalesce, atomic=atomic, conflict=conflict, target=target, last_path=last_path, dtype=dtype,
                 dyn_ubuf_size=dyn_ubuf_size, tile_rows=tile_rows if row or tile_rows is None else tile_rows * idx_cols)
     apply = functools.partial(_scatter_chunk, call=call, reorder=reorder,
@@ -502,7 +694,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
         dsk[(name,) + table_key[1:]] = (apply, table_key, shares[t], refused)
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=[table, idx, src])
     result = da.Array(graph, name, table.chunks, dtype=table.dtype)
-    return result if store is None else _store(result, store)
+    return result if dest is None else _store(result, dest)
 
 
 # -- warming the workers ------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from simt_pto.backend import JitRequiredError, MissingExtraError, a5_backend, require_jit
+from simt_pto.backend import JitRequiredError, MissingExtraError, a5_backend, first_use, require_jit
 
 RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5"}
 """The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
@@ -25,13 +25,16 @@ _loaded: dict = {}
 
 
 def runner(target: str):
-    """The module that runs ``target``'s plans (imported on first use)."""
+    """The module that runs ``target``'s plans (imported on first use, under :data:`~simt_pto.backend.first_use`:
+    it loads Numba and the kernels, maybe while another thread does too)."""
     module = _loaded.get(target)
     if module is None:
         try:
-            module = _loaded[target] = importlib.import_module(RUNNERS[target])
+            name = RUNNERS[target]
         except KeyError:
             raise ValueError(f"unknown target {target!r}; expected one of {', '.join(RUNNERS)}") from None
+        with first_use:
+            module = _loaded[target] = importlib.import_module(name)
     return module
 
 

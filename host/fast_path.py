@@ -22,8 +22,9 @@ The signature holds everything the full path's validation and plan read but the 
 values: the op, the operands' shapes and dtypes, every option (with its type: ``True`` and ``1`` are validated
 differently), a scatter table's writability, and the table's (and source's) address modulo 8 (the ``a5`` Row
 copy's move unit, :func:`.large_a5.row_move_unit`, and a 16-bit float Add's boundary form). An ``a5`` runner runs
-on the ``multicore`` backend only. Runners hold no caller's array. Other libraries' host arrays, non-contiguous
-operands, a gather's ``out=`` and the ``cpu`` target always take the full path, and so do the plans no runner can
+on the ``multicore`` backend only. Runners hold no caller's array. Other libraries' host arrays (PyTorch CPU
+tensors too: the full path applies torch's rules), non-contiguous operands, a table or source in the other byte
+order, a gather's ``out=`` and the ``cpu`` target always take the full path, and so do the plans no runner can
 repeat (:class:`A5Scatter`).
 
 On the GPU backend, a repeated ``a5`` call on device arrays (CuPy, PyTorch CUDA tensors, Numba: C-contiguous, int32
@@ -33,7 +34,9 @@ On the GPU backend, a repeated ``a5`` call on device arrays (CuPy, PyTorch CUDA 
 index scan on the device under a policy that leaves out-of-range indices undefined; a scatter's table against its
 source and indices by byte range). The signature then holds the operands' types, ``__cuda_array_interface__``
 dtypes, shapes and read-only flags in place of the numpy fields. Like the full path, the call returns once the
-device has finished its work.
+device has finished its work. A PyTorch table goes through torch's in-place rules before the launch and has its
+version counter bumped after it (:mod:`simt_pto.torch_rules`, as on the full path); a tensor that is not read in
+place as it is (a lazy view such as ``x.conj().imag``, a tensor that requires grad) always takes the full path.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from simt_pto.backend import a5_backend
+from simt_pto import torch_rules
+from simt_pto.backend import a5_backend, first_use, imported
 from simt_pto.aliasing import may_overlap, ranges_overlap
 from simt_pto.launch_spec import LaunchSpec
 from simt_pto.plan import CallCache, indices_below
@@ -61,13 +65,13 @@ def _signature(table, idx, options: tuple, src=None) -> tuple | None:
     argument but a gather's ``out``), or None for a call that always takes the full path."""
     if type(table) is not np.ndarray or type(idx) is not np.ndarray or not table.size:
         return None
-    if not (table.flags.c_contiguous and idx.flags.c_contiguous):
-        return None
+    if not (table.flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative):
+        return None  # (an index array of the other byte order is narrowed by index_bits; a table is read from a copy)
     key = ("MGATHER" if src is None else "MSCATTER", table.shape, table.dtype, idx.shape, idx.dtype, options,
            tuple(map(type, options)), base_address(table) & 7)
     if src is None:
         return key
-    if type(src) is not np.ndarray or not src.flags.c_contiguous or not table.flags.writeable:
+    if type(src) is not np.ndarray or not src.flags.c_contiguous or not src.dtype.isnative or not table.flags.writeable:
         return None
     return key + (src.shape, src.dtype, base_address(src) & 7)
 
@@ -78,6 +82,8 @@ def _device_operand(obj) -> tuple[tuple, int, int] | None:
     launches use), else None."""
     if isinstance(obj, np.ndarray):
         return None
+    if torch_rules.torch_of(obj) is not None and not torch_rules.read_in_place(obj):
+        return None  # a lazy view (x.conj().imag), a tensor that requires grad: read as the full path reads it
     try:
         info = obj.__cuda_array_interface__
     except Exception:  # noqa: BLE001 - no device array, or one the full path refuses (a tensor that requires grad)
@@ -121,7 +127,20 @@ def scatter(table, src, idx, options: tuple) -> Any | None:
         return None if runner is None else runner(table, src, idx)
     device = _device_signature(table, idx, options, src)
     runner = None if device is None else _RUNNERS.get(device[0])
-    return None if runner is None else runner(table, device[1])
+    if runner is None:
+        return None
+    if torch_rules.torch_of(table) is None:
+        return runner(table, device[1])
+    # a PyTorch table: torch's in-place rules first, and its version counter bumped once the runner has written
+    torch_rules.check_write(table, "table", "MSCATTER", "a5")
+    wrote = True
+    try:
+        updated = runner(table, device[1])
+        wrote = updated is not None  # None: the full path takes the call, before anything is written
+        return updated
+    finally:
+        if wrote:
+            torch_rules.bump_version(table)
 
 
 def _remember(key, runner: Callable | None) -> None:
@@ -178,7 +197,8 @@ class A5Gather:
         whose only arrays are the gather kernels' (``dst``, ``idx``, ``table``); else None."""
         if a5_backend() != "multicore":
             return None
-        from simt_pto.kernels.a5 import simt
+        with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
+            from simt_pto.kernels.a5 import simt
         launch = simt.single_cpu_launcher(call, ("dst", "idx", "table"))
         if launch is None:
             return None
@@ -216,7 +236,8 @@ class A5Scatter:
         ``src``, ``idx`` (as its launches were built from them: ``idx`` after narrowing), or None."""
         if a5_backend() != "multicore" or call.guard_name is not None or not call.steps:
             return None
-        from simt_pto.kernels.a5 import simt
+        with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
+            from simt_pto.kernels.a5 import simt
         operands = dict(zip(cls.OPERANDS, (table, src, idx)))
         owner = refused = None
         launches = []
@@ -278,14 +299,14 @@ def _index_scan(call, plan):
     or drops every index; ``ok`` False where a scan is needed and none can be made."""
     if not plan.checks_range:
         return None, True
-    from simt_pto.kernels.a5.direct_launch import IndexScan
+    with first_use:
+        from simt_pto.kernels.a5.direct_launch import IndexScan
     scan = IndexScan.of(call.steps[0].arguments["idx"], plan.capacity)
     return scan, scan is not None
 
 
 def _synchronize() -> None:
-    from numba import cuda  # the GPU backend: numba.cuda is in real mode
-    cuda.synchronize()
+    imported("numba.cuda").synchronize()  # the GPU backend: numba.cuda is in real mode
 
 
 class DeviceGather:
@@ -302,7 +323,8 @@ class DeviceGather:
         """The runner of a gather that ran ``call`` on the GPU backend and returned the device array ``result``."""
         if not _on_gpu():
             return None
-        from simt_pto.kernels.a5 import simt
+        with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
+            from simt_pto.kernels.a5 import simt
         launch = simt.single_gpu_launcher(call, ("dst", "idx", "table"))
         scan, ok = _index_scan(call, plan) if launch is not None else (None, False)
         return cls(launch, scan, int(np.prod(result.shape, dtype=np.int64)), tuple(result.shape)) if ok else None
@@ -342,7 +364,8 @@ class DeviceScatter:
                 if not hasattr(view, "device_ctypes_pointer") or (
                         view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != operand:
                     return None
-        from simt_pto.kernels.a5 import simt
+        with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
+            from simt_pto.kernels.a5 import simt
         launch = simt.single_gpu_launcher(call, ("table", "idx", "src"))
         scan, ok = _index_scan(call, plan) if launch is not None else (None, False)
         return cls(launch, scan) if ok else None

@@ -47,10 +47,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from simt_pto import aliasing, constraints
-from simt_pto.backend import require_jit
-from simt_pto.enums import (Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
-                            target_from_any)
+from simt_pto import aliasing, constraints, torch_rules
+from simt_pto.backend import first_use, imported, require_jit
+from simt_pto.enums import (Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, flag_from_any,
+                            from_any, target_from_any)
 from simt_pto.errors import ConstraintError
 from simt_pto.launch_spec import CallPlan, HostStep
 from simt_pto.plan import CallCache, Plan, check_indices, typed
@@ -65,6 +65,15 @@ TableT = TypeVar("TableT")
 SLOT_PATH_MAX_WORK = 1 << 22
 """``last_path="auto"`` uses the slot-centric kernels while slots x sources stays below this."""
 LAST_PATHS = ("auto", "slot", "owner")
+
+
+def check_last_path(last_path) -> None:
+    """TypeError for a ``last_path`` that is not a string, ValueError for a string other than :data:`LAST_PATHS`."""
+    if not isinstance(last_path, str):
+        raise TypeError(f"last_path must be a string ('auto', 'slot' or 'owner'), got {type(last_path).__name__} "
+                        f"{last_path!r}")
+    if last_path not in LAST_PATHS:
+        raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
 
 
 @dataclass
@@ -94,8 +103,9 @@ def _check_indices(op, target, idx: WholeArray, capacity, rule):
 def _device_scan(idx: WholeArray, capacity):
     """``(count, first position, its uint32 value)`` of the out-of-range indices of a device index array, counted
     by the device kernel ``count_out_of_range`` (no copy of the indices to the host)."""
-    from numba import cuda  # a device array: numba.cuda is in real mode already
-    from simt_pto.kernels.a5.index_check import SCAN_BLOCK, count_out_of_range, scan_grid
+    cuda = imported("numba.cuda")  # a device array: numba.cuda is in real mode already
+    with first_use:
+        from simt_pto.kernels.a5.index_check import SCAN_BLOCK, count_out_of_range, scan_grid
     dev = cuda.as_cuda_array(idx.obj).reshape(idx.size)
     out = cuda.to_device(np.array([0, idx.size], dtype=np.int64))
     count_out_of_range[scan_grid(idx.size), SCAN_BLOCK](dev, capacity, out)
@@ -135,19 +145,24 @@ def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn
     key = _signature(op, target, coalesce, tile_rows, dyn_ubuf_size, policy, table_a, idx_a)
     validated = _VALIDATED.get(key)
     if validated is None:
-        cols = table_a.cols if row else max(idx_a.cols, 1)
-        # an empty index array is validated as one row (the call's rules), then runs nothing
-        data_tile, idx_tile, tile_rows = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype,
-                                                           max(idx_a.rows, 1), cols, tile_rows, dyn_ubuf_size)
+        # an empty index array is validated as one row (the call's rules), then runs nothing; an Elem index may be
+        # cut as one flat run of elements (tiling.elem_tile_cols): tile_cols is then 1
+        tiles = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype, idx_a.rows,
+                                  table_a.cols if row else idx_a.cols, tile_rows, dyn_ubuf_size)
+        tile_rows, tile_cols = tiles.tile_rows, tiles.cols
         # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
         shape = table_a.shape if row else (table_a.size,)
         gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
-        plan = plan_fn(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, *policy)
+        plan = plan_fn(target, gt, tiles.data, tiles.idx, coalesce, dyn_ubuf_size, *policy)
         _VALIDATED.put(key, (tile_rows, plan.repointed(tile=tiling.weightless(plan.tile),
-                                                       idx=tiling.weightless(plan.idx), table=gt.repointed(None))))
+                                                       idx=tiling.weightless(plan.idx), table=gt.repointed(None)),
+                             tile_cols))
     else:
-        tile_rows, kept = validated
+        tile_rows, kept, tile_cols = validated
         plan = kept.repointed(table=kept.table.repointed(table_a.obj))
+    if not row and idx_a.cols != tile_cols:  # the Elem index (and source) seen as the tiles cut it: a flat run
+        idx_a = idx_a.as_rows(idx_a.size, 1)
+        src_a = None if src_a is None else src_a.as_rows(idx_a.size, 1)
     if idx_a.size:
         _check_indices(op, target, idx_a, plan.capacity, plan.rule)
     return _Call(target, coalesce, table_a, idx_a, tile_rows, plan, src_a)
@@ -188,7 +203,8 @@ def _host_tensor(plan, host_table):
 def _a5_side():
     """(:mod:`.large_a5`, :mod:`.a5`), imported at the first ``a5`` call: the A5 side loads the kernels and Numba.
     Cached: an import statement in a function costs about a microsecond on every call."""
-    from . import a5, large_a5
+    with first_use:  # they load Numba and the kernels, maybe while another thread does too
+        from . import a5, large_a5
     return large_a5, a5
 
 
@@ -213,6 +229,26 @@ def _followed_by(call: CallPlan, step: HostStep) -> CallPlan:
             yield
         step.run()
     return CallPlan(call.steps, guard=guard_then_step, guard_name=f"{call.guard_name}; after it: {step.name}")
+
+
+def _bumps_version(call: CallPlan, written: WholeArray) -> CallPlan:
+    """``call`` inside a guard that, as the call leaves (finished or interrupted), bumps the version counter of the
+    PyTorch tensor it writes (:attr:`~.arrays.WholeArray.versioned`), as torch's own in-place ops do
+    (:func:`simt_pto.torch_rules.bump_version`): autograd then refuses to use a saved value the call overwrote."""
+    if written.versioned is None or not call.steps:
+        return call
+    inner = call.guard
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            with inner():
+                yield
+        finally:
+            torch_rules.bump_version(written.versioned)
+    name = "bump the written tensor's version counter (autograd) as the call leaves"
+    return CallPlan(call.steps, guard=guard, guard_name=name if call.guard_name is None else
+                    f"{call.guard_name}; {name}")
 
 
 # -- gather ------------------------------------------------------------------------------------------------
@@ -241,7 +277,7 @@ def _copy_into(out_a: WholeArray, result) -> None:
     if isinstance(result, np.ndarray) and not out_a.device:
         out_a.obj.reshape(-1).view(bits)[...] = result.reshape(-1).view(bits)
     else:
-        from numba import cuda  # device memory on one side: numba.cuda is in real mode already
+        cuda = imported("numba.cuda")  # device memory on one side: numba.cuda is in real mode already
         if out_a.device:
             source = (np.ascontiguousarray(result).reshape(-1).view(bits) if isinstance(result, np.ndarray) else
                       cuda.as_cuda_array(result).reshape(out_a.size).view(bits))
@@ -261,6 +297,7 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
     """``(plan, result, validated call)`` of a whole-array gather: validated, built, not run; ``result()`` after the
     run."""
     oob = from_any(GatherOOB, oob, "oob")
+    strict = flag_from_any(strict, "strict")
     c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _plan_gather, (oob, strict), dtype)
     row = c.coalesce == Coalesce.ROW
     out_shape = c.idx.shape + (c.table.cols,) if row else c.idx.shape
@@ -273,8 +310,8 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
         call, gathered = _a5_side()[0].gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
         if out_a is None:
             return call, lambda: like(c.table, gathered().reshape(out_shape)), c
-        return _followed_by(call, HostStep("copy the gathered elements into out",
-                                           lambda: _copy_into(out_a, gathered()))), lambda: out, c
+        copy = HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, gathered()))
+        return _bumps_version(_followed_by(call, copy), out_a), lambda: out, c
     if out_a is not None and not out_a.device:  # the tiles write the caller's out (or its contiguous copy)
         dest = out_a.obj.reshape(-1).view(c.table.dtype.numpy).reshape(c.idx.rows, out_cols)
     else:
@@ -295,7 +332,7 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
     after = ()
     if out_a.device or out_a.copied:
         after = (HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, dest)),)
-    return _tile_steps("MGATHER", c, gather_tile, after), lambda: out, c
+    return _bumps_version(_tile_steps("MGATHER", c, gather_tile, after), out_a), lambda: out, c
 
 
 def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.ndarray, idx_cols: int,
@@ -320,11 +357,11 @@ def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.nda
 
 
 def _tile_steps(op, c: _Call, run_tile, after=()) -> CallPlan:
-    """The sequential targets' plan: one host step per tile, in order (tile ``b``: rows ``[b * tile_rows, ...)``),
-    then ``after``."""
-    rows = c.idx.rows
-    steps = [HostStep(f"{op} tile [{r0}, {min(r0 + c.tile_rows, rows)}) on {c.target}",
-                      lambda r0=r0: run_tile(r0, min(r0 + c.tile_rows, rows)))
+    """The sequential targets' plan: one host step per tile, in order (tile ``b``: rows ``[b * tile_rows, ...)`` of
+    the call's 2-D view), then ``after``. A step names the flat C-order positions of the indices its tile takes."""
+    rows, per_row = c.idx.rows, c.idx.cols if c.coalesce == Coalesce.ELEM else 1
+    steps = [HostStep(f"{op} tile of indices [{r0 * per_row}, {min(r0 + c.tile_rows, rows) * per_row}) "
+                      f"on {c.target}", lambda r0=r0: run_tile(r0, min(r0 + c.tile_rows, rows)))
              for r0 in tiling.tile_starts(rows, c.tile_rows)]
     return CallPlan(tuple(steps) + tuple(after))
 
@@ -335,8 +372,12 @@ def gather_plan(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = 
                 out: ArrayLike | None = None) -> CallPlan:
     """What :func:`gather` with these arguments runs, validated and built but not run: on ``a5`` its kernel launch
     (:func:`simt_pto.host.large_a5.gather_plan`, for ``backend``, default the current A5 backend), on ``a2a3`` /
-    ``cpu`` one host step per tile (and, with ``out``, the copy into it where one is needed). Raises what
-    :func:`gather` raises for a call it refuses."""
+    ``cpu`` one host step per tile, each naming the flat C-order positions of the indices it takes (and, with
+    ``out``, the copy into it where one is needed); no step for an ``idx`` with no elements. The tiles are those
+    :func:`gather` runs: ``tile_rows`` rows of one index each (Row), of ``idx``'s last axis, or of one element
+    where an Elem ``idx`` is cut as one flat run (see :func:`gather`); on ``a5`` the launch's ``grid`` is the tile
+    count and its ``tile_rows``, ``valid_rows``, ``valid_cols`` arguments that view. Raises what :func:`gather`
+    raises for a call it refuses."""
     return _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend, out)[0]
 
 
@@ -361,6 +402,17 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     table's kind. With ``out`` (any writable array of those kinds, of the gathered shape and the table's dtype,
     sharing no memory with ``table`` or ``idx``), the result is written there and ``out`` is returned.
     ``dtype`` reinterprets the table's elements (e.g. ``"bfloat16"`` over a uint16 device array).
+
+    The call runs as tiles of ``tile_rows`` rows each (the last tile may hold fewer), in order; the result does not
+    depend on ``tile_rows``. Row: a tile row is one index (one table row gathered). Elem: the indices are taken in
+    C order, and a tile row is one row of ``idx``'s last axis while that row fits one default tile (at most
+    4096 elements, :data:`~.tiling.DEFAULT_MAX_TILE_ELEMS`, within the target's UB budget); a 1-D ``idx``, and
+    one whose last axis is longer, is cut as one flat run of elements: a tile row is then one element, so a tile
+    holds ``tile_rows`` elements and splits rows of ``idx`` where it must (:func:`~.tiling.elem_tile_cols`).
+    Unset, ``tile_rows`` is as many as fit the target's UB (``dyn_ubuf_size`` on ``a5``), at most 256 Row indices
+    or 4096 Elem elements. Tiles that cannot fit are refused, naming what would make them fit. An ``idx`` with no
+    elements (a 0 anywhere in its shape) gathers nothing: the result is an empty array of the gathered shape
+    (``out``, where given, is returned untouched).
 
     """
     options = (coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
@@ -437,11 +489,37 @@ def _scatter_result(table_a: WholeArray) -> Callable[[], Any]:
 
 
 def _written_back(call: CallPlan, table_a: WholeArray) -> CallPlan:
-    """``call``, then the write-back of a non-contiguous table's contiguous copy into the caller's elements."""
+    """``call``, then the write-back of a non-contiguous table's contiguous copy into the caller's elements, the two
+    as the only writer of those elements (:func:`_written_alone`); for a PyTorch table, the bump of its version
+    counter (:func:`_bumps_version`)."""
     if not table_a.copied or table_a.kind == JAX:
-        return call
-    return _followed_by(call, HostStep("copy the updated contiguous copy back into the table's own elements",
-                                       table_a.write_back))
+        return _bumps_version(call, table_a)
+    return _bumps_version(_written_alone(_followed_by(call, HostStep(
+        "copy the updated contiguous copy back into the table's own elements", table_a.write_back)), table_a), table_a)
+
+
+def _written_alone(call: CallPlan, table_a: WholeArray) -> CallPlan:
+    """``call``, which updates the private contiguous copy of the caller's table elements and writes it back over
+    them, as the only writer of those elements (``enter_exclusive`` of :mod:`simt_pto.kernels.writers`): the copy is
+    read again from them once the call has its turn, and the registration lasts until the write-back. Copy, update
+    and write-back are a read-modify-write of every element, so an update another call (or thread, or target) made
+    in between would be overwritten by the write-back; the copy taken when the call was validated may be as old."""
+    inner = call.guard
+
+    @contextlib.contextmanager
+    def guard():
+        registry = imported("simt_pto.kernels.writers").table_writers
+        token = registry.token()
+        try:
+            registry.enter_exclusive(token, table_a.memory)
+            np.copyto(table_a.obj.reshape(table_a.memory.shape), table_a.memory, casting="equiv")
+            with inner():
+                yield
+        finally:
+            registry.leave_exclusive(token)
+    name = "read the table's elements into its contiguous copy, as their only writer until the write-back"
+    return CallPlan(call.steps, guard=guard, guard_name=name if call.guard_name is None else
+                    f"{name}; {call.guard_name}")
 
 
 def _plan_scatter(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, atomic, oob, conflict, strict) -> Plan:
@@ -456,11 +534,12 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
     atomic = from_any(ScatterAtomicOp, atomic, "atomic")
     oob = from_any(ScatterOOB, oob, "oob")
     conflict = from_any(ScatterConflict, conflict, "conflict")
-    if last_path not in LAST_PATHS:
-        raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
+    strict = flag_from_any(strict, "strict")
+    check_last_path(last_path)
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
     if target == "cpu" and coalesce == Coalesce.ROW:
+        tiling.check_tile_rows(tile_rows)  # the Row call is run as an Elem one, without its tiles
         return (*_cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
                                   dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype), None)
 
@@ -485,8 +564,7 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
     after = ()
     if c.table.device:
         def write_back():
-            from numba import cuda  # a device array: numba.cuda is in real mode already
-            dev = cuda.as_cuda_array(c.table.obj)
+            dev = imported("numba.cuda").as_cuda_array(c.table.obj)  # a device array: numba.cuda is loaded
             dev.copy_to_device(host_table.view(dev.dtype))
         after = (HostStep("copy the table back to the device", write_back),)
     return _written_back(_tile_steps("MSCATTER", c, scatter_tile, after), c.table), result, c
@@ -500,9 +578,10 @@ def scatter_plan(table: ArrayLike, src: ArrayLike, idx: ArrayLike, *, coalesce: 
     """What :func:`scatter` with these arguments runs, validated and built but not run (nothing is written): on
     ``a5`` its kernel launches (:func:`simt_pto.host.large_a5.scatter_plan`, for ``backend``, default the current
     A5 backend; ``owner`` forces the owner path's layout, ``"dense"`` or ``"compact"``), on ``a2a3`` / ``cpu`` one
-    host step per tile; for a non-contiguous table, then the write-back of its contiguous copy. For a JAX table the
-    plan updates a private copy (use :func:`scatter` for the result). Raises what :func:`scatter` raises for a
-    call it refuses."""
+    host step per tile (naming the flat C-order positions of the indices it takes; the tiles of :func:`gather`,
+    ``tile_rows`` included); for a non-contiguous table, then the write-back of its contiguous copy; nothing for an
+    ``idx`` with no elements. For a JAX table the plan updates a private copy (use :func:`scatter` for the result).
+    Raises what :func:`scatter` raises for a call it refuses."""
     return _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
                     last_path, dtype, backend, owner)[0]
 
@@ -528,6 +607,12 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     written back into its own elements. A JAX array cannot be written: the call leaves it unchanged and returns
     the updated table as a new JAX array. A read-only table is refused. ``last_path`` (Conflict::Last, atomic NONE
     on a5): ``"slot"``, ``"owner"`` or ``"auto"``; see the module docstring.
+
+    ``tile_rows`` and the tiles are as in :func:`gather`: a tile row is one index (Row), one row of ``idx``'s last
+    axis, or one element where an Elem ``idx`` is cut as one flat run (1-D, or a last axis longer than one default
+    tile holds); tiles follow each other in C order of ``idx``, so whatever ``tile_rows``, the result is that of
+    the in-order semantics above (Conflict::Last: the last writer in C order of ``idx`` wins). An ``idx`` with no elements
+    (a 0 anywhere in its shape, with ``src`` of the matching shape) writes nothing and returns the table.
 
     """
     options = (coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path, dtype)
@@ -578,4 +663,4 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     return _written_back(call, table_a), result
 
 
-__all__ = ["LAST_PATHS", "SLOT_PATH_MAX_WORK", "gather", "gather_plan", "scatter", "scatter_plan"]
+__all__ = ["LAST_PATHS", "SLOT_PATH_MAX_WORK", "check_last_path", "gather", "gather_plan", "scatter", "scatter_plan"]

@@ -1,8 +1,10 @@
 """The A5 side of the whole-array ops (:mod:`simt_pto.host.large`): what a whole-array call launches, as a
 :class:`~simt_pto.launch_spec.CallPlan` of multi-block launches of the A5 kernels.
 
-Block ``b`` of a tile launch runs tile ``b`` (index rows ``[b * tile_rows, ...)``) with the geometry of one full
-tile. One call is one plan (:func:`gather_plan`, :func:`scatter_plan`), run by :func:`simt_pto.host.a5.run_plan`:
+Block ``b`` of a tile launch runs tile ``b`` (rows ``[b * tile_rows, ...)`` of the call's 2-D view of the indices:
+index rows, or the elements of an Elem index cut as one flat run in C order, :func:`simt_pto.host.tiling.full_tiles`)
+with the geometry of one full tile: ``idx.rows`` / ``idx.cols`` below are that view. One call is one plan
+(:func:`gather_plan`, :func:`scatter_plan`), run by :func:`simt_pto.host.a5.run_plan`:
 
 * gather: one launch, ``grid`` = the tiles;
 * scatter, atomics or Conflict::Default: one launch, ``grid`` = the tiles;
@@ -29,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from simt_pto import dtypes, geometry
-from simt_pto.backend import a5_backend
+from simt_pto.backend import a5_backend, imported
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
 from simt_pto.kernels.a5.simt import cpu_workers
@@ -41,8 +43,7 @@ from .arrays import new_device_array, to_host
 
 
 def _cuda():
-    from numba import cuda
-    return cuda
+    return imported("numba.cuda")
 
 
 def _flat(a, dtype):

@@ -10,8 +10,11 @@ analyzer, ``simt-pto inspect``, selftest and the benchmarks.
 * :func:`default_tile_rows` / :func:`fit_tile_rows`: rows per tile when the caller names none: at most
   :data:`DEFAULT_MAX_TILE_ROWS` (Row) or :data:`DEFAULT_MAX_TILE_ELEMS` positions (Elem), halved until the
   tiles fit the UB budget.
+* :func:`elem_tile_cols`: the columns of an Elem call's tiles: whole rows of the index (its last axis) while a row
+  fits one default tile, else the index taken as one flat run of elements in C order, cut by element count.
 * :func:`full_tiles`: the data and index tiles of one full tile of a whole-array call, which
-  ``constraints.plan_*`` validate once for the call.
+  ``constraints.plan_*`` validate once for the call (a tile that cannot fit the UB is refused here, with what would
+  make it fit).
 * :func:`tile_plan`: that validated plan re-pointed at the rows of one tile, for the sequential targets.
 
 Plain model code: it imports no kernel and runs nothing.
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from simt_pto import dtypes as _dt
 from simt_pto import ub
 from simt_pto.enums import BLayout, Coalesce
+from simt_pto.errors import ConstraintError
 from simt_pto.tile import Tile
 
 DEFAULT_MAX_TILE_ROWS = 256
@@ -53,14 +58,22 @@ def data_tile(dtype, rows: int, cols: int, layout=BLayout.ROW_MAJOR) -> Tile:
     return Tile(d, *padded_shape(rows, cols, d.itemsize, layout), blayout=layout, valid=(rows, cols))
 
 
+def index_shape(coalesce, rows: int, cols: int, layout=BLayout.ROW_MAJOR) -> tuple[int, int]:
+    """The padded ``(Rows, Cols)`` of :func:`index_tile`."""
+    if coalesce == Coalesce.ROW:
+        return (round_up(rows, 8), 1) if layout == BLayout.COL_MAJOR else (1, round_up(rows, 8))
+    return padded_shape(rows, cols, INDEX_ITEMSIZE, layout)
+
+
 def index_tile(coalesce, rows: int, cols: int, layout=BLayout.ROW_MAJOR, idx_dtype="int32") -> Tile:
     """The index tile of a ``rows x cols`` data tile. Row: one index per row, ``[1, R]`` RowMajor (``layout``
     ROW_MAJOR) or ``[R, 1]`` ColMajor (COL_MAJOR); Elem: one per element, ``rows x cols`` in ``layout``."""
+    shape = index_shape(coalesce, rows, cols, layout)
     if coalesce == Coalesce.ROW:
         if layout == BLayout.COL_MAJOR:
-            return Tile(idx_dtype, round_up(rows, 8), 1, blayout=BLayout.COL_MAJOR, valid=(rows, 1))
-        return Tile(idx_dtype, 1, round_up(rows, 8), valid=(1, rows))
-    return Tile(idx_dtype, *padded_shape(rows, cols, INDEX_ITEMSIZE, layout), blayout=layout, valid=(rows, cols))
+            return Tile(idx_dtype, *shape, blayout=BLayout.COL_MAJOR, valid=(rows, 1))
+        return Tile(idx_dtype, *shape, valid=(1, rows))
+    return Tile(idx_dtype, *shape, blayout=layout, valid=(rows, cols))
 
 
 def tile_bytes(coalesce, cols: int, dtype, layout=BLayout.ROW_MAJOR, idx_layout=None):
@@ -72,12 +85,8 @@ def tile_bytes(coalesce, cols: int, dtype, layout=BLayout.ROW_MAJOR, idx_layout=
 
     def nbytes(rows: int) -> int:
         r, c = padded_shape(rows, cols, itemsize, layout)
-        if coalesce == Coalesce.ROW:
-            index = round_up(rows, 8)
-        else:
-            ir, ic = padded_shape(rows, cols, INDEX_ITEMSIZE, idx_layout)
-            index = ir * ic
-        return r * c * itemsize + index * INDEX_ITEMSIZE
+        ir, ic = index_shape(coalesce, rows, cols, idx_layout)
+        return r * c * itemsize + ir * ic * INDEX_ITEMSIZE
     return nbytes
 
 
@@ -105,24 +114,110 @@ def whole_array_layout(target: str, coalesce, cols: int) -> BLayout:
     return BLayout.ROW_MAJOR
 
 
-def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols: int, tile_rows=None,
-               dyn_ubuf_size=None) -> tuple[Tile, Tile, int]:
-    """``(data tile, index tile, tile_rows)``: the tiles of one full tile of a whole-array call over ``rows``
-    index rows of ``cols`` (what the call is validated with), and the rows per tile (``tile_rows``, or
-    :func:`default_tile_rows` under the target's UB budget; at most ``rows``). TypeError for a ``tile_rows`` that
-    is not a positive int."""
-    layout = whole_array_layout(target, coalesce, cols)
+def elem_tile_cols(op: str, target: str, dtype, cols: int, dyn_ubuf_size=None) -> int:
+    """The columns of an Elem whole-array call's tiles, for an index whose 2-D view has rows of ``cols`` elements
+    (its last axis; :func:`simt_pto.host.arrays._two_d`): ``cols`` while one row fits one default tile (at most
+    :data:`DEFAULT_MAX_TILE_ELEMS` elements, its data and index tiles within the target's UB budget), so a tile
+    holds ``tile_rows`` whole index rows (MSCATTER.md, "Tiled-Iteration Pattern": a 2048 x 8 index as chunks of
+    128 x 8); else 1: the index is one flat run of elements in C order, as a 1-D index is, and a tile holds
+    ``tile_rows`` of its elements. Elem semantics are per element in C order, so either view gives the same
+    result; the flat one lets a long last axis be split across tiles."""
+    if cols <= 1 or cols > DEFAULT_MAX_TILE_ELEMS:
+        return 1
+    budget = ub.budget(op, target, dyn_ubuf_size)
+    one_row = tile_bytes(Coalesce.ELEM, cols, dtype, whole_array_layout(target, Coalesce.ELEM, cols))(1)
+    return cols if budget is None or one_row <= budget else 1
 
-    def build(tr):
-        return data_tile(dtype, tr, cols, layout), index_tile(coalesce, tr, cols, layout, idx_dtype)
 
-    if tile_rows is None:
-        tile_rows = default_tile_rows(coalesce, rows, cols, tile_bytes(coalesce, cols, dtype, layout),
-                                      ub.budget(op, target, dyn_ubuf_size))
-    elif isinstance(tile_rows, bool) or not isinstance(tile_rows, (int, np.integer)) or tile_rows < 1:
+class FullTiles(NamedTuple):
+    """One full tile of a whole-array call (:func:`full_tiles`)."""
+
+    data: Tile
+    """The dst (gather) / src (scatter) tile."""
+    idx: Tile
+    tile_rows: int
+    """Rows of the call's 2-D view per tile: index rows (Row, and Elem with ``cols`` > 1), or index elements
+    (Elem with ``cols`` == 1: a 1-D index, or an index cut as one flat run, :func:`elem_tile_cols`)."""
+    cols: int
+    """Columns of that view: the table's row width (Row); the index's last axis, or 1 (Elem)."""
+
+
+def check_tile_rows(tile_rows) -> None:
+    """TypeError unless ``tile_rows`` is None or a positive int (numpy's integers too; not a bool): checked on every
+    route of a whole-array call, those that cut no tiles of it included (the ``cpu`` target's Row scatter)."""
+    if tile_rows is not None and (isinstance(tile_rows, bool) or not isinstance(tile_rows, (int, np.integer))
+                                  or tile_rows < 1):
         raise TypeError(f"tile_rows must be a positive int, got {tile_rows!r}")
-    tile_rows = min(int(tile_rows), rows)
-    return (*build(tile_rows), tile_rows)
+
+
+def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols: int, tile_rows=None,
+               dyn_ubuf_size=None) -> FullTiles:
+    """The tiles of one full tile of a whole-array call (what the call is validated with) and its tile view. The
+    index's 2-D view is ``rows x cols`` (Row: ``rows`` indices, ``cols`` the table's row width; Elem: the index's
+    rows and last axis, which :func:`elem_tile_cols` may turn into ``rows * cols`` rows of 1 element). Rows per
+    tile: ``tile_rows``, or :func:`default_tile_rows` under the target's UB budget; at most the view's rows. An
+    empty index is validated as one row (Elem: one element): the call's rules, then nothing runs.
+
+    TypeError for a ``tile_rows`` that is not a positive int; ConstraintError ("UB working set within budget")
+    for tiles over the budget, naming what would make them fit (:func:`over_budget`)."""
+    check_tile_rows(tile_rows)
+    budget = ub.budget(op, target, dyn_ubuf_size)
+    if coalesce == Coalesce.ELEM:
+        if rows * cols == 0:
+            rows, cols = 0, 1
+        elif cols > 1 and elem_tile_cols(op, target, dtype, cols, dyn_ubuf_size) == 1:
+            rows, cols = rows * cols, 1
+    rows = max(rows, 1)
+    layout = whole_array_layout(target, coalesce, cols)
+    nbytes = tile_bytes(coalesce, cols, dtype, layout)
+    given = tile_rows is not None
+    tile_rows = min(int(tile_rows), rows) if given else default_tile_rows(coalesce, rows, cols, nbytes, budget)
+    if budget is not None and nbytes(tile_rows) > budget:
+        raise over_budget(op, target, coalesce, dtype, idx_dtype, cols, layout, tile_rows, given, budget,
+                          dyn_ubuf_size)
+    return FullTiles(data_tile(dtype, tile_rows, cols, layout),
+                     index_tile(coalesce, tile_rows, cols, layout, idx_dtype), tile_rows, cols)
+
+
+def over_budget(op, target, coalesce, dtype, idx_dtype, cols, layout, tile_rows, given, budget,
+                dyn_ubuf_size) -> ConstraintError:
+    """The ConstraintError of whole-array tiles of ``tile_rows`` rows over the UB ``budget``: the working set as the
+    tile op states it (:func:`simt_pto.ub.check_working_set`), then only what would make the call fit: a smaller
+    ``tile_rows`` (when the caller named one and a tile of one row fits), an A5 ``dyn_ubuf_size`` (when the tiles
+    fit the most A5 can declare), or that neither can (a Row tile holds whole table rows)."""
+    d = _dt.resolve(dtype)
+    nbytes = tile_bytes(coalesce, cols, d, layout)  # grows with the rows
+    r, c = padded_shape(tile_rows, cols, d.itemsize, layout)
+    ir, ic = index_shape(coalesce, tile_rows, cols, layout)
+    name = "dst" if op == "MGATHER" else "src"
+    parts = (f"{name} {r}x{c} {d} = {r * c * d.itemsize} B + idx {ir}x{ic} {_dt.resolve(idx_dtype)} = "
+             f"{ir * ic * INDEX_ITEMSIZE} B = {nbytes(tile_rows)} B")
+    how = ("the 192 KB A2/A3 UB" if target == "a2a3" else
+           "the 128 KB safe A5 working set without dyn_ubuf_size" if not dyn_ubuf_size else
+           f"dyn_ubuf_size = {dyn_ubuf_size} B")
+    most_ub = ub.A5_MAX_DYN_UBUF_BYTES if target == "a5" else budget
+
+    def most_rows(limit):  # the most rows (up to tile_rows) whose tiles fit ``limit``: nbytes grows with the rows
+        fit, over = 1, tile_rows + 1
+        while over - fit > 1:
+            mid = (fit + over) // 2
+            fit, over = (mid, over) if nbytes(mid) <= limit else (fit, mid)
+        return fit
+
+    fits = []
+    if given and nbytes(1) <= budget:
+        fits.append(f"tile_rows <= {most_rows(budget)} (or tile_rows unset)")
+    if target == "a5" and nbytes(tile_rows) <= most_ub:
+        fits.append(f"dyn_ubuf_size >= {nbytes(tile_rows)} B (A5 declares up to {most_ub} B)")
+    elif target == "a5" and nbytes(1) <= most_ub < nbytes(tile_rows) and nbytes(1) > budget:
+        fewer = most_rows(most_ub)
+        fits.append(f"tile_rows <= {fewer} and dyn_ubuf_size >= {nbytes(fewer)} B (A5 declares up to {most_ub} B)")
+    if fits:
+        hint = "it fits with " + ", or with ".join(fits)
+    else:  # one row's tiles are over the most UB the target gives: a Row tile holds whole table rows
+        hint = (f"no tile_rows or dyn_ubuf_size fits it: a tile holds whole rows, and one row of {cols} {d} with its "
+                f"index takes {nbytes(1)} B, over the {most_ub} B a tile may use on {target}")
+    return ConstraintError(op, target, "UB working set within budget", f"working set {parts} exceeds {how}; {hint}")
 
 
 def weightless(tile: Tile) -> Tile:
@@ -164,6 +259,6 @@ def tile_plan(plan, idx_rows: np.ndarray, data_rows: np.ndarray | None = None, t
     return plan.repointed(tile=data, idx=idx, table=table)
 
 
-__all__ = ["DEFAULT_MAX_TILE_ELEMS", "DEFAULT_MAX_TILE_ROWS", "data_tile", "default_tile_rows", "fit_tile_rows",
-           "full_tiles", "index_tile", "padded_shape", "round_up", "tile_bytes", "tile_plan", "tile_starts",
-           "weightless", "whole_array_layout"]
+__all__ = ["DEFAULT_MAX_TILE_ELEMS", "DEFAULT_MAX_TILE_ROWS", "FullTiles", "check_tile_rows", "data_tile",
+           "default_tile_rows", "elem_tile_cols", "fit_tile_rows", "full_tiles", "index_shape", "index_tile", "over_budget", "padded_shape",
+           "round_up", "tile_bytes", "tile_plan", "tile_starts", "weightless", "whole_array_layout"]

@@ -5,14 +5,22 @@ op of :mod:`.large`, which states the semantics (MGATHER.md / MSCATTER.md, tile 
 among its operands takes the Dask route of :mod:`.dask_tables`: the same semantics, computed where the table's
 chunks live, and a Dask array as the result. Dask is told apart by its class's module, so a call that passes no
 Dask array never imports Dask.
+
+The options whose type no later step reads the same on both routes are checked here, before either route runs
+anything: ``strict`` is a bool (numpy's ``np.True_`` / ``np.False_`` too, as for the tile ops; a string such as
+``"False"`` or an int is a TypeError), ``last_path`` a string, ``tile_rows`` None or a positive int. The other
+options are checked by type where the call is validated, on both routes alike (``coalesce``, ``oob``, ``atomic``,
+``conflict`` and ``target``: :func:`simt_pto.enums.from_any`; ``dyn_ubuf_size``: :func:`simt_pto.ub.budget`;
+``dtype``, ``out``: :mod:`.arrays`).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB
+from simt_pto.backend import first_use
+from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, flag_from_any
 
-from . import large
+from . import large, tiling
 from .arrays import ArrayLike, DTypeArg
 
 if TYPE_CHECKING:
@@ -49,8 +57,11 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
 
     With a Dask array among the operands, :func:`simt_pto.host.dask_tables.gather`: the result is a Dask array
     chunked like ``idx``, with the same semantics, computed where the table's chunks are."""
+    if strict is not True:  # True, the default, needs no look
+        strict = flag_from_any(strict, "strict")
     if _dask_operand(table, idx, out):
-        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
+        with first_use:  # imports Dask: only for a call that passes a Dask array
+            from . import dask_tables
         return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
                                   dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
     return large.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
@@ -69,8 +80,15 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
 
     With a Dask array among the operands, :func:`simt_pto.host.dask_tables.scatter`: Dask arrays cannot be
     written, so the updated table is returned as a new Dask array, with the same semantics."""
+    if strict is not True:  # True, the default, needs no look
+        strict = flag_from_any(strict, "strict")
+    if type(last_path) is not str or last_path != "auto":  # "auto", the default, needs no look
+        large.check_last_path(last_path)
+    if tile_rows is not None:
+        tiling.check_tile_rows(tile_rows)
     if _dask_operand(table, src, idx):
-        from . import dask_tables  # imports Dask: only for a call that passes a Dask array
+        with first_use:  # imports Dask: only for a call that passes a Dask array
+            from . import dask_tables
         updated_dask: TableT = dask_tables.scatter(
             table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
             tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)

@@ -11,9 +11,12 @@ which build Numba's dispatcher and add four guarantees to it:
   have chosen (same cache folder, same file names) and adds to the stamp :func:`source_digest`, a digest of every
   ``.py`` file under the watched roots. An imported module counts with its source as it was imported, not as it
   is on disk now: its digest is taken once, the first time a stamp is formed after its import. A module whose file
-  is already newer than the process at that first look (an edit during the session: the process may run code that
-  no file holds any more) makes the process compile without the disk cache (:func:`stale_source`, one warning;
-  Linux, where the process's start time is known).
+  was written after ``import simt_pto`` began, as seen at that first look (an edit during the session: the process
+  may run code that no file holds any more), makes the process compile without the disk cache
+  (:func:`stale_source`, one warning). The moment is ``import simt_pto``'s, read from the clock that stamps files,
+  not the process's start: a process may have started long before it ran Python (a shell that installed the
+  package, then replaced itself with ``simt-pto demo``: ``( pip install . && simt-pto demo )``), and the files it
+  wrote in between are no edit.
 * **A damaged cache file costs a recompile, not the run.** A ``.nbi`` index or ``.nbc`` data file that cannot be
   read (truncated, garbage, or damaged inside: each file written here ends with a SHA-256 seal of its content,
   checked before anything in it is unpickled or loaded) is reported once by a :class:`KernelCacheWarning` naming
@@ -38,7 +41,6 @@ import pickle
 import signal
 import sys
 import threading
-import time
 import uuid
 import warnings
 from pathlib import Path
@@ -76,22 +78,21 @@ def watched(py_file) -> bool:
 
 # -- the source digest -------------------------------------------------------------------------------------
 
-def _process_start() -> float | None:
-    """When this process started, as ``time.time()``, at most one clock tick early (Linux); None elsewhere."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces: cut after it
-        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
-        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
+def _imports_began() -> float:
+    """When ``import simt_pto`` began (:data:`simt_pto.backend.IMPORT_BEGAN`), as ``time.time()``: no watched module of the
+    package was read from its file before it. A file whose mtime is not after it was last written before the module
+    was read (the clock that stamps files runs no ahead of ``time.time()``), so it holds what the module runs. A
+    forked child keeps its parent's moment, the one its inherited modules were imported after.
+
+    Not the process's start (``/proc/self/stat``): that is when the process was forked, which may be long before it
+    ran Python: ``( pip install . && simt-pto demo )`` forks a subshell, installs, then replaces the subshell with
+    ``simt-pto`` (bash runs the last command of a subshell without a fork of its own), so the files pip wrote looked
+    newer than the process, and the first run after an install warned and compiled without the disk cache."""
+    from simt_pto.backend import IMPORT_BEGAN
+    return IMPORT_BEGAN
 
 
-_START = _process_start()
-_TICK = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
-# A file written before the process started has an mtime below _START + _TICK (the start is read in ticks, rounded
-# down). Read at the first import of this package: a forked child keeps its parent's start, the one its inherited
-# modules were imported after.
+_IMPORTS_BEGAN = _imports_began()
 
 _at_import: dict[str, str] = {}     # source path of an imported module -> its digest, taken once
 _by_stat: dict[str, tuple] = {}     # source path -> (stat key, digest): unimported files are re-read only when changed
@@ -124,11 +125,12 @@ def _source_state() -> str:
         if digest is None:
             digest, mtime = _file_digest(path)
             if path in imported:
-                # The module's code is what the file held at its import, which was after the process started:
+                # The module's code is what the file held at its import, which was after ``import simt_pto`` began:
                 # a file older than that is what the module runs, a newer one may not be.
                 _at_import[path] = digest
-                if _stale is None and _START is not None and mtime > _START + _TICK:
-                    _stale = f"{path} changed on disk after this process started (the module it imported may differ)"
+                if _stale is None and mtime > _IMPORTS_BEGAN:
+                    _stale = (f"{path} changed on disk after this process imported simt_pto (the module it imported "
+                              "may differ)")
         h.update(path.encode())
         h.update(digest.encode())
     return h.hexdigest()
@@ -142,7 +144,7 @@ def source_digest() -> str:
 
 def stale_source() -> str | None:
     """Why this process may run code that differs from the package's files (an imported watched module's file was
-    newer than the process when first looked at), or None. Once set, the process compiles without the disk cache."""
+    written after ``import simt_pto`` began, as first looked at), or None. Once set, the process compiles without the disk cache."""
     _source_state()
     return _stale
 
@@ -225,9 +227,9 @@ def cuda_jit(py_func=None, *, key: str | None = None, **options):
     """``numba.cuda.jit`` with the same options, the dispatcher passed through :func:`guard` (the CUDA simulator's
     kernels compile nothing and come back as they are); ``key`` as for :func:`njit`. Raises
     :class:`~simt_pto.backend.MissingExtraError` without numba-cuda (Numba's built-in ``numba.cuda`` is not it)."""
-    from simt_pto.backend import require_numba_cuda
+    from simt_pto.backend import imported, require_numba_cuda
     require_numba_cuda("a CUDA kernel")
-    from numba import cuda
+    cuda = imported("numba.cuda")
 
     def decorate(fn):
         return guard(cuda.jit(**{**options, "cache": False})(_keyed(fn, key)), cache=options.get("cache", False))
@@ -405,8 +407,13 @@ _fork_guard_installed = False
 
 
 def _compiler_locks() -> list:
+    """The locks a fork waits for, in the order a thread takes them: simt_pto's first imports
+    (:data:`simt_pto.backend.first_use`: a child that inherits it held hangs at its first import of a kernel), Numba's
+    compiler lock, numba-cuda's."""
     from numba.core.compiler_lock import global_compiler_lock
-    locks = [global_compiler_lock]
+
+    from simt_pto.backend import first_use
+    locks = [first_use, global_compiler_lock]
     cuda = sys.modules.get("numba.cuda.core.compiler_lock")  # numba-cuda's own, taken after Numba's (its order)
     if cuda is not None and getattr(cuda, "_numba_cuda_compiler_lock", None) is not None:
         locks.append(cuda._numba_cuda_compiler_lock)
@@ -414,7 +421,7 @@ def _compiler_locks() -> list:
 
 
 def _before_fork() -> None:
-    for lock in _compiler_locks():  # waits for a compile running in another thread to finish
+    for lock in _compiler_locks():  # waits for a first import or a compile running in another thread to finish
         lock.acquire()
         _held.append(lock)
 

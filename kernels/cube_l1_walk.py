@@ -25,6 +25,7 @@ import functools
 import numba
 import numpy as np
 
+from simt_pto.backend import imported
 from simt_pto.enums import IndexRule
 from simt_pto.enums import Coalesce, GatherOOB
 from simt_pto.kernels.cache import njit
@@ -97,8 +98,7 @@ def scratch_bits(plan):
     bits = scratch.host_flat().view(plan.dtype.bits).copy()
 
     def commit():
-        from numba import cuda
-        dev = cuda.as_cuda_array(scratch.array).reshape(scratch.size).view(bits.dtype)
+        dev = imported("numba.cuda").as_cuda_array(scratch.array).reshape(scratch.size).view(bits.dtype)
         dev[: plan.tile_elems].copy_to_device(np.ascontiguousarray(bits[: plan.tile_elems]))
     return bits, commit
 

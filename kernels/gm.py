@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simt_pto.backend import imported
+
 
 def write_back(plan, flat_bits: np.ndarray) -> None:
     """Publish a modified copy of device table memory (host tables were modified in place)."""
     if plan.table.on_device:
-        from numba import cuda
-        dev = cuda.as_cuda_array(plan.table.array)
+        dev = imported("numba.cuda").as_cuda_array(plan.table.array)
         dev.copy_to_device(flat_bits.view(dev.dtype).reshape(dev.shape))

@@ -15,8 +15,9 @@ model names the runtime and the tools (the import-linter contracts in pyproject.
 """
 from typing import TYPE_CHECKING
 
+# backend first: it notes when the package's import began (backend.IMPORT_BEGAN, the kernel cache's reference)
 from .backend import MissingExtraError, a5_backend, a5_backends, set_a5_backend
-from . import dtypes, nz, reference
+from . import backend, dtypes, nz, reference
 from .dtypes import DType
 from .enums import (BLayout, Coalesce, GatherExec, GatherOOB, Layout, ScatterAtomicOp, ScatterConflict,
                     ScatterOOB, SLayout, TileType, TARGETS)
@@ -46,6 +47,7 @@ __all__ = [
 _OPS = ("mgather", "mscatter", "tload", "tstore")
 _WHOLE_ARRAY = ("gather", "scatter")  # in memory or over Dask arrays
 _PLANS = ("gather_plan", "scatter_plan")
+_LAZY = frozenset(_OPS + _WHOLE_ARRAY + _PLANS + ("coalescing", "inspect_kernel", "selftest"))
 
 
 if not TYPE_CHECKING:  # hidden from type checkers, so that they report a misspelt name instead of typing it Any
@@ -53,24 +55,26 @@ if not TYPE_CHECKING:  # hidden from type checkers, so that they report a misspe
         """The public names of the runtime and the tools, imported on first access (then kept as attributes).
 
         Importing them eagerly would make ``import simt_pto`` load the host side, and through the tools the kernels
-        and Numba; the model itself never needs them."""
-        if name in _OPS:
-            from . import ops
-            value = getattr(ops, name)
-        elif name in _WHOLE_ARRAY:
-            from .host import whole_array
-            value = getattr(whole_array, name)
-        elif name in _PLANS:
-            from .host import large
-            value = getattr(large, name)
-        elif name == "coalescing":
-            from .host.tools import coalescing as value
-        elif name == "inspect_kernel":
-            from .host.tools.kernel_report import inspect_kernel as value
-        elif name == "selftest":
-            from .host.tools.selftest import selftest as value
-        else:
+        and Numba; the model itself never needs them. Imported under :data:`.backend.first_use`, as every import
+        simt_pto makes at its first use: several threads may make it at once."""
+        if name not in _LAZY:  # asked without the lock: a probe of a name that is not there never waits for it
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        with backend.first_use:
+            if name in _OPS:
+                from . import ops
+                value = getattr(ops, name)
+            elif name in _WHOLE_ARRAY:
+                from .host import whole_array
+                value = getattr(whole_array, name)
+            elif name in _PLANS:
+                from .host import large
+                value = getattr(large, name)
+            elif name == "coalescing":
+                from .host.tools import coalescing as value
+            elif name == "inspect_kernel":
+                from .host.tools.kernel_report import inspect_kernel as value
+            else:
+                from .host.tools.selftest import selftest as value
         globals()[name] = value
         return value
 

@@ -29,15 +29,31 @@ Every A5 backend, and the ``a2a3`` target's loops, run Numba-compiled code (the 
 are LLVM intrinsics that have no pure-Python form). With ``NUMBA_DISABLE_JIT`` set, :func:`a5_backend` (so the
 first A5 call) and the first ``a2a3`` call raise :class:`JitRequiredError`; ``import simt_pto`` and the ``cpu``
 target (plain numpy) still work.
+
+The first use may come from several threads at once (a backend query in one, a first call in another): every import
+of Numba, ``numba.cuda`` or a kernel module that simt_pto makes at a call goes through :func:`imported` or holds
+:data:`first_use`, and so do the backend's choice and change. Python's per-module import locks alone do not make
+that safe: two threads that enter a package with circular imports (Numba's) by different modules are each handed
+the other's half-initialised module (``ImportError: cannot import name ... from partially initialized module``).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import importlib.util
 import os
 import sys
+import threading
+import time
 import warnings
+from types import ModuleType
+
+IMPORT_BEGAN = time.time()
+"""When ``import simt_pto`` began, as ``time.time()``: the package imports this module before any other, so every
+module of the package (``simt_pto.kernels`` too) was read from its file at or after this moment, and a file last
+written before it holds what its module runs (the kernel cache's stale-source check,
+:func:`simt_pto.kernels.cache.stale_source`)."""
 
 ENV_VAR = "SIMT_PTO_A5_BACKEND"
 BACKENDS = ("gpu", "multicore", "simulator")
@@ -49,6 +65,31 @@ DEPRECATED = {"cpu": "multicore"}
 renamed because ``cpu`` is also a target (the CPU simulator's semantics), which it is not."""
 _requested: str | None = None
 _resolved: str | None = None
+
+
+first_use = threading.RLock()
+"""Held while simt_pto imports Numba, ``numba.cuda`` or one of its kernel modules for the first time, and while the
+A5 backend is chosen or changed: one thread at a time makes these first imports, so that none sees another's
+half-initialised module. Re-entrant (an import under it may import more under it). Taken before Numba's compiler
+lock where both are held (a kernel module that compiles as it is imported), never after it; ``os.fork()`` waits
+for it once the kernels are loaded (:func:`simt_pto.kernels.cache.install_fork_guard`)."""
+
+
+def _initialised(module: ModuleType | None) -> bool:
+    """Whether ``module`` (a ``sys.modules`` entry, or None) has finished running its top level: a module another
+    thread is still importing is in ``sys.modules`` already, half-initialised."""
+    return module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+def imported(name: str) -> ModuleType:
+    """The module ``name``, imported under :data:`first_use` unless some thread has finished importing it already
+    (then no lock is taken: a call that finds its modules loaded pays a dictionary lookup). Every call-time import
+    of a Numba or ``numba.cuda`` module in simt_pto goes through here: ``cuda = imported("numba.cuda")``."""
+    module = sys.modules.get(name)
+    if _initialised(module):
+        return module
+    with first_use:
+        return importlib.import_module(name)
 
 
 CUDA_EXTRA = "cuda"
@@ -88,13 +129,21 @@ class JitRequiredError(RuntimeError):
     """A target that runs Numba-compiled code was called with Numba's JIT disabled (``NUMBA_DISABLE_JIT``)."""
 
 
+_numba_config: ModuleType | None = None
+"""``numba.core.config`` once loaded (:func:`require_jit` reads it at every launch)."""
+
+
+def _load_numba_config() -> ModuleType:
+    global _numba_config
+    _numba_config = imported("numba.core.config")
+    return _numba_config
+
+
 def require_jit(target: str) -> None:
     """Raise :class:`JitRequiredError` when Numba's JIT is disabled: ``target`` (``"a5"`` or ``"a2a3"``) runs
     compiled code. Without the JIT the ``multicore`` backend's atomic intrinsics cannot run at all, and the rest would
     run as Python over numpy scalars: far slower, and an integer wraparound the spec defines raises a warning."""
-    config = sys.modules.get("numba.core.config")  # every launch asks: skip the import statement's machinery
-    if config is None:
-        from numba.core import config
+    config = _numba_config or _load_numba_config()  # every launch asks: a global once Numba is loaded
     if config.DISABLE_JIT:
         raise JitRequiredError(
             f"target {target!r} needs Numba's JIT compiler, and NUMBA_DISABLE_JIT="
@@ -144,14 +193,16 @@ def cuda_mode() -> str | None:
     loads without numba-cuda: no backend of ours runs on it).
 
     Read from what was imported, never importing ``numba.cuda`` itself. With numba-cuda installed, ``import
-    numba.cuda`` always loads it (its redirector), which keeps its mode in ``numba.cuda.core.config``; that import
-    may still be under way in another thread, so the config is imported here, which waits for it."""
+    numba.cuda`` always loads it (its redirector), which keeps its mode in ``numba.cuda.core.config``. That import
+    may still be under way in another thread: then this waits for it (:func:`imported`)."""
     module = sys.modules.get("numba.cuda")
     if module is None:
         return None
+    if not _initialised(module):
+        module = imported("numba.cuda")
     if not numba_cuda_installed() or getattr(module, "implementation", "NVIDIA") != "NVIDIA":
         return "builtin"
-    from numba.cuda.core import config  # numba-cuda's: present once its numba.cuda has been imported
+    config = imported("numba.cuda.core.config")  # numba-cuda's: present once its numba.cuda has been imported
     return "simulator" if config.ENABLE_CUDASIM else "gpu"
 
 
@@ -185,8 +236,7 @@ def _prepare_cuda(backend: str) -> None:
         return
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if backend == "simulator" else "0"
     if "numba" in sys.modules:  # numba reads its config at import: make it see the choice
-        from numba.core import config
-        config.reload_config()
+        imported("numba.core.config").reload_config()
 
 
 def _resolve(choice: str) -> str:
@@ -206,11 +256,12 @@ def set_a5_backend(name: str) -> str:
     """
     global _requested, _resolved
     choice = canonical_backend(name, stacklevel=2)
-    require_jit("a5")
-    backend = _resolve(choice)
-    if backend != "multicore":
-        _prepare_cuda(backend)
-    _requested, _resolved = choice, backend
+    with first_use:  # one choice at a time, none while another thread imports numba or numba.cuda
+        require_jit("a5")
+        backend = _resolve(choice)
+        if backend != "multicore":
+            _prepare_cuda(backend)
+        _requested, _resolved = choice, backend
     return backend
 
 
@@ -223,9 +274,13 @@ def a5_backend() -> str:
     """
     global _resolved
     require_jit("a5")
-    if _resolved is None:
-        backend = _resolve(_requested or canonical_backend(os.environ.get(ENV_VAR, "auto"), stacklevel=2))
-        if backend != "multicore":
-            _prepare_cuda(backend)
-        _resolved = backend
-    return _resolved
+    resolved = _resolved
+    if resolved is None:
+        with first_use:  # one choice at a time: the first thread resolves, the others find its choice
+            if _resolved is None:
+                backend = _resolve(_requested or canonical_backend(os.environ.get(ENV_VAR, "auto"), stacklevel=2))
+                if backend != "multicore":
+                    _prepare_cuda(backend)
+                _resolved = backend
+            resolved = _resolved
+    return resolved

@@ -246,6 +246,18 @@ def from_any(enum_cls: type[E], value: object, what: str | None = None) -> E:
     raise TypeError(f"{what}: expected a {enum_cls.__name__}, an int or a string, got {type(value).__name__}")
 
 
+def flag_from_any(value: object, what: str) -> bool:
+    """A yes / no option (``strict``) as a Python bool: ``True`` / ``False``, or numpy's ``np.True_`` / ``np.False_``
+    (a flag read from an array). Anything else is a TypeError naming the argument, the type and the value, raised
+    before the op does anything: ``strict="False"`` is a non-empty string, which ``bool()`` reads as True, and
+    ``strict=2`` or ``None`` means no one thing."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"{what} must be a bool, got {type(value).__name__} {value!r}")
+
+
 def target_from_any(target: str) -> str:
     """Normalise a target name: ``"a5"``, ``"a2a3"`` (also ``"a2"``, ``"a3"``) or ``"cpu"``."""
     if not isinstance(target, str):

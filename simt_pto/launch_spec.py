@@ -93,7 +93,7 @@ class LaunchSpec:
     cpu_alone_kernel: str | None = None
     """A kernel of the same arguments, policy and grid that the ``multicore`` backend runs instead, on the calling
     thread, when no other launch is writing memory the table shares at the time (the Elem scatter's plain
-    read-modify-writes, ``simt_mscatter_elem_serial_kernel``; ``simt_pto.kernels.a5.writers``); otherwise it runs
+    read-modify-writes, ``simt_mscatter_elem_serial_kernel``; ``simt_pto.kernels.writers``); otherwise it runs
     ``kernel``. None: always ``kernel``. Nothing else reads it."""
 
     def __init__(self, kernel: str, policy: KernelPolicy, args: tuple[tuple[str, Any], ...], geometry: LaunchGeometry,

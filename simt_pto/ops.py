@@ -6,10 +6,13 @@ host entry point, ``simt_pto.host.dispatch``, which runs it on the target: ``cpu
 """
 from __future__ import annotations
 
-from . import aliasing, constraints
+import contextlib
+
+from . import aliasing, constraints, torch_rules
+from .backend import imported
 from .enums import (Coalesce, CoalesceLike, GatherExec, GatherExecLike, GatherOOB, GatherOOBLike, ScatterAtomicOp,
-                    ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike, from_any,
-                    target_from_any)
+                    ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike, flag_from_any,
+                    from_any, target_from_any)
 from .errors import ConstraintError
 from .host import dispatch
 from .tensor import GlobalTensor
@@ -17,9 +20,7 @@ from .tile import Tile
 
 
 def _strict(strict: bool) -> bool:
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
-    return strict
+    return flag_from_any(strict, "strict")  # the whole-array ops check theirs by the same rule
 
 
 def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesce: CoalesceLike = Coalesce.ROW,
@@ -65,11 +66,19 @@ def mscatter(table: GlobalTensor, src: Tile, idx: Tile, *, coalesce: CoalesceLik
     policy = (from_any(Coalesce, coalesce, "coalesce"), from_any(ScatterAtomicOp, atomic, "atomic"),
               from_any(ScatterOOB, oob, "oob"), from_any(ScatterConflict, conflict, "conflict"), _strict(strict),
               dyn_ubuf_size)
-    signature = constraints.cached_mscatter(target, table, src, idx, *policy)  # as in mgather
-    if signature is not None and dispatch.run_kept(signature, src, table, idx):
-        return table
-    dispatch.run_mscatter(constraints.plan_mscatter(target, table, src, idx, *policy))
+    with _torch_write(table, "table", "MSCATTER", target):
+        signature = constraints.cached_mscatter(target, table, src, idx, *policy)  # as in mgather
+        if signature is not None and dispatch.run_kept(signature, src, table, idx):
+            return table
+        dispatch.run_mscatter(constraints.plan_mscatter(target, table, src, idx, *policy))
     return table
+
+
+def _torch_write(gtensor, what: str, op: str, target: str | None) -> contextlib.AbstractContextManager:
+    """Around an op that writes ``gtensor``: where it wraps a PyTorch tensor, torch's in-place rules checked first
+    and its version counter bumped as the op leaves (:func:`simt_pto.torch_rules.writing`); else nothing."""
+    tensor = getattr(gtensor, "torch_tensor", None)  # (not a GlobalTensor: the op's own checks refuse it)
+    return contextlib.nullcontext() if tensor is None else torch_rules.writing(tensor, what, op, target)
 
 
 def _check_move(op, tile, gtensor):
@@ -91,7 +100,7 @@ def tload(tile: Tile, gtensor: GlobalTensor) -> Tile:
     offs = _check_move("TLOAD", tile, gtensor)
     aliasing.check_disjoint("TLOAD", None, {"tile": tile.data}, {"gtensor": gtensor.array})
     if gtensor.on_device:  # copy only the span the tile reads
-        from numba import cuda
+        cuda = imported("numba.cuda")
         lo, hi = int(offs.min()), int(offs.max()) + 1
         span = cuda.as_cuda_array(gtensor.array).reshape(gtensor.size)[lo:hi].copy_to_host()
         values = span.view(gtensor.dtype.numpy)[offs - lo]
@@ -107,12 +116,13 @@ def tstore(gtensor: GlobalTensor, tile: Tile) -> GlobalTensor:
     aliasing.check_disjoint("TSTORE", None, {"gtensor": gtensor.array}, {"tile": tile.data})
     values = tile.valid_numpy()
     if gtensor.on_device:  # read-modify-write only the span the tile covers (padding between rows kept)
-        from numba import cuda
+        cuda = imported("numba.cuda")
         lo, hi = int(offs.min()), int(offs.max()) + 1
-        device = cuda.as_cuda_array(gtensor.array).reshape(gtensor.size)[lo:hi]
-        span = device.copy_to_host()
-        span.view(gtensor.dtype.numpy)[offs - lo] = values.view(gtensor.dtype.numpy)
-        device.copy_to_device(span)
+        with _torch_write(gtensor, "gtensor", "TSTORE", None):
+            device = cuda.as_cuda_array(gtensor.array).reshape(gtensor.size)[lo:hi]
+            span = device.copy_to_host()
+            span.view(gtensor.dtype.numpy)[offs - lo] = values.view(gtensor.dtype.numpy)
+            device.copy_to_device(span)
     else:
         flat = gtensor.flat
         flat[offs] = values.view(flat.dtype)

@@ -3,7 +3,10 @@
 Wraps a numpy array, or without copying a device array (anything with ``__cuda_array_interface__``:
 CuPy, PyTorch CUDA tensors, Numba device arrays). The wrapped memory must be C-contiguous: shape and
 stride then describe how the op sees it (stride-padded ND tables, NZ block layouts), and every
-offset they can produce is checked to lie inside the wrapped memory.
+offset they can produce is checked to lie inside the wrapped memory. A PyTorch tensor is used in place as
+torch reads it or refused (:func:`simt_pto.torch_rules.in_place`: a view with a lazy negation is refused, a tensor
+that requires grad is wrapped detached), and an op that writes it keeps torch's in-place rules and bumps its
+version counter (:attr:`GlobalTensor.torch_tensor`). Memory in the other byte order is refused.
 """
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import dtypes as _dt
-from . import nz
+from . import nz, torch_rules
+from .backend import imported
 from .enums import Layout, LayoutLike, from_any
 from .errors import ConstraintError
 
@@ -67,6 +71,11 @@ class GlobalTensor:
                  stride: tuple[int, ...] | list[int] | None = None, layout: LayoutLike = Layout.ND,
                  dtype: _dt.DTypeLike | None = None) -> None:
         self.layout = from_any(Layout, layout, "layout")
+        self.torch_tensor: Any = None
+        """The PyTorch tensor wrapped, if one is: an op that writes it keeps torch's in-place rules
+        (:func:`simt_pto.torch_rules.writing`)."""
+        if torch_rules.torch_of(array) is not None:  # (before its __cuda_array_interface__, which grad refuses)
+            self.torch_tensor, array = array, torch_rules.in_place(array, "GlobalTensor array", "GlobalTensor")
         self.on_device = is_device_array(array)
         if self.on_device:
             info = array.__cuda_array_interface__
@@ -88,6 +97,10 @@ class GlobalTensor:
                 raise ConstraintError("GlobalTensor", None, "C-contiguous memory",
                                       "the array must be C-contiguous (describe padding with shape/stride instead)")
             np_dtype, arr_shape = array.dtype, array.shape
+        if not np_dtype.isnative:
+            raise ConstraintError("GlobalTensor", None, "memory in the host's byte order",
+                                  f"the array has dtype {np_dtype.str} (the other byte order); the tile ops use it in "
+                                  "place: pass a converted copy (array.astype(array.dtype.newbyteorder('=')))")
         self.array: np.ndarray | CudaArray = array
         self.dtype = _dt.resolve(dtype if dtype is not None else np_dtype)
         if self.dtype.itemsize != np_dtype.itemsize:
@@ -120,7 +133,8 @@ class GlobalTensor:
         table it validated once at each call's memory). ``None`` gives the tensor without memory that a cache keeps,
         so that it holds no caller's array."""
         tensor = object.__new__(GlobalTensor)
-        tensor.__dict__.update(self.__dict__, array=array)
+        tensor.__dict__.update(self.__dict__, array=array,
+                               torch_tensor=array if torch_rules.torch_of(array) is not None else None)
         return tensor
 
     @property
@@ -139,15 +153,14 @@ class GlobalTensor:
     def host_flat(self) -> np.ndarray:
         """A flat host array of the memory: a view for numpy, a copy for device memory."""
         if self.on_device:
-            from numba import cuda
+            cuda = imported("numba.cuda")
             return cuda.as_cuda_array(self.array).copy_to_host().reshape(-1).view(self.dtype.numpy)
         return self.flat.view(self.dtype.numpy) if self.flat.dtype != self.dtype.numpy else self.flat
 
     def numpy(self) -> np.ndarray:
         """The wrapped memory as the caller gave it (a host copy for device memory)."""
         if self.on_device:
-            from numba import cuda
-            return cuda.as_cuda_array(self.array).copy_to_host()
+            return imported("numba.cuda").as_cuda_array(self.array).copy_to_host()
         return self.array
 
     @property

@@ -52,6 +52,15 @@ def check_distinct_storage(op: str, target: str, tiles: dict) -> None:
                                       f"{n1} and {n2} share memory (the same tile passed twice?)")
 
 
+def _what_fits(target: str, total: int) -> str:
+    """The one change that makes a tile op's working set of ``total`` bytes fit, for its refusal: on A5 a
+    ``dyn_ubuf_size`` while one can hold it, else smaller tiles (the tiles' shapes are the caller's)."""
+    if target == "a5" and total <= A5_MAX_DYN_UBUF_BYTES:
+        return f"declare dyn_ubuf_size of at least {total} B (A5 takes up to {A5_MAX_DYN_UBUF_BYTES} B)"
+    beyond = "the 192 KB A2/A3 UB" if target == "a2a3" else f"the {A5_MAX_DYN_UBUF_BYTES} B A5 can declare"
+    return f"use smaller tiles: {total} B is more than {beyond}"
+
+
 def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> None:
     """Check the UB tiles of one op: their storage is distinct (:func:`check_distinct_storage`), the working set
     fits the budget, placed tiles fit and do not overlap.
@@ -67,10 +76,10 @@ def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> 
     if total > limit:
         parts = " + ".join(f"{n} {t.rows}x{t.cols} {t.dtype} = {t.nbytes} B" for n, t in ub.items())
         how = ("the 192 KB A2/A3 UB" if target == "a2a3" else
-               "the 128 KB safe A5 working set without dyn_ubuf_size (declare up to 216 KB)"
+               "the 128 KB safe A5 working set without dyn_ubuf_size"
                if dyn_ubuf_size is None else f"dyn_ubuf_size = {dyn_ubuf_size} B")
         raise ConstraintError(op, target, "UB working set within budget",
-                              f"working set {parts} = {total} B exceeds {how}")
+                              f"working set {parts} = {total} B exceeds {how}; {_what_fits(target, total)}")
     placed = sorted(((t.addr, t.addr + t.nbytes, n) for n, t in ub.items() if t.addr is not None))
     for start, end, name in placed:
         if end > limit:

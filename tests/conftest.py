@@ -106,7 +106,7 @@ def elem_scatter_form(request, monkeypatch):
     backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips, ``"atomic"`` changes nothing
     (the fixture reads the backend when it is set up: list a backend fixture before it)."""
     from simt_pto.host import a5
-    from simt_pto.kernels.a5 import writers
+    from simt_pto.kernels import writers
     from simt_pto.plan import CallCache
     form = ElemScatterForm(request.param)
     if form.name == "alone" and pto.a5_backend() != "multicore":

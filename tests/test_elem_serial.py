@@ -1,6 +1,6 @@
 """The ``multicore`` backend's serial Elem scatter (``simt_mscatter_elem_serial_kernel``, issue 24): one thread's
 loop over the positions in source order with plain loads and stores, and the registry of table writers that decides
-when its read-modify-write form may run (``kernels/a5/writers.py``).
+when its read-modify-write form may run (``kernels/writers.py``).
 
 * With an atomic op, an Elem scatter of at most ``host/a5.CPU_ALONE_MAX_UPDATES`` elements runs this form while no
   other launch writes memory its table shares, and the atomic kernel otherwise. Both forms must give the serial
@@ -22,7 +22,8 @@ import simt_pto as pto
 from simt_pto import reference
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.host import a5, large, large_a5
-from simt_pto.kernels.a5 import simt, writers
+from simt_pto.kernels import writers
+from simt_pto.kernels.a5 import simt
 from simt_pto.launch_spec import KernelPolicy
 
 from conftest import as_bits, random_values

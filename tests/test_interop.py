@@ -251,6 +251,57 @@ def test_non_integer_indices_are_refused(dtype):
         pto.gather(np.zeros((4, 8), np.float32), np.zeros(2, dtype))
 
 
+def other_byte_order(dtype) -> np.dtype:
+    """``dtype`` in the byte order this host does not use (``>i4`` on a little-endian host)."""
+    swapped = np.dtype(dtype).newbyteorder("S")
+    assert not swapped.isnative
+    return swapped
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "int32", "uint32", "int64", "uint64"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_indices_in_the_other_byte_order_behave_as_native_ones(target, dtype, coalesce):
+    """Every width alike (``>i4`` / ``>u4`` were refused as "not a PTO element dtype" where ``>i2`` / ``>i8`` ran)."""
+    table = np.arange(48, dtype=np.float32).reshape(6, 8)
+    native = (np.array([[5, 0], [3, 5]]) * (1 if coalesce == "row" else 9)).astype(dtype)
+    swapped = native.astype(other_byte_order(dtype))
+    for _ in range(2):  # a repeated call of the signature may take the fast path
+        got = pto.gather(table, swapped, coalesce=coalesce, target=target)
+        assert got.tobytes() == gather_oracle(table, native, coalesce).tobytes()
+    src = np.arange(1, 1 + native.size * (8 if coalesce == "row" else 1), dtype=np.float32).reshape(
+        native.shape + ((8,) if coalesce == "row" else ()))
+    for _ in range(2):
+        written = np.zeros_like(table)
+        pto.scatter(written, src, swapped, coalesce=coalesce, target=target)
+        assert written.tobytes() == serial_scatter(np.zeros_like(table), src, native, coalesce).tobytes()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int16", "uint32"])
+def test_data_arrays_in_the_other_byte_order_are_read_and_written_in_their_own(target, dtype):
+    """A table, ``src`` or ``out`` in the other byte order is read from a native copy and written back in its own
+    byte order (never its raw bytes read as native), also by a repeated call."""
+    native = np.arange(48).astype(dtype).reshape(6, 8)
+    swapped = native.astype(other_byte_order(dtype))
+    idx = np.array([5, 0, 3, 5])
+    for _ in range(2):
+        assert np.array_equal(pto.gather(swapped, idx, target=target), native[idx])
+    out = np.zeros((4, 8), other_byte_order(dtype))
+    assert pto.gather(swapped, idx, out=out, target=target) is out and np.array_equal(out, native[idx])
+    table = np.zeros((6, 8), other_byte_order(dtype))
+    src = (np.arange(32).reshape(4, 8) + 1).astype(other_byte_order(dtype))
+    want = serial_scatter(np.zeros((6, 8), dtype), src.astype(dtype), idx, "row")
+    for _ in range(2):
+        assert pto.scatter(table, src, idx, target=target) is table
+        assert table.dtype == other_byte_order(dtype) and np.array_equal(table, want)
+    table.flags.writeable = False
+    with pytest.raises(pto.ConstraintError, match="table is a read-only array"):
+        pto.scatter(table, src, idx, target=target)
+    with pytest.raises(pto.ConstraintError, match=r"GlobalTensor: the array has dtype [<>]\w+ \(the other byte order\)"):
+        pto.GlobalTensor(swapped)
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_integer_index_dtype_matches_the_uint32_oracle(data):
@@ -445,9 +496,13 @@ def test_torch_out_noncontiguous_and_parameters(target):
     pto.gather(table.t().contiguous().t(), idx, target=target, out=big[:, 2:6])  # an F-order table, a sliced out
     assert torch.equal(big[:, 2:6], table[idx]) and (big[:, :2] == -1).all() and (big[:, 6:] == -1).all()
 
-    weights = torch.nn.Parameter(torch.zeros(5, 4))  # requires_grad: read and written through a detached view
-    pto.scatter(weights, torch.ones(2, 4), torch.tensor([3, 0]), target=target)
-    assert weights.detach()[[0, 3]].eq(1).all() and weights.detach()[[1, 2, 4]].eq(0).all()
+    weights = torch.nn.Parameter(torch.zeros(5, 4))  # requires_grad: written as torch writes it, under no_grad
+    with pytest.raises(pto.ConstraintError, match="table is a leaf that requires grad"):
+        pto.scatter(weights, torch.ones(2, 4), torch.tensor([3, 0]), target=target)
+    assert weights.detach().eq(0).all() and weights._version == 0
+    with torch.no_grad():
+        pto.scatter(weights, torch.ones(2, 4), torch.tensor([3, 0]), target=target)
+    assert weights.detach()[[0, 3]].eq(1).all() and weights.detach()[[1, 2, 4]].eq(0).all() and weights._version == 1
     wide = torch.zeros(5, 12)
     pto.scatter(wide[:, 4:8], torch.arange(8.0).reshape(4, 2).t(), torch.tensor([4, 1]), target=target)
     assert torch.equal(wide[[4, 1], 4:8], torch.arange(8.0).reshape(4, 2).t()) and wide[:, :4].eq(0).all()

@@ -368,6 +368,41 @@ def test_a_source_edited_during_a_session_is_not_stored_under_the_new_digest(tmp
     assert _session(tmp_path) == (11, 1, [])
     value, hits, warned = _session(tmp_path, PARAMS.format(step=2))
     assert (value, hits) == (11, 0)              # the session's own (old) constant, compiled, not loaded
-    assert len(warned) == 1 and "params.py changed on disk after this process started" in warned[0], warned
+    assert len(warned) == 1 and "params.py changed on disk after this process imported simt_pto" in warned[0], warned
     assert _session(tmp_path) == (12, 0, [])    # the next process compiles the edited constant: nothing stale stored
     assert _session(tmp_path) == (12, 1, [])
+
+
+INSTALL_THEN_EXEC = textwrap.dedent("""
+    import os, sys, time
+    folder, session = sys.argv[1], sys.argv[2]
+    time.sleep(0.1)                                         # well after this process started (its fork)
+    with open(os.path.join(folder, "params.py"), "w") as f:  # then "installed", as pip writes the package
+        f.write("STEP = 1\\n")
+    with open(os.path.join(folder, "kernel.py"), "w") as f:
+        f.write(sys.argv[3])
+    os.execv(sys.executable, [sys.executable, "-c", session, folder])  # the same process now runs the session
+""")
+
+
+def _installed_then_exec(folder: Path) -> tuple[int, int, list[str]]:
+    """One process that writes the watched sources, then replaces itself with a session that imports and compiles
+    them, as ``( pip install . && simt-pto demo )`` does in a shell: bash forks the subshell, which runs pip, then
+    execs the last command in place. The process's start (its fork) is before the files were written."""
+    p = subprocess.run([sys.executable, "-c", INSTALL_THEN_EXEC, str(folder), EDIT_IN_SESSION, PARAMS_KERNEL],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    value, hits = p.stdout.split()
+    return int(value), int(hits), [line for line in p.stderr.splitlines() if "KernelCacheWarning" in line]
+
+
+def test_files_written_before_python_ran_are_no_edit_even_after_the_process_started(tmp_path):
+    """Issue 37, 10: README's first command, ``pip install . && simt-pto demo``, run in a subshell, warned that
+    ``simt_pto/__init__.py changed on disk after this process started`` and compiled without the disk cache: the
+    stale-source check compared the files with the process's start, which was the subshell's fork, before pip ran.
+    Files written before ``import simt_pto`` hold what the session runs: no warning, and the disk cache is used."""
+    assert _installed_then_exec(tmp_path) == (11, 0, [])  # compiled and stored: nothing stale
+    assert _installed_then_exec(tmp_path) == (11, 1, [])  # the next one (files written anew, same content) loads it
+    # the check itself still works in such a process: an edit after the import turns the disk cache off
+    value, hits, warned = _session(tmp_path, PARAMS.format(step=2))
+    assert (value, hits) == (11, 0) and len(warned) == 1 and "params.py changed on disk" in warned[0], warned

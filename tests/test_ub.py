@@ -75,10 +75,14 @@ def test_dyn_ubuf_size_zero_means_no_dynamic_request():
 
 @pytest.mark.parametrize("op", ["MGATHER", "MSCATTER"])
 @pytest.mark.parametrize("target, dyn, limit, how", [
-    ("a5", None, A5_SAFE, "the 128 KB safe A5 working set without dyn_ubuf_size (declare up to 216 KB)"),
-    ("a5", A5_MAX_DYN, A5_MAX_DYN, "dyn_ubuf_size = 221184 B"),
-    ("a5", 140 * KB, 140 * KB, "dyn_ubuf_size = 143360 B"),
-    ("a2a3", None, A2A3_UB, "the 192 KB A2/A3 UB"),
+    # the hint names only what makes the call fit: a dyn_ubuf_size A5 can declare, else smaller tiles
+    ("a5", None, A5_SAFE, "the 128 KB safe A5 working set without dyn_ubuf_size; declare dyn_ubuf_size of at least "
+                          "131104 B (A5 takes up to 221184 B)"),
+    ("a5", A5_MAX_DYN, A5_MAX_DYN, "dyn_ubuf_size = 221184 B; use smaller tiles: 221216 B is more than the 221184 B "
+                                   "A5 can declare"),
+    ("a5", 140 * KB, 140 * KB, "dyn_ubuf_size = 143360 B; declare dyn_ubuf_size of at least 143392 B (A5 takes up "
+                               "to 221184 B)"),
+    ("a2a3", None, A2A3_UB, "the 192 KB A2/A3 UB; use smaller tiles: 196640 B is more than the 192 KB A2/A3 UB"),
 ])
 def test_working_set_limit(op, target, dyn, limit, how):
     plan(op, target, *row_working_set(limit), dyn_ubuf_size=dyn)          # exactly the budget: inside

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
 
-from . import coalescing
+from simt_pto import dtypes
 from simt_pto.errors import ConstraintError, OutOfBoundsError
+
+from . import coalescing
+from .arguments import load_npy, memory_problem, non_negative_int
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -58,9 +62,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="GatherOOB (undefined, clamp, wrap, zero) or ScatterOOB (undefined, skip, clamp, wrap)")
     p.add_argument("--no-strict", dest="strict", action="store_false",
                    help="UNDEFINED masks out-of-range indices instead of refusing them")
-    p.add_argument("--base-offset", type=int, default=0, metavar="BYTES",
+    p.add_argument("--base-offset", type=non_negative_int, default=0, metavar="BYTES",
                    help="GM table start address modulo 128 (a multiple of the element size)")
-    p.add_argument("--dyn-ubuf-size", type=int, default=None, metavar="BYTES", help="A5 dynamic UB size")
+    p.add_argument("--dyn-ubuf-size", type=non_negative_int, default=None, metavar="BYTES", help="A5 dynamic UB size")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run, parser=p)
     return p
@@ -69,10 +73,17 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     """Bad arguments end in argparse's usage and one error line naming the argument (exit 2)."""
     parser = args.parser
+    try:  # a regular .npy file (a FIFO or a device is refused before it is opened), as validate-last reads one
+        idx = load_npy(args.idx)
+    except ValueError as exc:
+        parser.error(f"argument --idx: {args.idx}: {exc}")
     try:
-        idx = np.load(args.idx, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        parser.error(f"argument --idx: cannot read {args.idx}: {' '.join(str(exc).split())}")
+        itemsize = dtypes.resolve(args.dtype).itemsize
+    except (TypeError, ValueError):
+        itemsize = 1  # the analysis names the bad dtype below
+    problem = memory_problem(math.prod(args.table) * itemsize)  # the analysis models the table in memory
+    if problem:
+        parser.error(f"argument --table: a {'x'.join(map(str, args.table))} {args.dtype} table {problem}")
     if not isinstance(idx, np.ndarray) or idx.ndim not in (1, 2) or (args.coalesce == "row" and idx.ndim != 1):
         want = "1-D (one row index per destination row)" if args.coalesce == "row" else "1-D or 2-D"
         parser.error(f"argument --idx: {args.idx} holds a {getattr(idx, 'ndim', '?')}-D array; "
@@ -93,12 +104,10 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run ``simt-pto coalesce`` alone (``python -m simt_pto.host.tools.coalesce_cli ...``)."""
-    parser = argparse.ArgumentParser(prog="simt-pto")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(["coalesce", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    """Run ``simt-pto coalesce`` alone (``python -m simt_pto.host.tools.coalesce_cli ...``): the command line's
+    :func:`~simt_pto.host.tools.cli.main`, with its exit statuses and error lines."""
+    from .cli import main as cli_main  # not at module level: the command line imports this module
+    return cli_main(["coalesce", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

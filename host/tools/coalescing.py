@@ -53,6 +53,7 @@ import numpy.typing as npt
 
 from simt_pto import constraints, ub
 from simt_pto import dtypes as _dt
+from simt_pto.backend import first_use
 from simt_pto.enums import (BLayout, BLayoutLike, Coalesce, CoalesceLike, ElementFormat, GatherExec, GatherOOB,
                             GatherOOBLike, ScatterAtomicOp, ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike,
                             ScatterOOB, ScatterOOBLike, from_any)
@@ -490,7 +491,8 @@ def _index_matrix(coalesce, raw, tile_shape, table_cols):
 
 def _remap(raw, capacity, rule):
     """The kernels' ``remap_index`` over an array: (slot, in range)."""
-    from simt_pto.kernels.index_policy import remap_array  # Numba: at the first analysis, not at import
+    with first_use:  # Numba: at the first analysis, not at import (maybe while another thread loads it too)
+        from simt_pto.kernels.index_policy import remap_array
     return remap_array(np.ascontiguousarray(raw, dtype=np.int64), capacity, rule)
 
 
@@ -567,7 +569,8 @@ def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: Sh
         data = Tile(dtype, *_shape2(tile_padded, "tile_padded"), blayout=tile_layout, valid=(R, C))
     idx_tile = tiling.index_tile(coalesce, R, C, idx_layout, _dt.int32)
     table = GlobalTensor(np.zeros(table_shape, dtype=dtype.numpy), dtype=dtype)
-    from simt_pto.host import a5  # the A5 dispatch loads the kernels package: at the first analysis, not at import
+    with first_use:  # the A5 dispatch loads the kernels package: at the first analysis, not at import
+        from simt_pto.host import a5
     if op == "MGATHER":
         plan = constraints.plan_mgather("a5", data, table, idx_tile, coalesce, oob, GatherExec.SCALAR, None,
                                         bool(strict), dyn_ubuf_size)

@@ -21,6 +21,8 @@ from simt_pto.ops import mgather, mscatter
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
 
+from .arguments import non_negative_int
+
 TARGETS = ("cpu", "a2a3", "a5")
 
 
@@ -319,5 +321,5 @@ MSCATTER is an element-wise plain replace, as the spec's CPU reference form is) 
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run the spec's example tile ops on every target, cross-checked",
                               description=DESCRIPTION, epilog="Exit status: 0 when no cell failed, 1 when one did.")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default 0)")
     p.set_defaults(func=lambda args: run_demo(args.seed))

@@ -55,6 +55,8 @@ from simt_pto.host import tiling
 from simt_pto.launch_spec import LaunchSpec
 from simt_pto.tensor import GlobalTensor
 
+from .arguments import positive_int
+
 TABLE_ROWS = 64
 """Rows of the Row-mode table (and ``TABLE_ROWS * cols`` elements of the flat Elem table)."""
 
@@ -491,7 +493,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conflict", help="mscatter: last | default (default last)")
     p.add_argument("--dtype", default="float32", help="element dtype (default float32)")
     p.add_argument("--index-dtype", default="int32", help="int32 | uint32 (default int32)")
-    from .cli import positive_int  # not at module level: the command line imports this module
     p.add_argument("--rows", type=positive_int, default=8, help="valid rows R (default 8)")
     p.add_argument("--cols", type=positive_int, default=64, help="valid cols C (default 64)")
     p.add_argument("--cc", default=str(DEFAULT_CC), help="compute capability (default 90: sm_90)")

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import os
 import platform
-import stat
 import sys
 import tempfile
 import time
@@ -49,6 +48,8 @@ from simt_pto.host.large import gather, scatter
 from simt_pto.ops import mgather, mscatter
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
+
+from .arguments import regular_file_problem
 
 FAMILIES = {
     "row_gather": "simt_mgather_row_kernel",
@@ -351,14 +352,13 @@ CASE_KEYS = ("family", "dtype", "rows", "cols", "capacity", "tile_shape", "blayo
 def load(path) -> tuple[dict, dict]:
     """(parameters, arrays) of a case :func:`save` wrote. Anything else is a ValueError naming the file: a path
     that is not a regular file (a FIFO, a device, a folder) is refused before it is opened."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise ValueError(f"no such file: {path}") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read it ({e.strerror or e})") from None
-    if not stat.S_ISREG(mode):
+    problem = regular_file_problem(path)
+    if problem == "no such file":
+        raise ValueError(f"no such file: {path}")
+    if problem == "not a regular file":
         raise ValueError(f"{path} is not a regular file (a selftest case is an .npz file)")
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}")
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):

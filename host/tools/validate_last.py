@@ -7,14 +7,10 @@ each other, then runs ``conflict=DEFAULT`` the same way to show how much the rac
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import stat
 import time
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib import format as npy_format
 from tqdm import tqdm
 
 from simt_pto import dtypes
@@ -26,8 +22,14 @@ from simt_pto.host.large import scatter
 from simt_pto.plan import check_indices
 from simt_pto.policy import index_rule
 
+from .arguments import int_range, load_npy, memory_problem, non_negative_int, positive_int
+
 SIM_LIMITS = dict(rows=512, cols=16, n=16384)
 """Workload size on the CUDA simulator (runs every thread as a Python thread): under a minute."""
+SYNTHETIC_SLOTS = 2 ** 31
+"""Most slots the synthetic workload indexes: its indices are int32 (Row: table rows; Elem: rows x cols)."""
+TABLES_KEPT = 5
+"""Tables of the workload's size alive at once: the workload's, the golden, run 0 of each policy, the current run."""
 
 
 @dataclass
@@ -141,16 +143,16 @@ def _validate(w: Workload, repeat, last_path, out) -> int:
     out(f"golden: {how}, {t_golden:.3f} s")
     failures = 0
     last_runs = []
-    for k in tqdm(range(repeat), desc="LAST on a5", unit="run"):
+    for k in tqdm(range(repeat), desc="LAST on a5", unit="run", disable=None):  # None: only onto a terminal
         table, t = _run(w, "a5", "last", last_path)
         vs_golden = _mismatches(table, golden)
         vs_first = _mismatches(table, last_runs[0][0]) if last_runs else 0
-        last_runs.append((table, t, vs_golden, vs_first))
+        last_runs.append((None if last_runs else table, t, vs_golden, vs_first))  # keep run 0's table only
         failures += vs_golden > 0 or vs_first > 0
     default_runs = []
-    for k in tqdm(range(repeat), desc="DEFAULT on a5", unit="run"):
+    for k in tqdm(range(repeat), desc="DEFAULT on a5", unit="run", disable=None):
         table, t = _run(w, "a5", "default")
-        default_runs.append((table, t, _mismatches(table, golden),
+        default_runs.append((None if default_runs else table, t, _mismatches(table, golden),
                              _mismatches(table, default_runs[0][0]) if default_runs else 0))
     out(f"{'run':>4} {'conflict':>8} {'time s':>9} {'elem/s':>12} {'!= golden':>10} {'!= run 0':>9}")
     for name, runs in (("LAST", last_runs), ("DEFAULT", default_runs)):
@@ -164,42 +166,12 @@ def _validate(w: Workload, repeat, last_path, out) -> int:
 
 
 def _load(parser, flag, path):
-    """The array of a ``.npy`` file, C-contiguous and in native byte order; anything else ends in ``parser.error``
-    naming the file. Checked before any data is read: the path is a regular file (a FIFO would block the read,
-    a device never ends), and the header's shape and dtype fit in the bytes the file holds (a header may claim
-    terabytes). An array stored in the other byte order is converted to native order (the values are kept)."""
-    def fail(why):
-        parser.error(f"argument {flag}: {path}: {why}")
-
+    """The array of a ``.npy`` file (:func:`~simt_pto.host.tools.arguments.load_npy`: a regular file whose header
+    fits its size, C-contiguous, native byte order); anything else ends in ``parser.error`` naming the file."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        fail("no such file")
-    except OSError as exc:
-        fail(f"cannot read it ({exc.strerror or exc})")
-    if not stat.S_ISREG(info.st_mode):
-        fail("not a regular file (a .npy file is needed)")
-    try:
-        with open(path, "rb") as f:
-            version = npy_format.read_magic(f)
-            read_header = (npy_format.read_array_header_1_0 if version == (1, 0) else
-                           npy_format.read_array_header_2_0 if version == (2, 0) else None)
-            if read_header is None:  # 3.0 (utf-8 field names) has no public reader: np.load's own checks only
-                shape, dtype = None, None
-            else:
-                shape, _, dtype = read_header(f)
-            data_bytes = info.st_size - f.tell()
-        if shape is not None and not dtype.hasobject and math.prod(shape) * dtype.itemsize > data_bytes:
-            fail(f"truncated: its header declares shape {shape} of {dtype} ({math.prod(shape) * dtype.itemsize} "
-                 f"bytes), but the file holds {data_bytes} bytes of data")
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, MemoryError) as exc:  # not a .npy file, a pickled object array, a bad header
-        fail(f"not a readable .npy array ({' '.join(str(exc).split())})")
-    if not isinstance(array, np.ndarray):
-        fail(f"holds {type(array).__name__}, not one array")
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    return np.ascontiguousarray(array)
+        return load_npy(path)
+    except ValueError as exc:
+        parser.error(f"argument {flag}: {path}: {exc}")
 
 
 def _table_shape(text):
@@ -231,6 +203,10 @@ def workload_from_files(parser, a) -> Workload:
             d = dtypes.resolve(a.dtype or "float32")
         except (TypeError, ValueError) as exc:
             parser.error(f"argument --dtype: {exc}")
+        problem = memory_problem(TABLES_KEPT * a.table_shape[0] * a.table_shape[1] * d.itemsize)
+        if problem:
+            parser.error(f"argument --table-shape: a {a.table_shape[0]}x{a.table_shape[1]} {d.name} table kept "
+                         f"{TABLES_KEPT} times {problem}")
         table = np.empty(a.table_shape, d.numpy)
         table.view(d.bits)[...] = int("A5" * d.itemsize, 16)  # a sentinel: an untouched slot shows
     # N-D indices as the whole-array ops take them: one source row (Row) or element (Elem) per index, in C order
@@ -263,6 +239,25 @@ def workload_from_files(parser, a) -> Workload:
     return Workload(a.coalesce, table, src, idx, oob=a.oob, dtype=dtype)
 
 
+def check_synthetic_size(parser, coalesce, rows, cols, n) -> None:
+    """``parser.error`` unless the synthetic workload can be built: at most :data:`SYNTHETIC_SLOTS` slots for its
+    int32 indices, and its arrays within this machine's memory (on the CUDA simulator, at the sizes it scales
+    down to)."""
+    if coalesce == "elem" and rows * cols > SYNTHETIC_SLOTS:
+        parser.error(f"argument --cols: an Elem table of --rows x --cols slots takes int32 indices: at most "
+                     f"{SYNTHETIC_SLOTS} slots, got {rows} x {cols} = {rows * cols}")
+    if a5_backend() == "simulator":
+        rows, cols, n = (min(v, SIM_LIMITS[k]) for k, v in dict(rows=rows, cols=cols, n=n).items())
+    table_bytes = TABLES_KEPT * rows * cols * 4  # float32
+    sources = max(1, n // cols) * cols if coalesce == "row" else n
+    source_bytes = sources * 4 + (sources // cols if coalesce == "row" else sources) * 4  # float32 values, int32 idx
+    problem = memory_problem(table_bytes + source_bytes)
+    if problem:
+        flag = "--n" if source_bytes >= table_bytes else "--rows"
+        parser.error(f"argument {flag}: this workload ({rows}x{cols} float32 tables kept {TABLES_KEPT} times, {sources} "
+                     f"source elements and their indices) {problem}; pick smaller --rows, --cols or --n")
+
+
 DESCRIPTION = """Run one scatter workload with many colliding indices several times on the A5 target with
 conflict=last, and compare every run bit for bit with the sequential result (the a2a3 target: tiles issued in order
 on one core) and with each other; then run conflict=default the same way to show how much racing stores vary. The
@@ -275,15 +270,15 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "validate-last", help="check Conflict::Last scatters bitwise against the sequential golden, K times, at scale",
         description=DESCRIPTION, epilog="Exit status: 0 when every Last run matched, 1 when one did not, 2 for a bad argument.")
-    from .cli import positive_int  # not at module level: the command line imports this module
     p.add_argument("--coalesce", choices=("row", "elem"), default="row",
                    help="row: scatter whole rows; elem: scatter single elements (default row)")
-    p.add_argument("--rows", type=positive_int, help="table rows of the synthetic workload (default 65536)")
+    p.add_argument("--rows", type=int_range(1, SYNTHETIC_SLOTS),
+                   help="table rows of the synthetic workload (default 65536)")
     p.add_argument("--cols", type=positive_int, help="table columns of the synthetic workload (default 64)")
     p.add_argument("--n", type=positive_int, help="source elements of the synthetic workload (default 16000000; "
                                                   "Row: at least --cols)")
     p.add_argument("--repeat", type=positive_int, default=5, help="runs of each conflict policy (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the synthetic workload (default 0)")
     p.add_argument("--last-path", choices=("auto", "slot", "owner"), default="auto",
                    help="how Conflict::Last runs: slot (the slot-centric kernels), owner (claim each slot for its "
                         "last writer, then write it) or auto (owner once the slot-centric kernels would cost more; "
@@ -315,5 +310,6 @@ def register(subparsers) -> None:
         rows, cols, n = a.rows or 65536, a.cols or 64, a.n or 16_000_000
         if a.coalesce == "row" and n < cols:
             p.error(f"argument --n: a Row workload moves whole rows of --cols {cols} elements; got --n {n}")
+        check_synthetic_size(p, a.coalesce, rows, cols, n)
         return validate_last(a.coalesce, rows, cols, n, a.repeat, a.seed, a.last_path)
     p.set_defaults(func=run)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 
+from simt_pto.backend import first_use
 from simt_pto.enums import Coalesce, GatherOOB, IndexRule
 from simt_pto.kernels.cache import njit
 from simt_pto.launch_spec import KernelPolicy
@@ -51,7 +52,8 @@ def rows_gatherer(plan):
 
 def run_mgather(plan) -> None:
     if plan.l1:  # GM -> L1 (MAT destination): MGATHER.md, "GM → L1 Gather"; A2/A3 has one executor
-        from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
+        with first_use:
+            from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
         return run_mgather_l1_scalar(plan)
     dst = plan.tile
     rule = IndexRule(plan.rule)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
-from simt_pto.kernels import store
+from simt_pto.kernels import store, writers
 from simt_pto.kernels.cache import njit
 from simt_pto.kernels.gm import write_back
 from simt_pto.kernels.store import bind, store_element
@@ -54,11 +54,21 @@ def store_policy(plan) -> tuple[ScatterAtomicOp, ElementFormat]:
 
 
 def run_mscatter(plan) -> None:
+    """The scatter loop of the plan's walk over its table. A host table is registered as written for as long as the
+    loop runs (:mod:`simt_pto.kernels.writers`), so that calls of any target from other threads lose no update: an
+    Add loop is a plain read-modify-write of each element, so it runs as the only writer of the table's memory
+    (waiting its turn); a store loop (atomic NONE) composes with atomics, as the A5 kernels' stores do."""
     atomic, fmt = store_policy(plan)
     view = store.source_dtype(atomic, fmt, plan.dtype)
     src = plan.tile
     flat = plan.table.host_flat()      # a view of host memory, a copy of device memory
     rule = IndexRule(plan.rule)
-    walk.run_walk(plan, src.data.view(view), src.cols, flat.view(view),
-                  lambda source: scatter_loop(source, rule, atomic, fmt))
+    walk_args = (plan, src.data.view(view), src.cols, flat.view(view),
+                 lambda source: scatter_loop(source, rule, atomic, fmt))
+    if plan.table.on_device:  # the loop updates a private host copy, published below
+        walk.run_walk(*walk_args)
+    elif atomic == ScatterAtomicOp.NONE:
+        writers.write_shared(flat, walk.run_walk, *walk_args)
+    else:
+        writers.table_writers.run_exclusive(flat, walk.run_walk, *walk_args)
     write_back(plan, flat.view(plan.dtype.bits))     # device tables: publish the modified host copy

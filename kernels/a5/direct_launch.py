@@ -19,6 +19,8 @@ import threading
 
 import numpy as np
 
+from simt_pto.backend import first_use, imported
+
 
 class DirectLaunch:
     """One compiled kernel's launch with its argument block packed once; ``launch(*pointers)`` runs it with the
@@ -46,8 +48,9 @@ def direct_launch(dispatcher, grid: int, block: tuple[int, int], values: tuple,
     when the overload is not compiled, an argument needs more than its pointer replaced, or numba-cuda's internals
     are not the ones this module reads."""
     try:
-        from cuda.core import LaunchConfig, launch
-        from numba.cuda.cudadrv import driver
+        core = imported("cuda.core")  # cuda-python, which numba-cuda loads too
+        LaunchConfig, launch = core.LaunchConfig, core.launch
+        driver = imported("numba.cuda.cudadrv.driver")
         kernel = dispatcher.overloads.get(tuple(dispatcher.typeof_pyval(v) for v in values))
         if kernel is None:
             return None
@@ -90,9 +93,9 @@ class IndexScan:
     def of(cls, idx, capacity: int) -> IndexScan | None:
         """The scan of index arrays of ``idx``'s size and dtype (a 1-D Numba device array) against ``capacity``,
         or None (:func:`direct_launch`). Runs once, through Numba, so that the overload exists."""
-        from numba import cuda
-
-        from .index_check import SCAN_BLOCK, flag_out_of_range, scan_grid
+        cuda = imported("numba.cuda")
+        with first_use:
+            from .index_check import SCAN_BLOCK, flag_out_of_range, scan_grid
         flag = _flag()
         flag[0] = 0
         grid = scan_grid(idx.size)
@@ -104,7 +107,7 @@ class IndexScan:
     def out_of_range(self, idx_pointer: int) -> bool:
         """Whether any index at ``idx_pointer`` is past the capacity. Waits for the device: every launch before it on
         the default stream has finished when it returns."""
-        from numba import cuda
+        cuda = imported("numba.cuda")
         flag = _flag()
         flag[0] = 0
         self._launch(idx_pointer, flag.device_ctypes_pointer.value)
@@ -119,8 +122,7 @@ def _flag() -> np.ndarray:
     """This thread's flag word in mapped host memory (a thread's scans run one after another)."""
     flag = getattr(_per_thread, "flag", None)
     if flag is None:
-        from numba import cuda
-        flag = _per_thread.flag = cuda.mapped_array(1, np.int32)
+        flag = _per_thread.flag = imported("numba.cuda").mapped_array(1, np.int32)
     return flag
 
 

@@ -267,9 +267,10 @@ CPU = {
 def cuda_intrinsics() -> dict:
     """The CUDA intrinsics (:mod:`.cuda_intrinsics`); imports ``numba.cuda`` in the mode
     :mod:`simt_pto.backend` chose. Raises :class:`~simt_pto.backend.MissingExtraError` without numba-cuda."""
-    from simt_pto.backend import require_numba_cuda
+    from simt_pto.backend import first_use, require_numba_cuda
     require_numba_cuda("the A5 kernels' CUDA backends (gpu, simulator)")
-    from . import cuda_intrinsics as module
+    with first_use:  # it imports numba.cuda, maybe while another thread does too
+        from . import cuda_intrinsics as module
     return {name: getattr(module, name) for name in NAMES}
 
 

@@ -28,12 +28,13 @@ import numba
 import numpy as np
 
 from simt_pto import geometry
+from simt_pto.backend import first_use, imported
 from simt_pto.enums import ElementFormat
 from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
-from simt_pto.kernels import cache, softfloat, store
+from simt_pto.kernels import cache, softfloat, store, writers
 from simt_pto.kernels.store import bind
-from . import device, intrinsics, writers
+from . import device, intrinsics
 from .mscatter import PLAIN_STORE_KERNELS
 
 CHUNKS_PER_WORKER = 4
@@ -49,8 +50,7 @@ def namespace(family: str) -> dict:
         scope["add_bits"] = softfloat.add_bits_cpu  # float16 finite sums inlined, the rest called (compile time)
     elif family == "cuda":
         scope = dict(intrinsics.cuda_intrinsics())  # MissingExtraError without numba-cuda, before importing it
-        from numba.cuda.core import caching as cuda_caching
-        cache.install(cuda_caching.CacheImpl)  # numba-cuda keeps a locator list of its own
+        cache.install(imported("numba.cuda.core.caching").CacheImpl)  # numba-cuda keeps a locator list of its own
     else:
         raise ValueError(f"unknown backend family {family!r}")
     jit = _device_jit(family)
@@ -353,9 +353,9 @@ def _launch_cpu(kernel, grid: int, warps: int, args, threads: int | None = None)
 
 
 def _launch_cpu_writer(kernel, alone, grid: int, warps: int, args, threads: int | None, table) -> None:
-    """:func:`_launch_cpu`, registered as a writer of ``table`` when it writes one (:mod:`.writers`); with an
-    ``alone`` kernel (its plain-store form), that kernel on the calling thread instead, if nothing else is
-    writing memory the table shares."""
+    """:func:`_launch_cpu`, registered as a writer of ``table`` when it writes one
+    (:mod:`simt_pto.kernels.writers`); with an ``alone`` kernel (its plain-store form), that kernel on the calling
+    thread instead, if nothing else is writing memory the table shares."""
     if table is None:
         _launch_cpu(kernel, grid, warps, args, threads)
         return
@@ -367,17 +367,9 @@ def _launch_cpu_writer(kernel, alone, grid: int, warps: int, args, threads: int 
         write_shared(table, _launch_cpu, kernel, grid, warps, args, threads)
 
 
-def write_shared(table, write, *args) -> None:
-    """``write(*args)``, a writer of the host array ``table`` whose updates compose (atomics, stores), registered
-    as such for its duration (:mod:`.writers`: it waits while a plain-store launch writes memory ``table``
-    shares)."""
-    registry = writers.table_writers
-    token = registry.token()
-    try:
-        registry.enter_shared(token, table)
-        write(*args)
-    finally:
-        registry.leave_shared(token)
+write_shared = writers.write_shared
+"""``write_shared(table, write, *args)``: ``write(*args)``, a writer of the host array ``table`` whose updates compose
+(atomics, stores), registered as such for its duration (:func:`simt_pto.kernels.writers.write_shared`)."""
 
 
 def _stop(launch: _Launch) -> None:
@@ -422,14 +414,25 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
         # The simulator copies every array argument back after the launch: a read-only input (which no
         # kernel writes) runs on a copy, so nothing is copied back into the caller's array.
         args = [_writeable(a) for a in args]
-        with _simulator_lock:  # the simulator keeps its thread state in globals: one launch at a time
-            try:
-                config((0, grid, grid, warps), *args)
-            except BaseException:
-                _join_simulator_threads()
-                raise
+        table = args[[name for name, _ in spec.args].index("table")] if "table" in spec.writes else None
+        if isinstance(writers.table_key(table), np.ndarray):
+            # the simulator writes the table's copy back whole: a read-modify-write of all of it, so it runs as the
+            # table's only writer (kernels/writers.py), registered before the simulator's lock is taken
+            writers.table_writers.run_exclusive(table, _simulate, config, grid, warps, args)
+        else:
+            _simulate(config, grid, warps, args)
     else:
         config((0, grid, grid, warps), *args)
+
+
+def _simulate(config, grid: int, warps: int, args) -> None:
+    """One launch on Numba's CUDA simulator, which keeps its thread state in globals: one launch at a time."""
+    with _simulator_lock:
+        try:
+            config((0, grid, grid, warps), *args)
+        except BaseException:
+            _join_simulator_threads()
+            raise
 
 
 def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
@@ -450,7 +453,7 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.cpu_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_cpu runs on its caller
-    if "table" in spec.writes:  # a writer of the table: registered (.writers), maybe in its plain-store form
+    if "table" in spec.writes:  # a writer of the table: registered (kernels/writers.py), maybe in its plain-store form
         table_at = names.index("table")
         alone = None if spec.cpu_alone_kernel is None else compile_kernel(spec.cpu_alone_kernel, spec.policy, "cpu")
 
@@ -494,7 +497,8 @@ def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
     if any(name not in operands and (isinstance(value, (np.ndarray, tuple)) or hasattr(value, "device_ctypes_pointer"))
            for name, value in spec.args) or not set(operands) <= set(names):
         return None
-    from .direct_launch import direct_launch
+    with first_use:
+        from .direct_launch import direct_launch
     grid, warps = int(spec.grid), int(spec.geometry.launch_warps)
     return direct_launch(compile_kernel(spec.kernel, spec.policy, family("gpu")), grid, (geometry.WARP, warps),
                          ((0, grid, grid, warps), *spec.values()), tuple(1 + names.index(name) for name in operands))
@@ -504,7 +508,7 @@ def _join_simulator_threads(timeout: float = 60.0) -> None:
     """After an exception in the caller during a simulated launch (Ctrl-C lands in numba-cuda's polling loop):
     wait for the simulator's threads of the block being run, which are numba-cuda's and cannot be stopped, so that
     none writes the caller's arrays once the exception leaves the call. Later blocks never start."""
-    from numba.cuda.simulator.kernel import BlockThread
+    BlockThread = imported("numba.cuda.simulator.kernel").BlockThread
     deadline = time.monotonic() + timeout
     for thread in threading.enumerate():
         if isinstance(thread, BlockThread):

@@ -1,0 +1,423 @@
+"""Where simt_pto meets PyTorch and JAX (issue 37, items 1, 2 and 9): tensors read as torch reads them, written only
+where torch's own in-place write would be, autograd told of every write; arrays that cannot be read refused naming
+the argument; index and data arrays in the other byte order taken alike for every width.
+
+Oracles: torch's own ops (indexing, ``torch.take``, ``index_put_`` under the same grad mode, autograd's version
+check) and numpy. The cases skip where torch (or JAX) is not installed.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from conftest import TARGETS, requires_cuda
+
+torch = pytest.importorskip("torch", reason="the PyTorch seams need torch (pip install torch)")
+
+from simt_pto.host import fast_path  # noqa: E402  (after the skip: nothing here runs without torch)
+
+
+def conj_imag():
+    """``(x, x.conj().imag)``: a complex64 tensor and the float32 view of its imaginary parts that torch reads
+    negated (the negative bit)."""
+    x = torch.complex(torch.arange(16.0), 100 + torch.arange(16.0)).reshape(8, 2)
+    view = x.conj().imag
+    assert view.is_neg() and not view.is_contiguous()
+    return x, view
+
+
+def neg_view(values):
+    """A tensor holding ``-values`` in memory that torch reads as ``values`` (``torch._neg_view``)."""
+    view = torch._neg_view(-torch.as_tensor(values))
+    assert view.is_neg()
+    return view
+
+
+# -- item 1: views with a lazy negation ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_view_with_a_lazy_negation_is_read_as_torch_reads_it(target):
+    _, table = conj_imag()
+    idx = torch.tensor([1, 3, 1])
+    assert torch.equal(pto.gather(table, idx, target=target), table[idx])
+    assert torch.equal(pto.gather(table, idx, coalesce="elem", target=target), torch.take(table, idx))
+    # as the indices: memory holds -1, -3; torch reads 1, 3
+    assert torch.equal(pto.gather(torch.arange(8.0).reshape(4, 2), neg_view([1, 3]), target=target),
+                       torch.arange(8.0).reshape(4, 2)[[1, 3]])
+    # as the source of a scatter: torch's index_put_ of the same source is the oracle
+    src = neg_view(torch.arange(4.0).reshape(2, 2) + 1)
+    got, want = torch.zeros(4, 2), torch.zeros(4, 2)
+    pto.scatter(got, src, torch.tensor([2, 0]), target=target)
+    want.index_put_((torch.tensor([2, 0]),), src)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_view_with_a_lazy_negation_is_never_written(target):
+    x, table = conj_imag()
+    before = x.clone()
+    with pytest.raises(pto.ConstraintError, match=r"table is a view with a lazy negation .*resolve_neg"):
+        pto.scatter(table, torch.ones(1, 2), torch.tensor([2]), target=target)
+    with torch.no_grad(), pytest.raises(pto.ConstraintError, match="table is a view with a lazy negation"):
+        pto.scatter(table, torch.ones(1, 2), torch.tensor([2]), coalesce="row", atomic="add", target=target)
+    assert torch.equal(x, before) and table._version == 0
+    out = neg_view(torch.zeros(2, 2))
+    with pytest.raises(pto.ConstraintError, match="out is a view with a lazy negation"):
+        pto.gather(torch.ones(4, 2), torch.tensor([0, 1]), out=out, target=target)
+    assert torch.equal(out, torch.zeros(2, 2))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_zero_tensor_reads_as_zeros_and_is_not_written(target):
+    table = torch._efficientzerotensor((4, 2))
+    assert table._is_zerotensor()
+    assert torch.equal(pto.gather(table, torch.tensor([3, 0]), target=target), torch.zeros(2, 2))
+    with pytest.raises(pto.ConstraintError, match="table is a zero tensor"):
+        pto.scatter(table, torch.ones(1, 2), torch.tensor([1]), target=target)
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):  # torch refuses the write too
+        table.index_put_((torch.tensor([1]),), torch.ones(1, 2))
+
+
+def _fake_tensor():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        return torch.ones(4, 2)
+
+
+def _quiet(make):
+    """``make()`` without its warnings: quantized tensors are deprecated, nested and CSR ones a prototype or beta;
+    all are still made."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make()
+
+
+def _quantized():
+    return _quiet(lambda: torch.quantize_per_tensor(torch.ones(4, 2), 0.5, 0, torch.quint8))
+
+
+def _nested(layout):
+    return _quiet(lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout))
+
+
+UNREADABLE = {
+    "meta": (lambda: torch.ones(4, 2, device="meta"), "on the 'meta' device"),
+    "sparse": (lambda: torch.ones(4, 2).to_sparse(), "torch.sparse_coo tensor"),
+    "sparse_csr": (lambda: _quiet(lambda: torch.ones(4, 2).to_sparse_csr()), "torch.sparse_csr tensor"),
+    "quantized": (_quantized, "quantized tensor"),
+    "nested": (lambda: _nested(torch.strided), "nested tensor"),
+    "jagged": (lambda: _nested(torch.jagged), "nested tensor"),
+    "fake": (_fake_tensor, "FakeTensor is a tensor subclass with its own dispatch"),
+}
+
+
+@pytest.mark.parametrize("kind", UNREADABLE)
+@pytest.mark.parametrize("role", ["table", "idx", "src", "out"])
+def test_a_tensor_with_no_readable_memory_is_refused_naming_the_argument(kind, role):
+    make, words = UNREADABLE[kind]
+    bad = make()
+    table, idx = torch.zeros(4, 2), torch.tensor([1, 2])
+    before = table.clone()
+    with pytest.raises(TypeError, match=f"^{role}: .*{words}"):
+        if role == "out":
+            pto.gather(table, idx, out=bad, target="cpu")
+        elif role == "src":
+            pto.scatter(table, bad, idx, target="cpu")
+        else:
+            pto.gather(bad if role == "table" else table, bad if role == "idx" else idx, target="cpu")
+    assert torch.equal(table, before)
+
+
+def test_tensors_of_torch_func_transforms_are_refused():
+    table = torch.ones(4, 2)
+
+    def gathered(row):
+        with pytest.raises(TypeError, match="^table: .*torch.func.vmap batched tensor"):
+            pto.gather(row, torch.tensor([0]), target="cpu")
+        return row
+    torch.func.vmap(gathered)(torch.ones(3, 4, 2))
+
+    def loss(w):
+        with pytest.raises(TypeError, match="^table: .*torch.func.grad"):
+            pto.gather(w, torch.tensor([0]), target="cpu")
+        return w.sum()
+    torch.func.grad(loss)(table)
+
+
+def test_a_tensor_subclass_without_its_own_dispatch_is_read_as_a_tensor():
+    class Tagged(torch.Tensor):
+        pass
+    table = torch.arange(8.0).reshape(4, 2).as_subclass(Tagged)
+    got = pto.gather(table, torch.tensor([3, 1]), target="cpu")
+    assert isinstance(got, torch.Tensor) and torch.equal(got, torch.arange(8.0).reshape(4, 2)[[3, 1]])
+
+
+# -- item 2: a write keeps torch's in-place rules, and autograd sees it --------------------------------------------
+
+def _torch_refuses(table, src, idx) -> bool:
+    """Whether torch's own index_put_ refuses this write under the current grad / inference mode."""
+    try:
+        table.index_put_((idx,), src)
+    except RuntimeError:
+        return True
+    return False
+
+
+def _leaf():
+    return torch.zeros(4, 2, requires_grad=True)
+
+
+def _inference():
+    with torch.inference_mode():
+        return torch.zeros(4, 2)
+
+
+def _plain():
+    return torch.zeros(4, 2)
+
+
+MODES = {
+    "grad": lambda: torch.enable_grad(),
+    "no_grad": lambda: torch.no_grad(),
+    "inference_mode": lambda: torch.inference_mode(),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("make", [_leaf, _inference, _plain], ids=["leaf_requires_grad", "inference", "plain"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_scatter_is_refused_exactly_where_index_put_is(target, make, mode):
+    """Leaves that require grad, inference tensors and plain tensors, written under grad mode, no_grad and inference
+    mode: refused where torch refuses, before anything is written; else written, with the version counter bumped
+    as torch bumps it (an inference tensor has none)."""
+    src, idx = torch.full((2, 2), 7.0), torch.tensor([3, 1])
+    oracle, table = make(), make()
+    version = None if table.is_inference() else table._version
+    with MODES[mode]():
+        refused = _torch_refuses(oracle, src, idx)
+        if refused:
+            with pytest.raises(pto.ConstraintError, match="^MSCATTER on .*table (is a leaf|was made under)"):
+                pto.scatter(table, src, idx, target=target)
+            assert torch.equal(table.detach(), torch.zeros(4, 2))
+        else:
+            assert pto.scatter(table, src, idx, target=target) is table
+            assert torch.equal(table.detach(), oracle.detach())
+    if version is not None:
+        assert table._version - version == (0 if refused else 1) == oracle._version - version
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_non_leaf_that_requires_grad_is_refused_while_grad_mode_is_on(target):
+    """torch would record the write in the graph; a scatter records no grad_fn, so it refuses rather than let
+    backward compute a wrong gradient."""
+    w = torch.ones(4, 2, requires_grad=True)
+    y = w * 2
+    with pytest.raises(pto.ConstraintError, match="table requires grad and grad mode is on.*no grad_fn"):
+        pto.scatter(y, torch.ones(1, 2), torch.tensor([0]), target=target)
+    with pytest.raises(pto.ConstraintError, match="out requires grad and grad mode is on"):
+        pto.gather(torch.ones(4, 2), torch.tensor([0, 1]), out=w[:2] * 1, target=target)
+    assert torch.equal(y.detach(), torch.full((4, 2), 2.0))
+
+
+def _saved_for_backward():
+    """``(w, y, loss)``: a non-leaf ``y`` that ``loss`` saved for its backward pass."""
+    w = torch.ones(4, 2, requires_grad=True)
+    y = w * 2
+    return w, y, (y * y).sum()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("route", ["no_grad", "detach"])
+def test_backward_refuses_a_tensor_a_scatter_overwrote_as_after_index_put(target, route):
+    """The issue's case: without the version bump, backward ran on the overwritten values (gradient 10 where the
+    forward pass gives 2). Written under no_grad, or through ``y.detach()`` (which shares the version counter)."""
+    src, idx = torch.full((1, 2), 5.0), torch.tensor([0])
+    for write in ("index_put_", "pto"):
+        w, y, loss = _saved_for_backward()
+        with torch.no_grad() if route == "no_grad" else torch.enable_grad():
+            written = y if route == "no_grad" else y.detach()
+            if write == "index_put_":
+                written.index_put_((idx,), src)
+            else:
+                pto.scatter(written, src, idx, target=target)
+        assert torch.equal(y.detach()[0], src[0])
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_gather_into_out_bumps_the_version_counter(target):
+    out = torch.zeros(2, 2)
+    pto.gather(torch.arange(8.0).reshape(4, 2), torch.tensor([3, 0]), out=out, target=target)
+    assert out._version == 1 and torch.equal(out, torch.arange(8.0).reshape(4, 2)[[3, 0]])
+    w, y, loss = _saved_for_backward()
+    with torch.no_grad():
+        pto.gather(torch.arange(8.0).reshape(4, 2), torch.tensor([3, 0]), out=y[1:3], target=target)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_every_repeated_scatter_bumps_and_is_checked(target, coalesce):
+    """A signature that has run takes the fast path where it can: a tensor never does without the rules."""
+    table = torch.zeros(4, 2)
+    src = torch.ones(2, 2) if coalesce == "row" else torch.ones(2)
+    for call in range(1, 4):
+        pto.scatter(table, src * call, torch.tensor([1, 3]), coalesce=coalesce, target=target)
+        assert table._version == call
+    leaf = torch.zeros(4, 2, requires_grad=True)
+    for _ in range(2):
+        with torch.no_grad():
+            pto.scatter(leaf, src, torch.tensor([1, 3]), coalesce=coalesce, target=target)
+        with pytest.raises(pto.ConstraintError, match="table is a leaf that requires grad"):
+            pto.scatter(leaf, src, torch.tensor([1, 3]), coalesce=coalesce, target=target)
+    assert leaf._version == 2
+
+
+class CudaLike(torch.Tensor):
+    """A CPU tensor that exports ``__cuda_array_interface__``, as a CUDA tensor does (no GPU here): what the device
+    routes (the GPU fast path, a tile op's GlobalTensor) see of a tensor, up to the memory they would launch on."""
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.requires_grad:  # as torch's own
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+        return dict(typestr=self.detach().numpy().dtype.str, shape=tuple(self.shape), strides=None,
+                    data=(self.data_ptr(), False), version=2)
+
+
+def test_the_rules_hold_on_the_device_fast_path():
+    """The GPU fast path (:class:`~simt_pto.host.fast_path.DeviceScatter`), its runner stood in for by one that
+    records its calls: an inference tensor outside inference mode is refused before the runner runs; a written
+    table's version goes up once the runner has written; a lazy view never takes the fast path."""
+    options = ("row", "none", "undefined", "last", "a5", None, None, True, "auto", None)
+    ran = []
+
+    def runner(table, operands):
+        ran.append(table)
+        return table
+    with torch.inference_mode():
+        frozen = torch.zeros(4, 2).as_subclass(CudaLike)
+    table = torch.zeros(4, 2).as_subclass(CudaLike)
+    idx, src = torch.tensor([1], dtype=torch.int32).as_subclass(CudaLike), torch.ones(1, 2).as_subclass(CudaLike)
+    key, _ = fast_path._device_signature(table, idx, options, src)  # (one signature: the types, dtypes and shapes)
+    fast_path._RUNNERS.put(key, runner)
+    try:
+        with pytest.raises(pto.ConstraintError, match="table was made under torch.inference_mode"):
+            fast_path.scatter(frozen, src, idx, options)
+        assert ran == []
+        assert fast_path.scatter(table, src, idx, options) is table and ran == [table] and table._version == 1
+    finally:
+        fast_path._RUNNERS.take(key)
+    lazy = torch._neg_view(torch.zeros(4, 2)).as_subclass(CudaLike)
+    assert lazy.is_neg() and fast_path._device_signature(lazy, idx, options, src) is None
+
+
+@requires_cuda
+def test_the_device_route_applies_the_same_rules():
+    """What the whole-array calls take from a CUDA tensor (:func:`simt_pto.host.arrays.wrap`, on tensors that export
+    ``__cuda_array_interface__`` as CUDA tensors do): a lazy view is read from a resolved copy; a tensor that
+    requires grad is read detached (its ``__cuda_array_interface__`` refuses it) and written only as torch would
+    write it; the caller's tensor is what a scatter returns and whose version it bumps."""
+    from simt_pto.host.arrays import wrap
+    lazy = torch._neg_view(torch.arange(8.0).reshape(4, 2)).as_subclass(CudaLike)
+    read = wrap(lazy, "table", op="MGATHER", target="a5")
+    assert read.device and read.user is lazy and torch.equal(read.obj, -torch.arange(8.0).reshape(4, 2))
+    leaf = torch.zeros(4, 2).as_subclass(CudaLike).requires_grad_()
+    with pytest.raises(pto.ConstraintError, match="table requires grad and grad mode is on"):
+        wrap(leaf, "table", op="MGATHER", target="a5")
+    with torch.no_grad():
+        read = wrap(leaf, "table", op="MGATHER", target="a5")
+    assert read.device and not read.obj.requires_grad and read.obj.data_ptr() == leaf.data_ptr()
+    with pytest.raises(pto.ConstraintError, match="table is a leaf that requires grad"):
+        wrap(leaf, "table", op="MSCATTER", target="a5", written=True)
+    with pytest.raises(pto.ConstraintError, match="table is a view with a lazy negation"):
+        wrap(lazy, "table", op="MSCATTER", target="a5", written=True)
+    with torch.no_grad():
+        written = wrap(leaf, "table", op="MSCATTER", target="a5", written=True)
+    assert written.user is leaf and written.versioned is leaf and written.obj.data_ptr() == leaf.data_ptr()
+
+
+# -- the tile ops' GlobalTensor over a tensor --------------------------------------------------------------------
+
+def test_a_global_tensor_refuses_a_lazy_view_and_keeps_the_write_rules():
+    from simt_pto import torch_rules
+    with pytest.raises(pto.ConstraintError, match="GlobalTensor array is a view with a lazy negation"):
+        pto.GlobalTensor(conj_imag()[1])
+    leaf = torch.zeros(4, 2, requires_grad=True)
+    with pytest.raises(pto.ConstraintError, match="table is a leaf that requires grad"):
+        with torch_rules.writing(leaf, "table", "MSCATTER", "a5"):
+            raise AssertionError("the rules are checked before the op runs")
+    with torch.no_grad(), torch_rules.writing(leaf, "table", "MSCATTER", "a5"):
+        pass
+    assert leaf._version == 1
+
+
+def test_a_tile_scatter_into_a_tensor_keeps_torch_in_place_rules():
+    """``pto.mscatter`` over a GlobalTensor that wraps a tensor (a CUDA tensor in real use: here a CPU tensor that
+    exports ``__cuda_array_interface__``) refuses what torch refuses, before the op runs."""
+    leaf = torch.zeros(4, 8).as_subclass(CudaLike).requires_grad_()
+    table = pto.GlobalTensor(leaf)
+    assert table.on_device and table.torch_tensor is leaf
+    src = pto.Tile("float32", 1, 8)
+    idx = pto.Tile.from_array(np.array([[3, 0, 0, 0, 0, 0, 0, 0]], np.int32), valid=(1, 1))
+    with pytest.raises(pto.ConstraintError, match="MSCATTER on cpu: table is a leaf that requires grad"):
+        pto.mscatter(table, src, idx, target="cpu")
+    assert leaf._version == 0
+
+
+# -- item 9: arguments --------------------------------------------------------------------------------------------
+
+def test_a_bool_index_gets_the_same_message_from_every_library():
+    table = np.arange(8, dtype=np.float32).reshape(4, 2)
+    messages = set()
+    arrays = [np.array([True, False]), torch.tensor([True, False])]
+    try:
+        import jax.numpy as jnp
+    except ImportError:
+        pass  # numpy and torch still compare
+    else:
+        arrays.append(jnp.array([True, False]))
+    for idx in arrays:
+        with pytest.raises(pto.ConstraintError, match="idx: index dtype must be an integer dtype") as info:
+            pto.gather(table, idx, target="cpu")
+        messages.add(str(info.value))
+    assert len(messages) == 1 and "got bool" in messages.pop()
+
+
+def test_a_deleted_jax_array_is_refused_naming_the_argument():
+    jnp = pytest.importorskip("jax.numpy")
+    table = np.arange(8, dtype=np.float32).reshape(4, 2)
+    gone_table, gone_idx = jnp.ones((4, 2)), jnp.array([1, 2])
+    gone_table.delete()
+    gone_idx.delete()
+    with pytest.raises(TypeError, match="^table: the JAX array has been deleted"):
+        pto.gather(gone_table, np.array([1]), target="cpu")
+    with pytest.raises(TypeError, match="^idx: the JAX array has been deleted"):
+        pto.gather(table, gone_idx, target="cpu")
+    with pytest.raises(TypeError, match="^src: the JAX array has been deleted"):
+        pto.scatter(table, gone_table, np.array([1, 2, 3, 0]), target="cpu")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_tensor_that_requires_grad_is_read_only_under_no_grad(target):
+    """A gather from a tensor that requires grad (an embedding's weight) records no grad_fn: outside no_grad a loss
+    built on it would leave the weight without a gradient, silently. So it is refused there, as a write is, and
+    read as torch reads it under no_grad (or through detach())."""
+    weight = torch.nn.Parameter(torch.arange(20.0).reshape(5, 4))
+    idx = torch.tensor([3, 0, 3])
+    with pytest.raises(pto.ConstraintError, match="table requires grad and grad mode is on"):
+        pto.gather(weight, idx, target=target)
+    src = torch.ones(3, 4, requires_grad=True)
+    table = torch.zeros(5, 4)
+    with pytest.raises(pto.ConstraintError, match="src requires grad and grad mode is on"):
+        pto.scatter(table, src, idx, target=target, atomic="add" if target != "cpu" else "none")
+    assert table.eq(0).all() and table._version == 0
+    with torch.no_grad():
+        got = pto.gather(weight, idx, target=target)
+    assert torch.equal(got, torch.index_select(weight.detach(), 0, idx)) and not got.requires_grad
+    assert torch.equal(pto.gather(weight.detach(), idx, target=target), weight.detach()[idx])

@@ -1,0 +1,406 @@
+"""Atomic Add / Max / Min from several threads into one table, on any mix of targets and A5 backends, lose no update
+(``kernels/writers.py``): every writer of a host table registers it for as long as it writes it, and a writer that
+updates it with plain read-modify-writes (an A2/A3 Add loop, a launch on the CUDA simulator, which copies the table in
+and back out, a mid-word float16 Add's staged boundary element, a non-contiguous table's contiguous copy written back)
+runs as the only writer of its memory.
+
+Where the race is a matter of timing (an A2/A3 loop beside an A5 kernel on a 2-core machine), the tests widen it:
+the A2/A3 loop is replaced by one that loads the table, waits for the other writer, then adds and stores, so the
+other writer's update is lost unless the registry holds it back. The oracles are numpy's ``add.at`` /
+``maximum.at`` / ``minimum.at`` over every update.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+
+from conftest import supports
+
+WINDOW_S = 0.5
+"""How long a widened A2/A3 loop (or a staged boundary element) waits, loaded, for the other writer to finish."""
+
+
+def tile_of(values, dtype=None) -> pto.Tile:
+    """A ``[1, n]`` RowMajor tile holding ``values`` (its columns padded to the 32-byte rule)."""
+    values = np.asarray(values, dtype)
+    per_block = 32 // values.itemsize
+    tile = pto.Tile(values.dtype, 1, -(-values.size // per_block) * per_block, valid=(1, values.size))
+    tile.data[:values.size] = values
+    return tile
+
+
+def tile_scatter(table, idx, src, atomic, target):
+    """A tile op: one MSCATTER Elem of ``src`` through ``idx`` into the flat ``table``."""
+    pto.mscatter(pto.GlobalTensor(table.reshape(-1)), tile_of(src), tile_of(idx, np.int32), coalesce="elem",
+                 atomic=atomic, target=target)
+
+
+def whole_scatter(table, idx, src, atomic, target):
+    """A whole-array scatter (``table`` may be a non-contiguous view)."""
+    pto.scatter(table, src, idx, coalesce="elem", atomic=atomic, target=target)
+
+
+def scalar_scatters(table, idx, src, atomic, target):
+    """``(1, 1)`` tile ops, one per update (the A5 scalar fallback)."""
+    flat = pto.GlobalTensor(table.reshape(-1))
+    for i, v in zip(idx.tolist(), src.tolist()):
+        pto.mscatter(flat, tile_of([v], src.dtype), tile_of([i], np.int32), coalesce="elem", atomic=atomic,
+                     target=target)
+
+
+CALLS = {"tile": tile_scatter, "whole": whole_scatter, "scalar": scalar_scatters}
+ORACLES = {"add": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def assert_no_writer_registered():
+    from simt_pto.kernels import writers
+    assert writers.table_writers.busy() == 0
+
+
+@pytest.fixture(autouse=True)
+def threads_switch_often():
+    """Python threads switch every 0.1 ms instead of 5 ms while a test runs, so that calls interleave."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    yield
+    sys.setswitchinterval(interval)
+
+
+def run_threads(*work) -> None:
+    """Run each of ``work`` on a thread of its own, started together; raise the first error."""
+    barrier, errors = threading.Barrier(len(work), timeout=60), []
+
+    def run(job):
+        try:
+            barrier.wait()
+            job()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(job,)) for job in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads), "a writer thread is still running (a deadlock?)"
+    if errors:
+        raise errors[0]
+
+
+class WidenedA2A3Loop:
+    """The A2/A3 scatter loop as a read-modify-write with a wide window: it loads the whole table, says so
+    (``loaded``), waits up to ``window`` seconds for ``other_done``, then adds into what it loaded and stores it
+    all back. ``other_done_inside``: whether the other writer finished inside the window."""
+
+    def __init__(self, monkeypatch, fault=None, window=WINDOW_S):
+        from simt_pto.kernels.a2a3 import mscatter
+        self.loaded, self.other_done, self.fault = threading.Event(), threading.Event(), fault
+        self.other_done_inside = None
+        real_loop = mscatter.scatter_loop
+
+        def widened(*policy):
+            loop = real_loop(*policy)
+
+            def run(tile, tile_rs, table, *rest):
+                loaded = table.copy()
+                self.loaded.set()
+                self.other_done_inside = self.other_done.wait(window)
+                if self.fault is not None:
+                    raise self.fault
+                loop(tile, tile_rs, loaded, *rest)
+                table[...] = loaded
+            return run
+        monkeypatch.setattr(mscatter, "scatter_loop", widened)
+
+    def other(self, job):
+        """``job``, the other writer: started once the A2/A3 loop has loaded the table."""
+        def run():
+            assert self.loaded.wait(30)
+            try:
+                job()
+            finally:
+                self.other_done.set()
+        return run
+
+
+# -- an A2/A3 Add loop is the only writer of its table while it runs ---------------------------------------------
+
+@pytest.mark.parametrize("a2a3_call, a5_call", [("tile", "tile"), ("whole", "whole"), ("tile", "scalar"),
+                                                ("whole", "tile")])
+def test_an_a2a3_add_loop_runs_as_the_only_writer_of_its_table(monkeypatch, a2a3_call, a5_call):
+    """An A5 call (multicore: a kernel, its plain-store form, or the (1, 1) atomic) into the table an A2/A3 Add is
+    updating waits until the A2/A3 loop has stored: none of its adds is lost."""
+    table = np.zeros(64, np.int32)
+    rng = np.random.default_rng(7)
+    idx_a2a3, idx_a5 = rng.integers(0, 64, 48), rng.integers(0, 64, 24)
+    src_a2a3, src_a5 = np.full(48, 3, np.int32), np.full(24, 5, np.int32)
+    for call, target, idx, src in ((a2a3_call, "a2a3", idx_a2a3, src_a2a3), (a5_call, "a5", idx_a5, src_a5)):
+        CALLS[call](np.zeros(64, np.int32), idx, src, "add", target)  # compiled and kept before they race
+    widened = WidenedA2A3Loop(monkeypatch)
+    run_threads(lambda: CALLS[a2a3_call](table, idx_a2a3, src_a2a3, "add", "a2a3"),
+                widened.other(lambda: CALLS[a5_call](table, idx_a5, src_a5, "add", "a5")))
+    expected = np.zeros(64, np.int64)
+    np.add.at(expected, idx_a2a3, 3)
+    np.add.at(expected, idx_a5, 5)
+    np.testing.assert_array_equal(table, expected)
+    assert widened.other_done_inside is False, "the A5 call wrote while the A2/A3 loop had the table loaded"
+    assert_no_writer_registered()
+
+
+def test_an_a2a3_add_loop_holds_up_no_writer_of_another_table(monkeypatch):
+    """Tables that share no memory never wait for each other: the A5 call into another table (the other half of
+    the same buffer) finishes while the A2/A3 loop has its table loaded."""
+    buffer = np.zeros(128, np.int32)
+    mine, other = buffer[:64], buffer[64:]
+    idx = np.arange(64)
+    CALLS["tile"](np.zeros(64, np.int32), idx, np.ones(64, np.int32), "add", "a2a3")
+    CALLS["tile"](np.zeros(64, np.int32), idx, np.ones(64, np.int32), "add", "a5")
+    widened = WidenedA2A3Loop(monkeypatch, window=30)  # (it ends as soon as the other call is done)
+    run_threads(lambda: CALLS["tile"](mine, idx, np.ones(64, np.int32), "add", "a2a3"),
+                widened.other(lambda: CALLS["tile"](other, idx, np.full(64, 2, np.int32), "add", "a5")))
+    assert widened.other_done_inside is True
+    np.testing.assert_array_equal(buffer, np.repeat([1, 2], 64))
+    assert_no_writer_registered()
+
+
+def test_an_interrupted_a2a3_loop_leaves_no_registration(monkeypatch):
+    """Ctrl-C inside the A2/A3 writer: the call raises, its table is unchanged, no registration is left behind,
+    and the next calls of both targets into that table run (none waits for the interrupted one)."""
+    table = np.zeros(64, np.int32)
+    idx, src = np.arange(64), np.ones(64, np.int32)
+    CALLS["tile"](np.zeros(64, np.int32), idx, src, "add", "a2a3")
+    widened = WidenedA2A3Loop(monkeypatch, fault=KeyboardInterrupt())
+    widened.other_done.set()  # no other writer: the loop raises at once
+    with pytest.raises(KeyboardInterrupt):
+        CALLS["tile"](table, idx, src, "add", "a2a3")
+    assert not table.any()
+    assert_no_writer_registered()
+    monkeypatch.undo()
+    run_threads(lambda: CALLS["tile"](table, idx, src, "add", "a5"),
+                lambda: CALLS["whole"](table, idx, src, "add", "a2a3"))
+    np.testing.assert_array_equal(table, np.full(64, 2))
+    assert_no_writer_registered()
+
+
+# -- threads on every target and call form, into one table ---------------------------------------------------------
+
+def _updates(rng, n, atomic, dtype):
+    idx = rng.integers(0, 512, n).astype(np.int32)
+    if atomic == "add":
+        return idx, np.ones(n, dtype)
+    return idx, rng.integers(-10**6, 10**6, n).astype(dtype)
+
+
+@pytest.mark.parametrize("atomic, dtype", [("add", "int32"), ("max", "int32"), ("min", "int32"), ("max", "float32"),
+                                           ("min", "float32")])
+def test_threads_on_any_mix_of_targets_lose_no_update(atomic, dtype):
+    """Five threads update one table: tile ops into all of it, whole-array calls into it and into two strided views
+    of it (each updated through a contiguous copy written back), each on ``a2a3`` where the capability table gives
+    that target the op, else on ``a5``; the table ends as the oracle applies every update."""
+    base = np.full((256, 2), {"add": 0, "max": -10**7, "min": 10**7}[atomic], dtype)
+    rng = np.random.default_rng(11)
+    on_a2a3 = "a2a3" if supports("a2a3", dtype, atomic) else "a5"
+    # (call, column of base it writes (None: all of base), target, calls, updates per call)
+    jobs = [("tile", None, on_a2a3, 300, 64), ("tile", None, "a5", 300, 64), ("whole", None, on_a2a3, 80, 3000),
+            ("whole", 0, on_a2a3, 80, 1500), ("whole", 1, "a5", 80, 1500)]
+    work, expected = [], base.astype(np.float64 if dtype == "float32" else np.int64).reshape(-1)
+    for call, column, target, calls, n in jobs:
+        table = base if column is None else base[:, column]  # a column: a strided view
+        updates = [_updates(rng, n, atomic, dtype) for _ in range(calls)]  # new values each call: none repeats
+        for idx, src in updates:
+            idx %= table.size
+            ORACLES[atomic].at(expected, idx if column is None else idx * 2 + column, src)  # its place in base
+        CALLS[call](table, *updates[0], atomic, target)  # compiled and kept before the threads race
+        work.append(lambda call=call, table=table, target=target, updates=updates[1:]:
+                    [CALLS[call](table, idx, src, atomic, target) for idx, src in updates])
+    run_threads(*work)
+    np.testing.assert_array_equal(base.reshape(-1), expected.astype(dtype))
+    assert_no_writer_registered()
+
+
+@pytest.mark.parametrize("atomic", ["max", "min"])
+def test_threads_into_one_strided_table_lose_no_update(atomic):
+    """Whole-array calls from four threads into one strided view (each through a contiguous copy written back):
+    none writes its copy back over another's updates."""
+    base = np.zeros((500, 3), np.float32)
+    view = base[:, 1]
+    rng = np.random.default_rng(5)
+    updates = [[_updates(rng, 2000, atomic, "float32") for _ in range(10)] for _ in range(4)]  # per thread, per call
+    expected = np.zeros(500, np.float64)
+    for idx, src in sum(updates, []):
+        idx %= 500
+        ORACLES[atomic].at(expected, idx, src)
+    run_threads(*[lambda calls=calls: [whole_scatter(view, idx, src, atomic, "a5") for idx, src in calls]
+                  for calls in updates])
+    np.testing.assert_array_equal(view, expected.astype(np.float32))
+    assert not base[:, [0, 2]].any(), "a write-back touched elements outside the view"
+    assert_no_writer_registered()
+
+
+# -- Numba's CUDA simulator writes its copy of the table back whole ----------------------------------------------
+
+@pytest.mark.parametrize("atomic", ["add", "max"])
+def test_a_simulated_launch_loses_no_update_of_other_writers(simulator_backend, atomic):
+    """Launches on the simulator (a copy of the table in, the whole copy back out) beside another writer of the
+    table, which writes until they are done: an A2/A3 Add loop, or for Max (which A2/A3 lacks) the A5 ``(1, 1)``
+    fallback's CPU atomic. Every update of both lands."""
+    table = np.zeros(32, np.int32)
+    idx = np.arange(32)
+    sim_src = np.ones(32, np.int32) if atomic == "add" else np.arange(32, dtype=np.int32)
+    tile_scatter(np.zeros(32, np.int32), idx, sim_src, atomic, "a5")  # compiled before they race
+    CALLS["tile" if atomic == "add" else "scalar"](np.zeros(32, np.int32), idx[:1], sim_src[:1], atomic,
+                                                  "a2a3" if atomic == "add" else "a5")
+    rounds, writing, simulated, others = 2, threading.Event(), threading.Event(), []
+
+    def simulate():
+        assert writing.wait(30)
+        for _ in range(rounds):
+            tile_scatter(table, idx, sim_src, atomic, "a5")
+        simulated.set()
+
+    def value(k):  # the other writer's k-th Max: above the simulated ones, in no order (the largest at any time)
+        return 100 + k * 7919 % 10007
+
+    def other_writer():  # numba-cuda runs each SIMT thread as a Python thread: its launches take a while
+        while not simulated.wait(0):
+            k = len(others)
+            if atomic == "add":
+                tile_scatter(table, idx, np.ones(32, np.int32), "add", "a2a3")
+            else:
+                scalar_scatters(table, np.array([k % 32]), np.array([value(k)], np.int32), "max", "a5")
+            others.append(k)
+            writing.set()
+    run_threads(simulate, other_writer)
+    expected = np.zeros(32, np.int64)
+    for _ in range(rounds):
+        ORACLES[atomic].at(expected, idx, sim_src)
+    for k in others:
+        if atomic == "add":
+            expected += 1
+        else:
+            expected[k % 32] = max(expected[k % 32], value(k))
+    np.testing.assert_array_equal(table, expected)
+    assert_no_writer_registered()
+
+
+# -- a float16 Add's staged boundary element -----------------------------------------------------------------------
+
+def test_a_staged_boundary_element_is_written_by_its_call_alone(monkeypatch, cpu_or_simulator_backend):
+    """An odd-length float16 table that ends its allocation ends mid-word: A5 stages its last element, adds into
+    the staged copy and writes it back after the launch. An A2/A3 Add into that element in between would be
+    overwritten: it waits for the A5 call instead."""
+    from simt_pto.host import a5
+    table = np.zeros(5, np.float16)  # its own allocation: the last element's word reaches past it
+    idx, ones = np.arange(5), np.ones(5, np.float16)
+    CALLS["tile"](np.zeros(5, np.float16), idx, ones, "add", "a2a3")
+    staged, a2a3_done, inside = threading.Event(), threading.Event(), []
+    stage = a5.BoundaryWords.stage
+
+    def widened_stage(self):
+        stage(self)
+        if self.pieces:
+            staged.set()
+            inside.append(a2a3_done.wait(WINDOW_S))
+    monkeypatch.setattr(a5.BoundaryWords, "stage", widened_stage)
+
+    def a2a3_add():
+        assert staged.wait(60)
+        try:
+            CALLS["tile"](table, idx, ones, "add", "a2a3")
+        finally:
+            a2a3_done.set()
+    run_threads(lambda: CALLS["tile"](table, idx, ones, "add", "a5"), a2a3_add)
+    np.testing.assert_array_equal(table, np.full(5, 2, np.float16))
+    assert inside == [False], "the A2/A3 add ran while the A5 call had the boundary element staged"
+    assert_no_writer_registered()
+
+
+# -- the registry's rule, on its own -------------------------------------------------------------------------------
+
+def test_an_exclusive_writer_waits_for_overlapping_writers_and_turns_new_ones_away():
+    """An exclusive writer waits for a composing writer of memory its table shares, not for one of another table;
+    once it is announced, a new composing writer of that memory waits until it is done."""
+    from simt_pto.kernels import writers
+    registry = writers.TableWriters()
+    buffer = np.zeros(200, np.int32)
+    table, other = buffer[:100], buffer[100:]
+    order, running = [], threading.Event()
+    first = registry.token()
+    registry.enter_shared(first, table[50:])  # a composing writer in flight
+
+    def exclusive():
+        registry.run_exclusive(table, lambda: order.append("exclusive"))
+
+    def late_shared():
+        token = registry.token()
+        try:
+            registry.enter_shared(token, table[:10])
+            order.append("late shared")
+        finally:
+            registry.leave_shared(token)
+    waiter = threading.Thread(target=exclusive)
+    waiter.start()
+    while not registry._exclusive:  # announced
+        running.wait(0.001)
+    late = threading.Thread(target=late_shared)
+    late.start()
+    token = registry.token()
+    registry.enter_shared(token, other)  # another table: no wait
+    order.append("other table")
+    registry.leave_shared(token)
+    running.wait(0.05)
+    assert order == ["other table"]
+    registry.leave_shared(first)
+    waiter.join(10)
+    late.join(10)
+    assert order == ["other table", "exclusive", "late shared"] and registry.busy() == 0
+
+
+def test_an_interrupt_while_an_exclusive_writer_waits_leaves_no_registration(monkeypatch):
+    from simt_pto.kernels import writers
+    registry = writers.TableWriters()
+    table = np.zeros(10, np.int32)
+    token = registry.token()
+    registry.enter_shared(token, table)
+
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(writers, "_wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        registry.run_exclusive(table, pytest.fail, "ran beside a composing writer")
+    registry.leave_shared(token)
+    assert registry.busy() == 0
+    assert registry.run_alone(table, lambda: None)  # nothing left that a plain writer would defer to
+
+
+def test_a_gpu_call_on_a_host_table_runs_as_its_only_writer(monkeypatch):
+    """On the GPU backend a host table is copied to the device and the whole copy back after the launches: the call
+    is a read-modify-write of all of it, so it runs as the table's only writer. No GPU here: the staged run is
+    replaced by one that loads the table, waits, and stores it back plus one, as the copy back would; an A5 Add
+    from another thread must come after it, or be lost."""
+    from simt_pto.host import a5
+    table = np.zeros(64, np.int32)
+    plan = pto.scatter_plan(table, np.ones(4, np.int32), np.arange(4), coalesce="elem", atomic="add", target="a5")
+    started = threading.Event()
+
+    def staged_copy_back(call, backend):
+        assert backend == "gpu"
+        loaded = table.copy()
+        started.set()
+        threading.Event().wait(WINDOW_S)
+        table[:] = loaded + 1  # the device's result, copied back over the whole host table
+
+    monkeypatch.setattr(a5, "_run_staged", staged_copy_back)
+    gpu_call = threading.Thread(target=a5.run_plan, args=(plan, "gpu"))
+    gpu_call.start()
+    assert started.wait(10)
+    pto.scatter(table, np.full(3, 5, np.int32), np.array([0, 1, 63]), coalesce="elem", atomic="add", target="a5")
+    gpu_call.join()
+    expected = np.ones(64, np.int32)
+    np.add.at(expected, [0, 1, 63], 5)
+    assert np.array_equal(table, expected)
+    assert_no_writer_registered()
