@@ -5,13 +5,14 @@ For ``n`` updates into ``4 n`` table elements (uniform random indices, the defau
 repeated ``pto.scatter`` runs):
 
 * ``alone``: the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``: no locked
-  instruction), what the dispatch runs up to ``host/a5.CPU_ALONE_MAX_UPDATES`` updates while nothing else writes the
+  instruction), what the dispatch runs up to ``HostTuning.plain_add_max_updates`` updates while nothing else writes the
   table;
-* ``atomic``: the atomic kernel on every worker (one thread up to ``host/large_a5.CPU_ONE_THREAD_UPDATES``);
+* ``atomic``: the atomic kernel on every worker (one thread up to ``HostTuning.atomic_scatter_one_thread_updates``);
 * ``chosen``: what ``pto.scatter`` itself plans for the shape.
 
-The forms are forced through ``CPU_ALONE_MAX_UPDATES`` while each is planned. Every result is checked against the
-exact sum within the reference's bound (``simt_pto.reference.UNIT_ROUNDOFF``: ``(k + 1) * eps * (|t0| + sum |c|)``
+The forms are forced through the public thresholds table (``simt_pto.host.tuning.tuned``) while each is planned.
+Every result is checked against the exact sum within the reference's bound
+(``simt_pto.reference.UNIT_ROUNDOFF``: ``(k + 1) * eps * (|t0| + sum |c|)``
 plus the smallest subnormal at a slot of ``k`` adds) before the timing; numpy's peer is ``np.add.at`` with int64
 indices. Then ``--rounds`` rounds (``side_by_side.timed_rounds``: each form once and numpy once, the forms' order
 reversed every other round; medians, numpy's over the form's). The table
@@ -27,30 +28,25 @@ import numpy as np
 import side_by_side
 import simt_pto as pto
 from simt_pto import reference
-from simt_pto.host import a5, fast_path
+from simt_pto.host import fast_path, tuning
 from simt_pto.plan import CallCache
 
 FORMS = ("alone", "atomic", "chosen")
-FORCED = {"alone": 1 << 62, "atomic": -1, "chosen": None}
-"""``host/a5.CPU_ALONE_MAX_UPDATES`` while each form is planned (None: as it is)."""
+FORCED = {"alone": {"plain_add_max_updates": 1 << 62}, "atomic": {"plain_add_max_updates": 0}, "chosen": {}}
+"""The thresholds (``simt_pto.host.tuning.HostTuning``) each form is planned under."""
 
 
 def _runner(form, table, src, idx):
     """The kept launch of ``form`` for this call's signature and the kernel it plans for the multicore backend: one
     full-path call keeps it (``host/fast_path``; its cache was emptied first, so it holds this runner alone)."""
     CallCache.clear_all()
-    before = a5.CPU_ALONE_MAX_UPDATES
-    if FORCED[form] is not None:
-        a5.CPU_ALONE_MAX_UPDATES = FORCED[form]
-    try:
+    with tuning.tuned(**FORCED[form]):  # (which empties the call caches as it starts and ends)
         (launch,) = pto.scatter_plan(table, src, idx, coalesce="elem", atomic="add", target="a5").launches
         pto.scatter(table.copy(), src, idx, coalesce="elem", atomic="add", target="a5")
-    finally:
-        a5.CPU_ALONE_MAX_UPDATES = before
-    runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
+        runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
     if len(runners) != 1:
         raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
-    return runners[0], "alone" if launch.cpu_alone_kernel else "atomic"
+    return runners[0], "alone" if launch.multicore_plain_kernel else "atomic"
 
 
 def check_sum(what: str, got, initial, idx, src) -> None:

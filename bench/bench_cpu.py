@@ -134,8 +134,9 @@ def main(argv=None) -> int:
     pto.set_a5_backend("multicore")
     n = (1 << 20) if args.small else (1 << 24)
     rng = np.random.default_rng(0)
-    from simt_pto.kernels.a5.simt import cpu_workers
-    print(f"A5 backend multicore ({cpu_workers()} worker threads, {os.cpu_count()} cores, {platform.processor() or platform.machine()}); "
+    from simt_pto.kernels.a5.simt import multicore_workers
+    print(f"A5 backend multicore ({multicore_workers()} worker threads, {os.cpu_count()} cores, "
+          f"{platform.processor() or platform.machine()}); "
           f"numpy {np.__version__}; {n:,} elements; median of {args.repeat}")
     ratios = {}
     for name, fn, peer in (("row_gather", bench_row_gather, "table[rows]"),

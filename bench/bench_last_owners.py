@@ -4,16 +4,16 @@ For ``n`` updates into ``n / --writers`` slots (Elem, float32 / float16, uniform
 policies), each form is planned once and run through its kept launches (``host/fast_path.A5Scatter``, what a
 repeated ``pto.scatter`` runs):
 
-* ``alone``: one shared owner array, the claim on the calling thread (``CPU_ONE_WORKER_CLAIMS``);
+* ``alone``: one shared owner array, the claim on the calling thread (``owner_claim_one_worker_updates``);
 * ``shared``: one shared owner array claimed with atomics by every worker;
 * ``private``: a copy of the owners per worker, claimed with plain stores, the claim being the range check
-  (``host/large_a5._claim_copies``; what the dispatch takes from ``CPU_OWNER_COPY_MIN_UPDATES`` updates on);
+  (``host/large_a5._claim_copies``; what the dispatch takes from ``owner_copy_min_updates`` updates on);
 * ``serial``: no owners, the serial loop itself on the calling thread (``simt_mscatter_elem_serial_kernel``;
-  what the dispatch takes up to ``CPU_SERIAL_LAST_UPDATES`` updates, or into a table of up to
-  ``CPU_SERIAL_LAST_TABLE_BYTES``);
+  what the dispatch takes up to ``serial_last_max_updates`` updates, or into a table of up to
+  ``serial_last_max_table_bytes``);
 * ``chosen``: what ``pto.scatter`` itself plans for the shape.
 
-The forms are forced through the thresholds of ``host/large_a5.py`` while each is planned. Every form's result is
+The forms are forced through the public thresholds table (``simt_pto.host.tuning.tuned``) while each is planned. Every form's result is
 checked bitwise against the serial loop (``simt_pto.reference.last_writer_scatter``) before the timing; numpy's
 peer is ``table[idx] = src`` with int64 indices, as in ``bench_peers.py``. Then ``--rounds`` rounds, each
 calling every form once and numpy once, the forms' order reversed every other round (on this kind of machine a fixed
@@ -25,51 +25,37 @@ Run: ``python bench/bench_last_owners.py [--sizes 256K,1M,4M] [--writers 16] [--
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 
 import numpy as np
 
 import side_by_side
 import simt_pto as pto
 from simt_pto import reference
-from simt_pto.host import fast_path, large_a5
+from simt_pto.host import fast_path, tuning
 from simt_pto.plan import CallCache
 
 FORMS = ("alone", "shared", "private", "serial", "chosen")
 
 
-@contextmanager
-def _thresholds(**values):
-    """``host/large_a5``'s thresholds set to ``values`` while a form is planned."""
-    before = {name: getattr(large_a5, name) for name in values}
-    try:
-        for name, value in values.items():
-            setattr(large_a5, name, value)
-        yield
-    finally:
-        for name, value in before.items():
-            setattr(large_a5, name, value)
-
-
-OWNERS = dict(CPU_SERIAL_LAST_UPDATES=0, CPU_SERIAL_LAST_TABLE_BYTES=0)  # no serial loop: the owner path
+OWNERS = dict(serial_last_max_updates=0, serial_last_max_table_bytes=0)  # no serial loop: the owner path
 FORCED = {
-    "alone": dict(OWNERS, CPU_ONE_WORKER_CLAIMS=1 << 62, CPU_OWNER_COPY_MAX_BYTES=0),
-    "shared": dict(OWNERS, CPU_ONE_WORKER_CLAIMS=0, CPU_OWNER_COPY_MAX_BYTES=0),
-    "private": dict(OWNERS, CPU_OWNER_COPY_MIN_UPDATES=0, CPU_OWNER_COPY_MAX_BYTES=1 << 62,
-                    CPU_OWNER_COPY_UPDATES_PER_SLOT=0),
-    "serial": dict(CPU_SERIAL_LAST_UPDATES=1 << 62),
+    "alone": dict(OWNERS, owner_claim_one_worker_updates=1 << 62, owner_copy_max_bytes=0),
+    "shared": dict(OWNERS, owner_claim_one_worker_updates=0, owner_copy_max_bytes=0),
+    "private": dict(OWNERS, owner_copy_min_updates=0, owner_copy_max_bytes=1 << 62, owner_copy_updates_per_slot=0),
+    "serial": dict(serial_last_max_updates=1 << 62),
     "chosen": {},
 }
+"""The thresholds (``simt_pto.host.tuning.HostTuning``) each form is planned under."""
 
 
 def _runner(form, table, src, idx):
     """``(kept launches, the form in words)`` of ``form`` for this call's signature: one full-path call keeps the
     launches (``host/fast_path``; its cache was emptied first, so it holds this runner alone)."""
     CallCache.clear_all()
-    with _thresholds(**FORCED[form]):
+    with tuning.tuned(**FORCED[form]):  # (which empties the call caches as it starts and ends)
         launches = pto.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5").launches
         pto.scatter(table.copy(), src, idx, coalesce="elem", conflict="last", target="a5")
-    runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
+        runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
     if len(runners) != 1:
         raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
     if len(launches) == 1:

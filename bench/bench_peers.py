@@ -383,10 +383,10 @@ def overhead(repeat: int) -> list[dict]:
 # -- reporting -----------------------------------------------------------------------------------------------------
 
 def environment(torch, torch_note: str | None) -> dict:
-    from simt_pto.kernels.a5.simt import cpu_workers
+    from simt_pto.kernels.a5.simt import multicore_workers
     env = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
            "simt_pto": pto.__version__, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "a5_backend": pto.a5_backend(), "workers": cpu_workers(),
+           "a5_backend": pto.a5_backend(), "workers": multicore_workers(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "peer_index": np.dtype(PEER_INDEX).name,
            "torch": None if torch is None else torch.__version__,
            "torch_threads": None if torch is None else torch.get_num_threads(), "torch_note": torch_note}
@@ -478,8 +478,8 @@ def main(argv=None) -> int:
         return 2
     pto.set_a5_backend("multicore")
     PEER_INDEX = np.dtype(args.peer_index).type
-    from simt_pto.kernels.a5.simt import cpu_workers
-    torch, torch_note = load_torch(cpu_workers())
+    from simt_pto.kernels.a5.simt import multicore_workers
+    torch, torch_note = load_torch(multicore_workers())
     if torch_note:
         print(f"NOTE: {torch_note}", flush=True)
     if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":

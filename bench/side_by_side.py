@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 import simt_pto as pto
-from simt_pto.kernels.a5.simt import cpu_workers
+from simt_pto.kernels.a5.simt import multicore_workers
 
 
 def size(text: str) -> int:
@@ -64,9 +64,9 @@ def report(rows: list[dict], as_json: bool, shape: str, rounds: int, shown: tupl
     """Print ``rows`` as JSON, or as a table: a header line saying what ``n`` means (``shape``), then per row its
     ``keys``, each form of ``shown`` (ratio and median), the form the dispatch chose, and numpy's median."""
     if as_json:
-        print(json.dumps({"machine": platform.machine(), "workers": cpu_workers(), "rows": rows}, indent=1))
+        print(json.dumps({"machine": platform.machine(), "workers": multicore_workers(), "rows": rows}, indent=1))
         return
-    print(f"A5 multicore, {cpu_workers()} workers, {platform.machine()}; {shape}; medians of {rounds} rounds, the "
+    print(f"A5 multicore, {multicore_workers()} workers, {platform.machine()}; {shape}; medians of {rounds} rounds, the "
           f"forms' order alternating; numpy time / form time (above 1: faster)")
     print()
     head = [*keys, *shown, "chosen (as planned)", "numpy ms"]

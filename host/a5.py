@@ -25,6 +25,7 @@ from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
 from simt_pto.plan import CallCache, indices_below
 
+from . import tuning
 from .arrays import base_address
 
 
@@ -480,19 +481,13 @@ def guarded(steps, boundary) -> CallPlan:
     return CallPlan(tuple(steps), guard=boundary.held, guard_name=BoundaryWords.GUARD_NAME)
 
 
-CPU_ALONE_MAX_UPDATES = 1 << 19
-"""On the ``multicore`` backend, an Elem scatter with an atomic op of at most this many elements runs its
-plain-store form on the calling thread while nothing else writes its table (:func:`elem_alone_kernel`). Measured
-on 2 cores against the atomic form on its threads (one process, the two called in turn, order alternating; 4M
-elements of table per 1M updates): float32 1.4x to 2.2x faster from 4K to 512K updates, 0.93x at 768K and 0.68x at
-1M; float16 1.05x to 1.6x faster up to 1M, 0.91x at 2M."""
 
 
 def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
-    """``LaunchSpec.cpu_alone_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_serial_kernel``
+    """``LaunchSpec.multicore_plain_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_serial_kernel``
     for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
-    :data:`CPU_ALONE_MAX_UPDATES` elements, else None."""
-    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values() or updates > CPU_ALONE_MAX_UPDATES:
+    :attr:`~.tuning.HostTuning.plain_add_max_updates` elements, else None."""
+    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values() or updates > tuning.current().plain_add_max_updates:
         return None
     return "simt_mscatter_elem_serial_kernel"
 
@@ -505,7 +500,7 @@ def _elem_scatter_plan(plan) -> CallPlan:
     irs, ics = plan.idx.strides
     launch = launch_spec("simt_mscatter_elem_kernel", scatter_policy(plan, fmt),
                          geometry.elem_geometry(plan.rows, plan.cols), writes=("table",),
-                         cpu_alone_kernel=elem_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols), table=table,
+                         multicore_plain_kernel=elem_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols), table=table,
                          src=plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), src_rs=rs,
                          src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
                          valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows)
@@ -573,7 +568,7 @@ class KeptTileOp:
         if backend != "multicore" or plan.signature is None or plan.table.on_device:
             return None
         operands = cls.OPERANDS[plan.op]
-        launch = simt.single_cpu_launcher(call, operands)
+        launch = simt.single_multicore_launcher(call, operands)
         if launch is None:
             return None
         arguments = call.steps[0].arguments
@@ -673,7 +668,7 @@ def run_mscatter(plan, backend: str | None = None) -> None:
     _run_tile_op(plan, backend, mscatter_plan)
 
 
-__all__ = ["CPU_ALONE_MAX_UPDATES", "BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "elem_alone_kernel",
+__all__ = ["BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "elem_alone_kernel",
            "element_format", "gm_memory", "guarded", "holding", "holds_host_memory", "mgather_l1_plan", "mgather_plan",
            "mgather_scalar_impl", "mscatter_plan", "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather",
            "run_plan", "run_mscatter", "scatter_policy", "scatter_table", "table_memory", "tile_bits", "to_device"]

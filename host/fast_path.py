@@ -185,7 +185,7 @@ def index_bits(idx: np.ndarray, plan, checks_range: bool = True) -> np.ndarray |
 
 class A5Gather:
     """The one kernel launch of an ``a5`` whole-array gather on the ``multicore`` backend, with a call's own output,
-    index bits and table in the places of the first call's (``simt.cpu_launcher``)."""
+    index bits and table in the places of the first call's (``simt.multicore_launcher``)."""
 
     def __init__(self, plan, launch: Callable, dst_view: np.dtype, table_view: np.dtype, result: np.ndarray):
         self.plan, self.launch, self.dst_view, self.table_view = plan, launch, dst_view, table_view
@@ -199,7 +199,7 @@ class A5Gather:
             return None
         with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
             from simt_pto.kernels.a5 import simt
-        launch = simt.single_cpu_launcher(call, ("dst", "idx", "table"))
+        launch = simt.single_multicore_launcher(call, ("dst", "idx", "table"))
         if launch is None:
             return None
         args = call.steps[0].arguments
@@ -219,7 +219,7 @@ class A5Gather:
 class A5Scatter:
     """The kernel launches of an ``a5`` whole-array scatter on the ``multicore`` backend (one launch over the tiles;
     or the Conflict::Last owner path's reset, claim and write), with a call's own table, source and index bits in
-    the places of the first call's, each in the view that launch took (``simt.cpu_launcher``), and for the owner
+    the places of the first call's, each in the view that launch took (``simt.multicore_launcher``), and for the owner
     path the owner array the call before it left (:data:`_SPARE_OWNER`), marked unowned again by the reset. Every
     launch must take the whole of each operand: the slot-centric Last path (a launch per tile, each over its part
     of the source) and the compact owner path (slot numbers computed from the index values) have no runner, nor has
@@ -261,7 +261,7 @@ class A5Scatter:
                 else:
                     return None
                 views.append((name, value.dtype))
-            launch = simt.cpu_launcher(spec, tuple(name for name, _ in views))
+            launch = simt.multicore_launcher(spec, tuple(name for name, _ in views))
             if launch is None:
                 return None
             launches.append((launch, tuple(views)))

@@ -57,13 +57,11 @@ from simt_pto.plan import CallCache, Plan, check_indices, typed
 from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
-from . import dispatch, fast_path, tiling
+from . import dispatch, fast_path, tiling, tuning
 from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
 
 TableT = TypeVar("TableT")
 
-SLOT_PATH_MAX_WORK = 1 << 22
-"""``last_path="auto"`` uses the slot-centric kernels while slots x sources stays below this."""
 LAST_PATHS = ("auto", "slot", "owner")
 
 
@@ -406,7 +404,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     The call runs as tiles of ``tile_rows`` rows each (the last tile may hold fewer), in order; the result does not
     depend on ``tile_rows``. Row: a tile row is one index (one table row gathered). Elem: the indices are taken in
     C order, and a tile row is one row of ``idx``'s last axis while that row fits one default tile (at most
-    4096 elements, :data:`~.tiling.DEFAULT_MAX_TILE_ELEMS`, within the target's UB budget); a 1-D ``idx``, and
+    4096 elements, :attr:`~.tuning.HostTuning.max_tile_elems`, within the target's UB budget); a 1-D ``idx``, and
     one whose last axis is longer, is cut as one flat run of elements: a tile row is then one element, so a tile
     holds ``tile_rows`` elements and splits rows of ``idx`` where it must (:func:`~.tiling.elem_tile_cols`).
     Unset, ``tile_rows`` is as many as fit the target's UB (``dyn_ubuf_size`` on ``a5``), at most 256 Row indices
@@ -553,7 +551,7 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
         return CallPlan(()), result, c
     if c.target == "a5":
         return _written_back(_a5_side()[0].scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
-                                                   SLOT_PATH_MAX_WORK, backend, owner), c.table), result, c
+                                                   tuning.current().slot_path_max_work, backend, owner), c.table), result, c
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
     gt = _host_tensor(c.plan, host_table)
     host_src = to_host(c.src).reshape(c.src.rows, c.src.cols)
@@ -663,4 +661,4 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
     return _written_back(call, table_a), result
 
 
-__all__ = ["LAST_PATHS", "SLOT_PATH_MAX_WORK", "check_last_path", "gather", "gather_plan", "scatter", "scatter_plan"]
+__all__ = ["LAST_PATHS", "check_last_path", "gather", "gather_plan", "scatter", "scatter_plan"]

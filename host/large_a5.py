@@ -16,7 +16,7 @@ with the geometry of one full tile: ``idx.rows`` / ``idx.cols`` below are that v
   reset, claim, write.
 
 On the ``multicore`` backend an owner pass over few slots or updates runs on the calling thread alone, as one block
-of one warp (:data:`CPU_ONE_WORKER_SLOTS`, :data:`CPU_ONE_WORKER_CLAIMS`).
+of one warp (:attr:`~.tuning.HostTuning.owner_reset_one_worker_slots`, :attr:`~.tuning.HostTuning.owner_claim_one_worker_updates`).
 
 Device arrays are used in place; host arrays stay host arrays in the plan, and on the GPU backend
 :func:`~simt_pto.host.a5.run_plan` stages them on the device once per call and copies back the ones a launch
@@ -34,10 +34,10 @@ from simt_pto import dtypes, geometry
 from simt_pto.backend import a5_backend, imported
 from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
-from simt_pto.kernels.a5.simt import cpu_workers
+from simt_pto.kernels.a5.simt import multicore_workers
 from simt_pto.kernels.index_policy import remap_array
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
-from . import a5
+from . import a5, tuning
 from .arrays import new_device_array, to_host
 
 
@@ -67,26 +67,10 @@ def _tile_grid(rows, tile_rows):
     return -(-rows // tile_rows)
 
 
-CPU_ONE_THREAD_ROW_BYTES = 1 << 21
-"""On the ``multicore`` backend, a launch that copies rows (the Row gather, a Row store, the owner path's Row
-write) of at most this many bytes runs on the calling thread alone (``LaunchSpec.cpu_threads``): waking a helper
-thread costs tens of microseconds, and one core copying whole rows already draws most of what memory gives two.
-Measured on 2 cores (``bench/bench_peers.py``): two threads break even at about 2 MB."""
-CPU_ONE_THREAD_GATHER_ELEMS = 1 << 18
-"""... an Elem gather of at most this many elements (random reads: a second core overlaps their misses, and wins
-from about 256K elements, but by little there). At 256K a call is a quarter of a millisecond, and waking a helper
-on a shared host now and then costs a large part of that: in three full runs of ``bench/bench_peers.py`` at 5ce2a2e
-(the helper's share on the workers) the 256K gather took 0.25 to 0.29 ms in some runs and 0.38 to 0.48 ms in others
-(0.95x and 0.98x numpy, whose one thread took 0.36 to 0.42 ms throughout; the plain ``prange`` loop was slow in the
-same runs). In one process, the two forms called in turn, order alternating, medians of 25 (numpy's time / ours,
-float32 / float16): one thread 1.27x / 1.33x, two 1.37x / 1.50x at 256K; at 512K one thread 1.08x / 1.31x, two
-1.91x / 1.74x (kept on both)."""
-CPU_ONE_THREAD_UPDATES = 1 << 16
-"""... a scatter with a read-modify-write per element (atomics) of at most this many elements."""
 
 
-def _cpu_threads(work: int, one_thread_max: int) -> int | None:
-    """``LaunchSpec.cpu_threads`` of a launch of ``work`` (bytes or elements, as ``one_thread_max`` counts them)."""
+def _multicore_threads(work: int, one_thread_max: int) -> int | None:
+    """``LaunchSpec.multicore_threads`` of a launch of ``work`` (bytes or elements, as ``one_thread_max`` counts them)."""
     return 1 if work <= one_thread_max else None
 
 
@@ -150,7 +134,7 @@ def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
                 ("table", table_flat.view(unit)), ("table_rows", plan.capacity), ("valid_rows", rows),
                 ("valid_cols", units), ("tile_rows", tile_rows), ("row_warps", geo.row_warps),
                 ("warps_per_row", geo.warps_per_row)), geo, grid, ("dst",), hardware,
-                _cpu_threads(n * plan.dtype.itemsize, CPU_ONE_THREAD_ROW_BYTES))
+                _multicore_threads(n * plan.dtype.itemsize, tuning.current().row_copy_one_thread_bytes))
         # a fresh device allocation starts on a 256-byte boundary: only a host output's address can narrow the unit
         launch = _widened(plan, out_cols, build, table_flat, *(() if gpu else (out,)))
     else:
@@ -158,7 +142,7 @@ def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
             ("dst", out), ("dst_rs", out_cols), ("dst_cs", 1), ("idx", idx_flat), ("idx_rs", out_cols), ("idx_cs", 1),
             ("table", table_flat), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", out_cols),
             ("tile_rows", tile_rows)), geometry.elem_geometry(tile_rows, out_cols), grid, ("dst",), None,
-            _cpu_threads(n, CPU_ONE_THREAD_GATHER_ELEMS))
+            _multicore_threads(n, tuning.current().elem_gather_one_thread_elems))
     steps = [launch]
     if gpu and host_out is not None:
         steps.append(HostStep("copy the gathered elements to the host", lambda: out.copy_to_host(host_out)))
@@ -216,48 +200,31 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     """Atomics and Conflict::Default: one launch of the tile op's kernel over all tiles (their writes compose)."""
     grid, policy = _tile_grid(rows, tile_rows), a5.scatter_policy(plan, fmt)
     if plan.atomic == ScatterAtomicOp.NONE and plan.coalesce == Coalesce.ROW:  # Conflict::Default: a row copy
-        threads = _cpu_threads(rows * cols * plan.dtype.itemsize, CPU_ONE_THREAD_ROW_BYTES)
+        threads = _multicore_threads(rows * cols * plan.dtype.itemsize, tuning.current().row_copy_one_thread_bytes)
     else:
-        threads = _cpu_threads(rows * cols, CPU_ONE_THREAD_UPDATES)
+        threads = _multicore_threads(rows * cols, tuning.current().atomic_scatter_one_thread_updates)
     if plan.coalesce == Coalesce.ROW:
         geo = geometry.row_geometry(tile_rows, cols)
-        return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), cpu_threads=threads,
+        return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), multicore_threads=threads,
                            table=table_arg,
                            src=src, src_rs=cols, src_cs=1, idx=idx, idx_step=1, table_rows=plan.capacity,
                            valid_rows=rows, valid_cols=cols, tile_rows=tile_rows, row_warps=geo.row_warps,
                            warps_per_row=geo.warps_per_row)
     return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, cols), grid=grid,
-                       writes=("table",), cpu_threads=threads,
-                       cpu_alone_kernel=a5.elem_alone_kernel(plan.atomic, fmt, rows * cols), table=table_arg, src=src,
+                       writes=("table",), multicore_threads=threads,
+                       multicore_plain_kernel=a5.elem_alone_kernel(plan.atomic, fmt, rows * cols), table=table_arg, src=src,
                        src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
                        idx_cs=1, table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
 
 
-CPU_SERIAL_LAST_UPDATES = 1 << 22
-"""On the ``multicore`` backend, a whole-array Elem Conflict::Last of at most this many updates (``last_path="auto"``)
-is one launch of ``simt_mscatter_elem_serial_kernel`` on the calling thread: the serial loop itself, one plain store
-per update, no owners. Measured on 2 cores, n updates into n / 16 slots, numpy's ``table[idx] = src`` time / ours
-(one process, the forms and numpy called in turn, order alternating, medians of 15 to 31; float32 / float16): the
-serial launch 1.75x / 2.07x at 256K, 1.69x / 1.91x at 1M, 1.32x / 1.66x at 4M, 1.41x / 1.48x at 8M; the owner path
-(``last_path="owner"``) 0.89x / 0.97x, 1.20x / 1.18x, 1.29x / 1.50x and 1.63x / 1.12x. One thread's stores into a
-table of n / 16 slots stay in its caches; past a few million updates the owner path's two workers catch up."""
 
-CPU_SERIAL_LAST_TABLE_BYTES = 8 << 20
-"""... and so is one of any number of updates into a table of at most this many bytes: the serial loop's stores
-stay in the caches (this machine's last level holds 32 MB), and its speed follows numpy's, one thread against one.
-The owner path's two workers share their owners' cache lines, and on a shared 2-core host their speed moves with
-where the host puts the two cores: n updates into n / 16 slots, numpy's time / ours, medians of 9 rounds
-(``bench/bench_last_owners.py --sizes 8M,16M,32M,64M --rounds 9``; float32 / float16): the serial loop 1.25x / 1.37x
-(8M), 1.35x / 1.51x (16M), 1.40x / 1.41x (32M), 1.14x / 1.41x (64M); the owner path on its shared owners 1.64x / 1.25x,
-0.93x / 1.48x, 1.66x / 1.46x, 2.03x / 1.20x, and in the full runs of ``bench_peers.py`` before, 0.73x to 1.74x at 16M
-and 0.79x to 2.13x at 64M. Past this size (a float32 table of 64M updates into 4M slots: 16 MB) the owner path
-stays: its two workers overlap their cache misses, where one thread's stores would wait for memory."""
 
 
 def takes_serial_last(updates: int, table_bytes: int) -> bool:
     """Whether a ``multicore`` whole-array Elem Conflict::Last under ``last_path="auto"`` is the serial loop
-    (:data:`CPU_SERIAL_LAST_UPDATES`, :data:`CPU_SERIAL_LAST_TABLE_BYTES`)."""
-    return updates <= CPU_SERIAL_LAST_UPDATES or table_bytes <= CPU_SERIAL_LAST_TABLE_BYTES
+    (:attr:`~.tuning.HostTuning.serial_last_max_updates`, :attr:`~.tuning.HostTuning.serial_last_max_table_bytes`)."""
+    limits = tuning.current()
+    return updates <= limits.serial_last_max_updates or table_bytes <= limits.serial_last_max_table_bytes
 
 
 def _elem_serial_last(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
@@ -265,7 +232,7 @@ def _elem_serial_last(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     serial kernel over every tile, on the calling thread, in source order (the last writer of each slot stores
     last)."""
     return replace(_tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt),
-                   kernel="simt_mscatter_elem_serial_kernel", cpu_threads=1)
+                   kernel="simt_mscatter_elem_serial_kernel", multicore_threads=1)
 
 
 def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
@@ -290,11 +257,6 @@ def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
     return launches
 
 
-DENSE_OWNER_SLOTS_PER_UPDATE = 32
-"""The owner path keeps one owner per table slot (no sort) while the table has at most this many slots per
-update (plus :data:`DENSE_OWNER_MIN_SLOTS`); past that, one owner per distinct slot the updates reach."""
-DENSE_OWNER_MIN_SLOTS = 1 << 16
-"""Tables of at most this many slots always take the dense owner array (256 KB of int32 at most)."""
 
 
 def owner_layout(capacity: int, updates: int) -> str:
@@ -302,7 +264,8 @@ def owner_layout(capacity: int, updates: int) -> str:
     ``"dense"``, one owner per table slot (O(capacity) memory and work, no sort), while the table is comparable
     to the updates; else ``"compact"``, one owner per distinct slot reached (O(updates) memory, an
     O(updates log updates) sort on the host). Both give the sequential result bit for bit."""
-    if capacity <= DENSE_OWNER_SLOTS_PER_UPDATE * updates + DENSE_OWNER_MIN_SLOTS:
+    limits = tuning.current()
+    if capacity <= limits.dense_owner_slots_per_update * updates + limits.dense_owner_min_slots:
         return "dense"
     return "compact"
 
@@ -321,50 +284,19 @@ def _new_owner(table, n, owner_dtype, backend):
 
 _RESET = KernelPolicy()
 
-CPU_ONE_WORKER_SLOTS = 1 << 17
-"""On the ``multicore`` backend, the owner reset over at most this many slots runs on the calling thread alone
-(:func:`_flat_launch`): handing a launch to the worker pool costs tens of microseconds, more than such a pass (a
-fill at memory speed) gains from a second core."""
-CPU_ONE_WORKER_WRITES = 1 << 16
-"""... and the Elem owner write over at most this many slots (each owned slot reads its source element at a random
-position, so a second core pays off sooner than for the fill). The whole call, n updates into n / 16 slots, the
-write on one thread against two, in one process, the two runners' order alternating (medians of 31, 2 cores): two
-threads 0.68x to 0.71x as fast at 16K slots, 0.84x to 0.89x at 32K, 1.00x to 1.05x at 64K, 1.08x at 128K."""
-CPU_ONE_WORKER_CLAIMS = 1 << 19
-"""... and an owner claim of at most this many updates into one shared owner array (:func:`_claim_copies` takes
-none): a second core then gains less than it costs, the hand-off and two caches trading the lines of the owners both
-of them claim. The claim kernel alone, n updates into n / 16 int32 owners, one thread against the flat grid on two
-(medians of 31, 2 cores): 512K 0.51 against 0.71 ms, 1M 1.23 against 1.20, 2M 2.8 against 2.3."""
-CPU_OWNER_COPY_MIN_UPDATES = 1 << 18
-"""A ``multicore`` Elem claim of more than this many updates into few owners takes a copy of them per worker
-(:func:`_claim_copies`); up to it, one worker claims alone. The whole call, n updates into n / 16 slots, one thread
-against a copy per worker, in one process, the order alternating (medians of 31, 2 cores): copies 1.04x and 0.82x as
-fast at 256K (float32, float16), 1.14x to 1.22x at 384K, 1.00x to 1.46x at 512K, 1.16x and 1.45x at 1M."""
-CPU_OWNER_COPY_MAX_BYTES = 1 << 20
-"""... while a copy holds at most this many bytes, the L2 cache of one core of the development machine, where a copy
-stays while its worker claims into it. The whole call, n updates into n / 16 slots, a copy per worker against one
-shared owner array claimed with atomics, in one process, the order alternating (medians of 21, 2 cores; before the
-claim took over the range check): 1.44x and 1.69x as fast at 256 KB of owners (1M updates, float32 and float16),
-0.91x to 1.26x at 512 KB, 1.00x to 1.06x at 768 KB, 1.02x to 1.17x at 1 MB, 0.99x to 1.03x at 2 MB (once 1.66x)."""
-CPU_OWNER_COPY_UPDATES_PER_SLOT = 2
-"""... and while the updates are at least this many times the owners of all copies: the copies' reset and their
-merge in the write cost a pass over every copy, which must stay small beside the claim. On 2 cores (2 copies) that
-is 4 updates a slot or more. Measured at 4 a slot (``bench/bench_last_owners.py --writers 4``, medians of 15
-rounds, numpy time / form time, float32 / float16): 512K updates, private 0.73x / 0.85x against 0.43x / 0.39x for
-the claim alone on the calling thread (chosen before, at a bound of 4); 1M, 0.87x / 1.09x against 0.74x / 0.70x for
-the shared owners (chosen before). At 16 a slot nothing changes."""
 
 
 def _claim_copies(updates: int, slots: int, owner_dtype: np.dtype, backend: str) -> int:
     """Copies of the owners an Elem claim of ``updates`` into ``slots`` owners takes: one per worker on the
-    ``multicore`` backend for a claim of more than :data:`CPU_OWNER_COPY_MIN_UPDATES` updates into copies that are
-    small (:data:`CPU_OWNER_COPY_MAX_BYTES`, :data:`CPU_OWNER_COPY_UPDATES_PER_SLOT`), else one. With a copy each,
-    a worker claims with plain loads and stores into lines no other core takes from its cache; the write takes each
+    ``multicore`` backend for a claim of more than ``owner_copy_min_updates`` updates into copies that are small
+    (``owner_copy_max_bytes``, ``owner_copy_updates_per_slot``: :class:`~.tuning.HostTuning`), else one. With a
+    copy each, a worker claims with plain loads and stores into lines no other core takes from its cache; the write takes each
     slot's largest owner over the copies."""
-    workers = cpu_workers()
-    if (backend != "multicore" or updates <= CPU_OWNER_COPY_MIN_UPDATES or workers < 2
-            or slots * owner_dtype.itemsize > CPU_OWNER_COPY_MAX_BYTES
-            or workers * slots * CPU_OWNER_COPY_UPDATES_PER_SLOT > updates):
+    workers = multicore_workers()
+    limits = tuning.current()
+    if (backend != "multicore" or updates <= limits.owner_copy_min_updates or workers < 2
+            or slots * owner_dtype.itemsize > limits.owner_copy_max_bytes
+            or workers * slots * limits.owner_copy_updates_per_slot > updates):
         return 1
     return workers
 
@@ -388,7 +320,8 @@ def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows
         geo = geometry.row_geometry(per_block, units)
         return launch_spec(kernel, _RESET, geo, grid=_tile_grid(count, per_block), writes=("table",),
                            hardware=hardware,
-                           cpu_threads=_cpu_threads(count * cols * plan.dtype.itemsize, CPU_ONE_THREAD_ROW_BYTES),
+                           multicore_threads=_multicore_threads(count * cols * plan.dtype.itemsize,
+                                                                tuning.current().row_copy_one_thread_bytes),
                            table=table_arg.view(unit), src=src.view(unit), src_rs=units, src_cs=1,
                            owner=owner, **slot_args, valid_cols=units, tile_rows=per_block, row_warps=geo.row_warps,
                            warps_per_row=geo.warps_per_row)
@@ -407,7 +340,7 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
         copies = _claim_copies(rows * cols, cap, owner_dtype, backend)
         owner = _new_owner(table, copies * cap, owner_dtype, backend)
         claim_policy = KernelPolicy(rule=plan.rule, conflict=plan.conflict)
-        write_geo, write_grid = _flat_launch(cap, backend, CPU_ONE_WORKER_WRITES)
+        write_geo, write_grid = _flat_launch(cap, backend, tuning.current().owner_write_one_worker_slots)
         if copies > 1:  # a block of one warp per copy: each CPU worker walks its share of the positions in order
             claim = launch_spec("simt_mscatter_elem_private_owner_claim_kernel", claim_policy,
                                 replace(geometry.flat_geometry(rows * cols), launch_warps=1), grid=copies,
@@ -418,7 +351,7 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
                                 writes=("table",), table=table_arg, owner=owner, src=src, src_rs=cols, src_cs=1,
                                 table_size=cap, copies=copies, valid_cols=cols)
         else:
-            geo, grid = _flat_launch(rows * cols, backend, CPU_ONE_WORKER_CLAIMS)
+            geo, grid = _flat_launch(rows * cols, backend, tuning.current().owner_claim_one_worker_updates)
             claim = launch_spec("simt_mscatter_elem_owner_claim_kernel", claim_policy, geo, grid=grid,
                                 writes=("owner",), owner=owner, idx=idx_flat, idx_rs=cols, idx_cs=1, table_size=cap,
                                 valid_rows=rows, valid_cols=cols)
@@ -427,7 +360,7 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
                                 table_size=cap, valid_cols=cols)
         return _reset(owner, backend), claim, write
     owner = _new_owner(table, cap, _owner_dtype(rows), backend)
-    geo, grid = _flat_launch(rows, backend, CPU_ONE_WORKER_CLAIMS)
+    geo, grid = _flat_launch(rows, backend, tuning.current().owner_claim_one_worker_updates)
     claim = launch_spec("simt_mscatter_row_owner_claim_kernel", KernelPolicy(rule=plan.rule, conflict=plan.conflict),
                         geo, grid=grid, writes=("owner",), owner=owner, idx=idx_flat, idx_step=1, table_rows=cap,
                         valid_rows=rows)
@@ -438,7 +371,7 @@ def _last_owner_dense(plan, table, table_arg, src, idx, idx_flat, rows, cols, ti
 
 def _reset(owner, backend):
     """The launch that marks every owner unowned (-1)."""
-    geo, grid = _flat_launch(owner.size, backend, CPU_ONE_WORKER_SLOTS)
+    geo, grid = _flat_launch(owner.size, backend, tuning.current().owner_reset_one_worker_slots)
     return launch_spec("simt_mscatter_owner_reset_kernel", _RESET, geo, grid=grid, writes=("owner",), owner=owner)
 
 
@@ -469,19 +402,19 @@ def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, 
     if distinct == 0:  # every update dropped: nothing to write
         return ()
     owner = _new_owner(table, distinct, owner_dtype, backend)
-    geo, grid = _flat_launch(updates, backend, CPU_ONE_WORKER_CLAIMS)
+    geo, grid = _flat_launch(updates, backend, tuning.current().owner_claim_one_worker_updates)
     claim = launch_spec("simt_mscatter_compact_owner_claim_kernel", KernelPolicy(conflict=plan.conflict), geo,
                         grid=grid, writes=("owner",), owner=owner, ids=ids, updates=updates)
     if plan.coalesce == Coalesce.ROW:
         write = _row_owner_write("simt_mscatter_row_compact_owner_write_kernel", plan, table_arg, src, owner,
                                  distinct, cols, tile_rows, slots=slots, distinct=distinct)
     else:
-        geo, grid = _flat_launch(distinct, backend, CPU_ONE_WORKER_SLOTS)
+        geo, grid = _flat_launch(distinct, backend, tuning.current().owner_reset_one_worker_slots)
         write = launch_spec("simt_mscatter_elem_compact_owner_write_kernel", _RESET, geo, grid=grid, writes=("table",),
                             table=table_arg, src=src, src_rs=cols, src_cs=1, owner=owner, slots=slots,
                             distinct=distinct, valid_cols=cols)
     return _reset(owner, backend), claim, write
 
 
-__all__ = ["DENSE_OWNER_MIN_SLOTS", "DENSE_OWNER_SLOTS_PER_UPDATE", "compact_slots", "gather",
+__all__ = ["compact_slots", "gather",
            "gather_plan", "owner_layout", "row_move_unit", "scatter", "scatter_plan"]

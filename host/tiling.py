@@ -8,7 +8,7 @@ analyzer, ``simt-pto inspect``, selftest and the benchmarks.
 * :func:`data_tile` / :func:`index_tile`: the smallest tiles of ``rows x cols`` valid elements under the 32-byte
   rule (a RowMajor tile pads Cols, a ColMajor one Rows, to 32 bytes; index elements are 4 bytes).
 * :func:`default_tile_rows` / :func:`fit_tile_rows`: rows per tile when the caller names none: at most
-  :data:`DEFAULT_MAX_TILE_ROWS` (Row) or :data:`DEFAULT_MAX_TILE_ELEMS` positions (Elem), halved until the
+  :attr:`~.tuning.HostTuning.max_tile_rows` (Row) or :attr:`~.tuning.HostTuning.max_tile_elems` positions (Elem), halved until the
   tiles fit the UB budget.
 * :func:`elem_tile_cols`: the columns of an Elem call's tiles: whole rows of the index (its last axis) while a row
   fits one default tile, else the index taken as one flat run of elements in C order, cut by element count.
@@ -33,10 +33,8 @@ from simt_pto.enums import BLayout, Coalesce
 from simt_pto.errors import ConstraintError
 from simt_pto.tile import Tile
 
-DEFAULT_MAX_TILE_ROWS = 256
-"""Default cap on rows per Row tile: more, smaller tiles give a GPU more blocks to run at once."""
-DEFAULT_MAX_TILE_ELEMS = 4096
-"""Default cap on elements per Elem tile (four per thread of a full 1024-thread block)."""
+from . import tuning
+
 INDEX_ITEMSIZE = 4
 """Index elements are int32 / uint32: 8 of them fill the 32-byte unit."""
 
@@ -100,9 +98,10 @@ def fit_tile_rows(tile_rows: int, tile_bytes, budget) -> int:
 
 
 def default_tile_rows(coalesce, rows: int, cols: int, tile_bytes, budget) -> int:
-    """Rows per tile when the caller names none: at most :data:`DEFAULT_MAX_TILE_ROWS` (Row) or
-    ``DEFAULT_MAX_TILE_ELEMS // cols`` (Elem) and ``rows``, then :func:`fit_tile_rows`."""
-    cap = DEFAULT_MAX_TILE_ROWS if coalesce == Coalesce.ROW else max(1, DEFAULT_MAX_TILE_ELEMS // cols)
+    """Rows per tile when the caller names none: at most :attr:`~.tuning.HostTuning.max_tile_rows` (Row) or
+    ``max_tile_elems // cols`` (Elem) and ``rows``, then :func:`fit_tile_rows`."""
+    limits = tuning.current()
+    cap = limits.max_tile_rows if coalesce == Coalesce.ROW else max(1, limits.max_tile_elems // cols)
     return fit_tile_rows(min(rows, cap), tile_bytes, budget)
 
 
@@ -117,12 +116,12 @@ def whole_array_layout(target: str, coalesce, cols: int) -> BLayout:
 def elem_tile_cols(op: str, target: str, dtype, cols: int, dyn_ubuf_size=None) -> int:
     """The columns of an Elem whole-array call's tiles, for an index whose 2-D view has rows of ``cols`` elements
     (its last axis; :func:`simt_pto.host.arrays._two_d`): ``cols`` while one row fits one default tile (at most
-    :data:`DEFAULT_MAX_TILE_ELEMS` elements, its data and index tiles within the target's UB budget), so a tile
+    :attr:`~.tuning.HostTuning.max_tile_elems` elements, its data and index tiles within the target's UB budget), so a tile
     holds ``tile_rows`` whole index rows (MSCATTER.md, "Tiled-Iteration Pattern": a 2048 x 8 index as chunks of
     128 x 8); else 1: the index is one flat run of elements in C order, as a 1-D index is, and a tile holds
     ``tile_rows`` of its elements. Elem semantics are per element in C order, so either view gives the same
     result; the flat one lets a long last axis be split across tiles."""
-    if cols <= 1 or cols > DEFAULT_MAX_TILE_ELEMS:
+    if cols <= 1 or cols > tuning.current().max_tile_elems:
         return 1
     budget = ub.budget(op, target, dyn_ubuf_size)
     one_row = tile_bytes(Coalesce.ELEM, cols, dtype, whole_array_layout(target, Coalesce.ELEM, cols))(1)
@@ -259,6 +258,6 @@ def tile_plan(plan, idx_rows: np.ndarray, data_rows: np.ndarray | None = None, t
     return plan.repointed(tile=data, idx=idx, table=table)
 
 
-__all__ = ["DEFAULT_MAX_TILE_ELEMS", "DEFAULT_MAX_TILE_ROWS", "FullTiles", "check_tile_rows", "data_tile",
+__all__ = ["FullTiles", "check_tile_rows", "data_tile",
            "default_tile_rows", "elem_tile_cols", "fit_tile_rows", "full_tiles", "index_shape", "index_tile", "over_budget", "padded_shape",
            "round_up", "tile_bytes", "tile_plan", "tile_starts", "weightless", "whole_array_layout"]

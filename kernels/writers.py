@@ -12,7 +12,7 @@ memory it writes for as long as it writes it, in one of three ways:
   shares (a plain launch is one thread's pass over at most 512K updates: about 1 ms in float32 and 4.5 ms in
   float16 on the 2-core development machine).
 * :meth:`TableWriters.run_alone`: a plain writer that has an atomic form to fall back on (the A5 plain-store Elem
-  kernel, ``LaunchSpec.cpu_alone_kernel``). It runs only if no other writer of memory its table shares is registered
+  kernel, ``LaunchSpec.multicore_plain_kernel``). It runs only if no other writer of memory its table shares is registered
   or waiting, and otherwise returns False at once (its caller then runs the atomic form, shared): it never waits.
 * :meth:`TableWriters.enter_exclusive` / :meth:`TableWriters.run_exclusive`: a plain writer with no atomic form. It
   waits until it can run alone. The A2/A3 loops of atomic Add (a sequential read-modify-write per element); a launch

@@ -86,11 +86,11 @@ class LaunchSpec:
     """Where the emulator launches something other than the hardware would (the whole-array Row gather and the
     owner write move each row in units of up to 8 bytes, a bit copy either way), the hardware's launch: element
     moves. The coalescing analyzer models this one; None where the two are the same."""
-    cpu_threads: int | None = None
+    multicore_threads: int | None = None
     """The most threads the ``multicore`` backend runs this launch on (None: all of them). A launch too small to
     pay for waking a second thread says 1: its blocks then run in order on the calling thread. Nothing else reads
     it: a GPU runs the blocks as it schedules them."""
-    cpu_alone_kernel: str | None = None
+    multicore_plain_kernel: str | None = None
     """A kernel of the same arguments, policy and grid that the ``multicore`` backend runs instead, on the calling
     thread, when no other launch is writing memory the table shares at the time (the Elem scatter's plain
     read-modify-writes, ``simt_mscatter_elem_serial_kernel``; ``simt_pto.kernels.writers``); otherwise it runs
@@ -98,11 +98,11 @@ class LaunchSpec:
 
     def __init__(self, kernel: str, policy: KernelPolicy, args: tuple[tuple[str, Any], ...], geometry: LaunchGeometry,
                  grid: int = 1, writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None,
-                 cpu_threads: int | None = None, cpu_alone_kernel: str | None = None) -> None:
+                 multicore_threads: int | None = None, multicore_plain_kernel: str | None = None) -> None:
         # one update of the instance's dict instead of a frozen dataclass's nine object.__setattr__ calls: every
         # call builds its launches
         self.__dict__.update(kernel=kernel, policy=policy, args=args, geometry=geometry, grid=grid, writes=writes,
-                             hardware=hardware, cpu_threads=cpu_threads, cpu_alone_kernel=cpu_alone_kernel)
+                             hardware=hardware, multicore_threads=multicore_threads, multicore_plain_kernel=multicore_plain_kernel)
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -122,11 +122,11 @@ class LaunchSpec:
 
 
 def launch_spec(kernel: str, policy: KernelPolicy, geometry: LaunchGeometry, *, grid: int = 1,
-                writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None, cpu_threads: int | None = None,
-                cpu_alone_kernel: str | None = None, **args: Any) -> LaunchSpec:
+                writes: tuple[str, ...] = (), hardware: LaunchSpec | None = None, multicore_threads: int | None = None,
+                multicore_plain_kernel: str | None = None, **args: Any) -> LaunchSpec:
     """A :class:`LaunchSpec` with its arguments as keywords, in the kernel's parameter order."""
-    return LaunchSpec(kernel, policy, tuple(args.items()), geometry, int(grid), tuple(writes), hardware, cpu_threads,
-                      cpu_alone_kernel)
+    return LaunchSpec(kernel, policy, tuple(args.items()), geometry, int(grid), tuple(writes), hardware, multicore_threads,
+                      multicore_plain_kernel)
 
 
 @dataclass(frozen=True)
@@ -167,11 +167,11 @@ class CallPlan:
         for step in self.steps:
             if isinstance(step, LaunchSpec):
                 policy = ", ".join(f"{k}={v}" for k, v in step.policy.describe().items())
-                threads = "" if step.cpu_threads is None else f" multicore threads<={step.cpu_threads}"
+                threads = "" if step.multicore_threads is None else f" multicore threads<={step.multicore_threads}"
                 lines.append(f"launch {step.kernel} [{policy}] grid={step.grid} block=(32, "
                              f"{step.geometry.launch_warps}){threads}")
-                if step.cpu_alone_kernel is not None:
-                    lines.append(f"       (multicore, no other writer of the table: {step.cpu_alone_kernel} on the "
+                if step.multicore_plain_kernel is not None:
+                    lines.append(f"       (multicore, no other writer of the table: {step.multicore_plain_kernel} on the "
                                  f"calling thread)")
                 if step.hardware is not None:
                     lines.append(f"       (the hardware: {step.hardware.kernel} moving elements, block=(32, "

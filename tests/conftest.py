@@ -6,6 +6,8 @@ read shows as a wrong value and a stray write shows as a changed sentinel.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import glob
 import importlib.util
@@ -96,16 +98,25 @@ class ElemScatterForm:
         self.name, self.alone_runs = name, 0
 
 
+@pytest.fixture
+def tune():
+    """``tune(name=value, ...)``: host thresholds for this test (:func:`simt_pto.host.tuning.configure`, which also
+    empties the call caches), the table of before restored after it."""
+    from simt_pto.host import tuning
+    before = tuning.current()
+    yield tuning.configure
+    tuning.configure(**dataclasses.asdict(before))
+
+
 @pytest.fixture(params=["alone", "atomic"])
-def elem_scatter_form(request, monkeypatch):
+def elem_scatter_form(request, monkeypatch, tune):
     """The test's A5 Elem scatters with an atomic op in one of the two forms the ``multicore`` backend has:
     ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``, which it runs
-    while nothing else writes the table, up to ``host/a5.CPU_ALONE_MAX_UPDATES`` elements), or ``"atomic"``, the
+    while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` elements), or ``"atomic"``, the
     atomic kernel (which it runs otherwise); None (indirect parametrisation) changes nothing. The fixture checks
     at the end that the form ran: at least one plain-store launch for ``"alone"``, none for ``"atomic"``. On another
     backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips, ``"atomic"`` changes nothing
     (the fixture reads the backend when it is set up: list a backend fixture before it)."""
-    from simt_pto.host import a5
     from simt_pto.kernels import writers
     from simt_pto.plan import CallCache
     form = ElemScatterForm(request.param)
@@ -114,7 +125,7 @@ def elem_scatter_form(request, monkeypatch):
     if form.name is None or pto.a5_backend() != "multicore":
         yield form
         return
-    monkeypatch.setattr(a5, "CPU_ALONE_MAX_UPDATES", 1 << 62 if form.name == "alone" else -1)
+    tune(plain_add_max_updates=1 << 62 if form.name == "alone" else 0)
     registry = writers.table_writers
     run_alone = registry.run_alone
 

@@ -83,14 +83,14 @@ def test_multicore_backend_never_imports_numba_cuda():
 
 # -- the multicore backend: blocks on several threads, exact atomics ----------------------------------------------------
 
-@pytest.mark.skipif(simt.cpu_workers() < 2, reason="NUMBA_NUM_THREADS is 1: one worker thread")
+@pytest.mark.skipif(simt.multicore_workers() < 2, reason="NUMBA_NUM_THREADS is 1: one worker thread")
 def test_multicore_backend_runs_blocks_on_several_threads_at_once(multicore_backend):
     rng = np.random.default_rng(3)
     table = rng.standard_normal(1 << 20).astype(np.float32)
     idx = rng.integers(0, table.size, 1 << 21, dtype=np.int32)
     pto.gather(table, idx, coalesce="elem")  # compile outside the trace
     for _attempt in range(5):
-        with simt.trace_cpu_launches() as ranges:
+        with simt.trace_multicore_launches() as ranges:
             out = pto.gather(table, idx, coalesce="elem")
         np.testing.assert_array_equal(out, table[idx])
         assert sum(r[3] for r in ranges) == -(-idx.size // 4096)  # every block ran once

@@ -365,7 +365,7 @@ def test_kernel_factories_take_exactly_their_policy_by_name():
                  for a in ("none", "add", "max") for k in ("last", "default")]
     launches = tile_ops + _whole_array_launches()
     kernels = [(launch.kernel, launch.policy) for launch in launches]
-    kernels += [(launch.cpu_alone_kernel, launch.policy) for launch in launches if launch.cpu_alone_kernel]
+    kernels += [(launch.multicore_plain_kernel, launch.policy) for launch in launches if launch.multicore_plain_kernel]
     assert {kernel for kernel, _ in kernels} == set(KERNELS) - {"simt_mgather_l1_elem_kernel"}
     for kernel, policy in kernels:
         assert set(policy.factory_args()) == POLICY_FIELDS[kernel], (kernel, policy)

@@ -329,17 +329,17 @@ def test_a_repeated_last_scatter_reuses_the_owner_array_of_the_last_call_and_nev
 def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
     from simt_pto.kernels.a5 import simt
     table = table_of()
-    with simt.trace_cpu_launches() as ranges:
+    with simt.trace_multicore_launches() as ranges:
         assert np.array_equal(pto.gather(table, np.arange(8, dtype=np.int32), target="a5"), table[:8])
     assert ranges and {r[0] for r in ranges} == {threading.get_ident()}
     small = pto.gather_plan(table, np.zeros(1 << 10, np.int32), coalesce="elem", backend="multicore")
     large_call = pto.gather_plan(np.zeros(1 << 20, np.float32), np.zeros(1 << 20, np.int32), coalesce="elem",
                                  backend="multicore")
-    assert small.launches[0].cpu_threads == 1 and large_call.launches[0].cpu_threads is None
+    assert small.launches[0].multicore_threads == 1 and large_call.launches[0].multicore_threads is None
     # a 256K Elem gather is a quarter-millisecond call: the helper's wake-up would be a large part of it
     quarter_ms = pto.gather_plan(np.zeros(1 << 20, np.float32), np.zeros(1 << 18, np.int32), coalesce="elem",
                                  backend="multicore")
-    assert quarter_ms.launches[0].cpu_threads == 1
+    assert quarter_ms.launches[0].multicore_threads == 1
     assert "multicore threads<=1" in small.describe()[0] and "threads" not in large_call.describe()[0]
 
 

@@ -2,12 +2,12 @@
 loop over the positions in source order with plain loads and stores, and the registry of table writers that decides
 when its read-modify-write form may run (``kernels/writers.py``).
 
-* With an atomic op, an Elem scatter of at most ``host/a5.CPU_ALONE_MAX_UPDATES`` elements runs this form while no
+* With an atomic op, an Elem scatter of at most ``host/tuning.current().plain_add_max_updates`` elements runs this form while no
   other launch writes memory its table shares, and the atomic kernel otherwise. Both forms must give the serial
   loop's result (``simt_pto.reference``: bitwise, a float Add within the reference's bound), write nothing outside
   the table, and compose with every other writer: calls from several threads into one table lose no update.
 * With atomic NONE it is Conflict::Last's serial loop itself, the whole-array Elem Last of at most
-  ``host/large_a5.CPU_SERIAL_LAST_UPDATES`` updates or into a table of at most ``CPU_SERIAL_LAST_TABLE_BYTES``: bit
+  ``host/tuning.current().serial_last_max_updates`` updates or into a table of at most ``serial_last_max_table_bytes``: bit
   for bit the serial result.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import reference
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
-from simt_pto.host import a5, large, large_a5
+from simt_pto.host import a5, large, tuning
 from simt_pto.kernels import writers
 from simt_pto.kernels.a5 import simt
 from simt_pto.launch_spec import KernelPolicy
@@ -97,9 +97,9 @@ def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(
 
 
 def test_which_launches_have_a_plain_store_form():
-    """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, of at most CPU_ALONE_MAX_UPDATES
+    """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, of at most plain_add_max_updates
     elements names the plain-store kernel; the plan says so."""
-    most = a5.CPU_ALONE_MAX_UPDATES
+    most = tuning.current().plain_add_max_updates
     assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_serial_kernel"
     assert a5.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_serial_kernel"
     assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_serial_kernel"
@@ -111,15 +111,15 @@ def test_which_launches_have_a_plain_store_form():
     plan = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", atomic="add")
     (launch,) = plan.launches
     assert launch.kernel == "simt_mscatter_elem_kernel"  # what a GPU, the simulator and the analyzer see
-    assert launch.cpu_alone_kernel == "simt_mscatter_elem_serial_kernel"
+    assert launch.multicore_plain_kernel == "simt_mscatter_elem_serial_kernel"
     assert any("simt_mscatter_elem_serial_kernel on the calling thread" in line for line in plan.describe())
     halves = np.zeros(65, np.float16)[1:]  # starts mid-word: the boundary words' guarded form
     (launch,) = large.scatter_plan(halves, np.ones(40, np.float16), idx, coalesce="elem", atomic="add").launches
-    assert launch.cpu_alone_kernel is None
+    assert launch.multicore_plain_kernel is None
     for conflict in ("last", "default"):
         (launch,) = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", conflict=conflict,
                                        last_path="slot").launches
-        assert launch.cpu_alone_kernel is None
+        assert launch.multicore_plain_kernel is None
 
 
 def test_the_plain_store_kernel_has_no_cuda_form():
@@ -258,7 +258,7 @@ def test_a_small_elem_last_is_the_serial_loop(cpu_or_simulator_backend, rng, dty
     buffer = random_values(rng, cap + 2 * GUARD, dtype)
     initial = as_bits(buffer).copy()
     (launch,) = pto.scatter_plan(buffer[GUARD:GUARD + cap], src, idx, coalesce="elem", oob=oob).launches
-    assert (launch.kernel, launch.cpu_threads, launch.policy.atomic) == ("simt_mscatter_elem_serial_kernel", 1,
+    assert (launch.kernel, launch.multicore_threads, launch.policy.atomic) == ("simt_mscatter_elem_serial_kernel", 1,
                                                                          ScatterAtomicOp.NONE)
     for run in ("full path", "kept launch"):
         as_bits(buffer)[:] = initial
@@ -270,13 +270,12 @@ def test_a_small_elem_last_is_the_serial_loop(cpu_or_simulator_backend, rng, dty
         assert not wrong, f"{run}: " + "; ".join(wrong[:5])
 
 
-def test_which_elem_last_calls_are_the_serial_loop(monkeypatch):
-    """On ``multicore`` with ``last_path="auto"`` up to CPU_SERIAL_LAST_UPDATES updates, or into a table of up to
-    CPU_SERIAL_LAST_TABLE_BYTES (Elem only); past both, with an explicit ``last_path``, for a Row scatter, or planned
+def test_which_elem_last_calls_are_the_serial_loop(tune):
+    """On ``multicore`` with ``last_path="auto"`` up to serial_last_max_updates updates, or into a table of up to
+    serial_last_max_table_bytes (Elem only); past both, with an explicit ``last_path``, for a Row scatter, or planned
     for another backend, the kernels of before."""
     most = 64
-    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_UPDATES", most)
-    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 40 * 4 - 1)
+    tune(serial_last_max_updates=most, serial_last_max_table_bytes=40 * 4 - 1)
     table = np.zeros(40, np.float32)
 
     def kernels(n, backend="multicore", **options):
@@ -285,9 +284,9 @@ def test_which_elem_last_calls_are_the_serial_loop(monkeypatch):
         return [launch.kernel for launch in call.launches]
     assert kernels(most) == ["simt_mscatter_elem_serial_kernel"]
     assert "simt_mscatter_elem_serial_kernel" not in kernels(most + 1)
-    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 40 * 4)  # the table's bytes: any number of updates
+    tune(serial_last_max_table_bytes=40 * 4)  # the table's bytes: any number of updates
     assert kernels(most + 1) == kernels(4 * most) == ["simt_mscatter_elem_serial_kernel"]
-    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 40 * 4 - 1)
+    tune(serial_last_max_table_bytes=40 * 4 - 1)
     assert kernels(most, last_path="slot") == ["simt_mscatter_elem_last_kernel"]
     assert kernels(most, last_path="owner")[1] == "simt_mscatter_elem_owner_claim_kernel"
     assert "simt_mscatter_elem_serial_kernel" not in kernels(most, backend="simulator")

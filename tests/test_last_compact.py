@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
-from simt_pto.host import large_a5
+from simt_pto.host import large_a5, tuning
 from simt_pto.enums import IndexRule
 
 from conftest import as_bits, random_values, sentinel_bits
@@ -177,7 +177,7 @@ def test_owner_layout_is_chosen_by_cost():
     assert large_a5.owner_layout(4 << 20, 1 << 20) == "dense"  # the table comparable to the updates
     assert large_a5.owner_layout(1_500_000_000, 10) == "compact"
     assert large_a5.owner_layout(1 << 33, 2) == "compact"
-    slots = large_a5.DENSE_OWNER_SLOTS_PER_UPDATE * 1000 + large_a5.DENSE_OWNER_MIN_SLOTS
+    slots = tuning.current().dense_owner_slots_per_update * 1000 + tuning.current().dense_owner_min_slots
     assert large_a5.owner_layout(slots, 1000) == "dense" and large_a5.owner_layout(slots + 1, 1000) == "compact"
 
 
@@ -205,10 +205,9 @@ def test_few_updates_into_a_large_table_allocate_by_the_updates(monkeypatch, coa
     assert np.count_nonzero(table) == 2 * (shape[1] if coalesce == "row" else 1)
 
 
-def test_auto_takes_the_compact_owner_for_few_updates(monkeypatch):
-    from simt_pto.host import large_a5
-    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_UPDATES", 0)  # multicore's serial loop would take 3 updates
-    monkeypatch.setattr(large_a5, "CPU_SERIAL_LAST_TABLE_BYTES", 0)  # ... and a 4 MB table
+def test_auto_takes_the_compact_owner_for_few_updates(monkeypatch, tune):
+    tune(serial_last_max_updates=0,  # multicore's serial loop would take 3 updates
+         serial_last_max_table_bytes=0)  # ... and a 4 MB table
     table = np.zeros(1 << 22, np.uint8)
     idx = np.array([7, 1 << 21, 7], np.int32)
     rec = Recorder(monkeypatch)

@@ -10,7 +10,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import geometry
-from simt_pto.host import fast_path, large, large_a5
+from simt_pto.host import fast_path, large, large_a5, tuning
 from simt_pto.plan import CallCache
 
 from conftest import as_bits, random_values
@@ -61,19 +61,19 @@ def test_owners_widen_past_int32_positions():
 
 @pytest.mark.parametrize("claim", ["shared", "copies"])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "int8"])
-def test_the_owner_path_on_the_workers(rng, monkeypatch, dtype, claim):
-    """A claim past CPU_ONE_WORKER_CLAIMS updates runs on the worker threads: into one shared owner array with
+def test_the_owner_path_on_the_workers(rng, monkeypatch, tune, dtype, claim):
+    """A claim past owner_claim_one_worker_updates updates runs on the worker threads: into one shared owner array with
     atomics, prefetching over at least CLAIM_PREFETCH_MIN_SLOTS owners (``shared``), or into a copy of the owners per
     worker (``copies``, :func:`large_a5._claim_copies`). Against the reference's last writer per slot (indices with
     repeats, the table's last slots untouched), the full path and then the kept launches."""
     from simt_pto import reference
     from simt_pto.kernels.a5.device import CLAIM_PREFETCH_MIN_SLOTS
-    from simt_pto.kernels.a5.simt import cpu_workers
+    from simt_pto.kernels.a5.simt import multicore_workers
     CallCache.clear_all()
     if claim == "shared":
-        monkeypatch.setattr(large_a5, "CPU_OWNER_COPY_MAX_BYTES", 0)
+        tune(owner_copy_max_bytes=0)
     slots = CLAIM_PREFETCH_MIN_SLOTS + 17
-    n = 2 * large_a5.CPU_ONE_WORKER_CLAIMS + 3
+    n = 2 * tuning.current().owner_claim_one_worker_updates + 3
     idx = rng.integers(0, slots - 5, n).astype(np.int32)
     src = random_values(rng, n, dtype)
     table = random_values(rng, slots, dtype)
@@ -81,7 +81,7 @@ def test_the_owner_path_on_the_workers(rng, monkeypatch, dtype, claim):
     assert large_a5.owner_layout(slots, n) == "dense"
     claim_launch = large.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
                                       owner="dense", backend="multicore").launches[1]
-    copies = cpu_workers() if claim == "copies" and cpu_workers() > 1 else 1
+    copies = multicore_workers() if claim == "copies" and multicore_workers() > 1 else 1
     assert claim_launch.kernel == ("simt_mscatter_elem_private_owner_claim_kernel" if copies > 1
                                    else "simt_mscatter_elem_owner_claim_kernel")
     assert claim_launch.arguments["owner"].size == copies * slots
@@ -156,25 +156,25 @@ def test_the_private_claim_refuses_an_index_past_the_table_before_any_write(rng,
 
 
 def test_owner_copies_are_taken_for_few_owners_on_the_workers(monkeypatch):
-    """A copy of the owners per worker on ``multicore``, only for a claim of more than CPU_OWNER_COPY_MIN_UPDATES
-    updates on several workers into owners of at most CPU_OWNER_COPY_MAX_BYTES, with at least
-    CPU_OWNER_COPY_UPDATES_PER_SLOT updates per owner of all copies."""
+    """A copy of the owners per worker on ``multicore``, only for a claim of more than owner_copy_min_updates
+    updates on several workers into owners of at most owner_copy_max_bytes, with at least
+    owner_copy_updates_per_slot updates per owner of all copies."""
     from simt_pto.host import large_a5 as host
-    monkeypatch.setattr(host, "cpu_workers", lambda: 2)
+    monkeypatch.setattr(host, "multicore_workers", lambda: 2)
     i32, many = np.dtype(np.int32), 1 << 22
-    most = host.CPU_OWNER_COPY_MAX_BYTES // 4
+    most = tuning.current().owner_copy_max_bytes // 4
     assert host._claim_copies(many, most, i32, "multicore") == 2
     assert host._claim_copies(many, most + 1, i32, "multicore") == 1  # a copy past the cache budget
     assert host._claim_copies(many, most // 2 + 1, np.dtype(np.int64), "multicore") == 1
     for backend in ("gpu", "simulator"):
         assert host._claim_copies(many, most, i32, backend) == 1
-    least = host.CPU_OWNER_COPY_MIN_UPDATES
+    least = tuning.current().owner_copy_min_updates
     assert host._claim_copies(least, 64, i32, "multicore") == 1  # the claim runs on the calling thread alone
     assert host._claim_copies(least + 1, 64, i32, "multicore") == 2
-    slots = (least + 1) // (2 * host.CPU_OWNER_COPY_UPDATES_PER_SLOT)
+    slots = (least + 1) // (2 * tuning.current().owner_copy_updates_per_slot)
     assert host._claim_copies(least + 1, slots, i32, "multicore") == 2
     assert host._claim_copies(least + 1, slots + 1, i32, "multicore") == 1  # the copies' passes would weigh
-    monkeypatch.setattr(host, "cpu_workers", lambda: 1)
+    monkeypatch.setattr(host, "multicore_workers", lambda: 1)
     assert host._claim_copies(many, 64, i32, "multicore") == 1
 
 
@@ -187,19 +187,19 @@ def _flat(count):
 
 
 def test_small_owner_passes_run_on_the_calling_thread(monkeypatch):
-    """On ``multicore`` a reset over at most CPU_ONE_WORKER_SLOTS owners, a write over at most CPU_ONE_WORKER_WRITES
-    slots, and a claim of at most CPU_ONE_WORKER_CLAIMS updates into one shared owner array, is one block of one warp
+    """On ``multicore`` a reset over at most owner_reset_one_worker_slots owners, a write over at most owner_write_one_worker_slots
+    slots, and a claim of at most owner_claim_one_worker_updates updates into one shared owner array, is one block of one warp
     (the calling thread walks the items in order, no hand-off to the worker pool); a claim into a copy of the owners
     per worker is a block of one warp per copy; larger passes, and every pass of a plan for another backend, keep the
     flat grid. Planning runs nothing."""
-    monkeypatch.setattr(large_a5, "cpu_workers", lambda: 2)
+    monkeypatch.setattr(large_a5, "multicore_workers", lambda: 2)
     one, copies = (1, 1), (2, 1)
-    few, some = 1 << 10, large_a5.CPU_ONE_WORKER_WRITES + 1
-    many = large_a5.CPU_OWNER_COPY_MAX_BYTES // 4 + 1  # int32 owners past what a copy may hold
-    least, claims = large_a5.CPU_OWNER_COPY_MIN_UPDATES, large_a5.CPU_ONE_WORKER_CLAIMS
-    most = large_a5.CPU_OWNER_COPY_MAX_BYTES // 4  # int32 owners a copy may hold
-    per_slot = large_a5.CPU_OWNER_COPY_UPDATES_PER_SLOT
-    assert some < large_a5.CPU_ONE_WORKER_SLOTS < most < many
+    few, some = 1 << 10, tuning.current().owner_write_one_worker_slots + 1
+    many = tuning.current().owner_copy_max_bytes // 4 + 1  # int32 owners past what a copy may hold
+    least, claims = tuning.current().owner_copy_min_updates, tuning.current().owner_claim_one_worker_updates
+    most = tuning.current().owner_copy_max_bytes // 4  # int32 owners a copy may hold
+    per_slot = tuning.current().owner_copy_updates_per_slot
+    assert some < tuning.current().owner_reset_one_worker_slots < most < many
     assert 2 * some * per_slot > least + 1 and 2 * most * per_slot > claims + 1  # too few updates a slot for copies
     cases = [  # (slots, updates): (reset, claim, write), each on one thread or the flat grid, copies of the owners
         ((few, 1 << 12), (one, one, one), 1),

@@ -168,8 +168,8 @@ def fault_hook():
 @pytest.mark.parametrize("elem_scatter_form", ["atomic"], indirect=True)  # the form that runs on several threads
 def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, monkeypatch, elem_scatter_form):
     simt = fault_hook
-    monkeypatch.setattr(simt, "cpu_workers", lambda: 2)
-    table = np.zeros(1 << 18, np.int32)  # large enough for a launch on several threads (large_a5.CPU_ONE_THREAD_*)
+    monkeypatch.setattr(simt, "multicore_workers", lambda: 2)
+    table = np.zeros(1 << 18, np.int32)  # large enough for a launch on several threads (HostTuning's *_one_thread_* thresholds)
     idx = np.arange(table.size, dtype=np.int32)
     src = np.ones(table.size, np.int32)
     pto.scatter(table, src, idx, coalesce="elem", atomic="add", conflict="default")  # compiled, warm
@@ -204,7 +204,7 @@ def test_ctrl_c_while_a_launch_wakes_its_helpers_is_held_until_they_are_woken(fa
     # runs (and the call waiting for it forever): it is held until every helper is woken, then raised.
     import signal
     simt = fault_hook
-    monkeypatch.setattr(simt, "cpu_workers", lambda: 2)
+    monkeypatch.setattr(simt, "multicore_workers", lambda: 2)
     table = np.zeros(1 << 18, np.int32)
     idx = np.arange(table.size, dtype=np.int32)
     src = np.ones(table.size, np.int32)

@@ -70,8 +70,8 @@ def make_workload(coalesce, rows, cols, n, seed=0) -> Workload:
 def backend_description(backend: str) -> str:
     """The A5 backend in words, for reports: ``multicore (... 2 worker threads)``, ``simulator``, ``gpu``."""
     if backend == "multicore":
-        from simt_pto.kernels.a5.simt import cpu_workers
-        return f"multicore (the A5 kernels compiled for the CPU, {cpu_workers()} worker threads)"
+        from simt_pto.kernels.a5.simt import multicore_workers
+        return f"multicore (the A5 kernels compiled for the CPU, {multicore_workers()} worker threads)"
     if backend == "simulator":
         return "simulator (Numba's CUDA simulator)"
     return "gpu"

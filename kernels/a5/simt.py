@@ -148,7 +148,7 @@ def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
 
 def forget_compiled() -> None:
     """Forget the dispatchers this process made (a test that swaps a kernel factory in ``KERNELS``), and the
-    repeated calls' launches that hold them (:func:`cpu_launcher`, kept in the call caches); the disk cache is
+    repeated calls' launches that hold them (:func:`multicore_launcher`, kept in the call caches); the disk cache is
     untouched."""
     _dispatcher.cache_clear()
     CallCache.clear_all()
@@ -178,13 +178,13 @@ _simulator_lock = threading.Lock()
 _trace: list | None = None
 
 
-def cpu_workers() -> int:
+def multicore_workers() -> int:
     """Threads a ``multicore`` launch uses: Numba's thread count (``NUMBA_NUM_THREADS``, the cores by default)."""
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
 @contextlib.contextmanager
-def trace_cpu_launches():
+def trace_multicore_launches():
     """Record ``(thread ident, start, end, blocks)`` for every block range a ``multicore`` launch runs (tests)."""
     global _trace
     records: list = []
@@ -263,7 +263,7 @@ class _Helper:
         self.wake = threading.Lock()
         self.wake.acquire()
         self.launch: _Launch | None = None
-        threading.Thread(target=self._loop, name="simt_pto-a5-cpu", daemon=True).start()
+        threading.Thread(target=self._loop, name="simt_pto-a5-multicore", daemon=True).start()
 
     def _loop(self) -> None:
         while True:
@@ -279,7 +279,7 @@ class _Helper:
 
 
 class _HelperPool:
-    """The helper threads of ``multicore`` launches (``cpu_workers() - 1``: the caller is a thread of its launch
+    """The helper threads of ``multicore`` launches (``multicore_workers() - 1``: the caller is a thread of its launch
     too). A launch takes the helpers that are idle; launches from several threads at once share them, and one that
     finds none idle runs on its caller alone (the block ranges are the same either way)."""
 
@@ -312,7 +312,7 @@ def _helper_pool() -> _HelperPool:
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = _HelperPool(cpu_workers() - 1)
+                _pool = _HelperPool(multicore_workers() - 1)
     return _pool
 
 
@@ -325,12 +325,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _launch_cpu(kernel, grid: int, warps: int, args, threads: int | None = None) -> None:
-    """Run a grid on up to ``threads`` threads (default ``cpu_workers()``): ``CHUNKS_PER_WORKER`` block ranges per
+def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None = None) -> None:
+    """Run a grid on up to ``threads`` threads (default ``multicore_workers()``): ``CHUNKS_PER_WORKER`` block ranges per
     thread (load balance for uneven blocks), taken in order by the caller and by the idle helper threads (waking a
     helper costs a thread hand-off; a block range does not). One block, or one thread, runs in the calling thread
     alone."""
-    workers = cpu_workers() if threads is None else max(1, min(threads, cpu_workers()))
+    workers = multicore_workers() if threads is None else max(1, min(threads, multicore_workers()))
     chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
     if chunks <= 1:
         _run_range(kernel, (0, grid, grid, warps), args)
@@ -352,19 +352,19 @@ def _launch_cpu(kernel, grid: int, warps: int, args, threads: int | None = None)
         raise launch.errors[0]
 
 
-def _launch_cpu_writer(kernel, alone, grid: int, warps: int, args, threads: int | None, table) -> None:
-    """:func:`_launch_cpu`, registered as a writer of ``table`` when it writes one
+def _launch_multicore_writer(kernel, alone, grid: int, warps: int, args, threads: int | None, table) -> None:
+    """:func:`_launch_multicore`, registered as a writer of ``table`` when it writes one
     (:mod:`simt_pto.kernels.writers`); with an ``alone`` kernel (its plain-store form), that kernel on the calling
     thread instead, if nothing else is writing memory the table shares."""
     if table is None:
-        _launch_cpu(kernel, grid, warps, args, threads)
+        _launch_multicore(kernel, grid, warps, args, threads)
         return
     if alone is not None and writers.table_writers.run_alone(table, _run_range, alone, (0, grid, grid, warps), args):
         return
-    if grid == 1 or threads == 1:  # what _launch_cpu runs on its caller (a tile op: a few microseconds in all)
+    if grid == 1 or threads == 1:  # what _launch_multicore runs on its caller (a tile op: a few microseconds in all)
         write_shared(table, _run_range, kernel, (0, grid, grid, warps), args)
     else:
-        write_shared(table, _launch_cpu, kernel, grid, warps, args, threads)
+        write_shared(table, _launch_multicore, kernel, grid, warps, args, threads)
 
 
 write_shared = writers.write_shared
@@ -406,8 +406,8 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
     kernel = compile_kernel(spec.kernel, spec.policy, family(backend))
     if backend == "multicore":
         table = args[[name for name, _ in spec.args].index("table")] if "table" in spec.writes else None
-        alone = None if spec.cpu_alone_kernel is None else compile_kernel(spec.cpu_alone_kernel, spec.policy, "cpu")
-        _launch_cpu_writer(kernel, alone, grid, warps, args, spec.cpu_threads, table)
+        alone = None if spec.multicore_plain_kernel is None else compile_kernel(spec.multicore_plain_kernel, spec.policy, "cpu")
+        _launch_multicore_writer(kernel, alone, grid, warps, args, spec.multicore_threads, table)
         return
     config = kernel[grid, (geometry.WARP, warps)]
     if backend == "simulator":
@@ -435,7 +435,7 @@ def _simulate(config, grid: int, warps: int, args) -> None:
             raise
 
 
-def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
+def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
     looked up once, here: what a repeated call of one signature runs (the whole-array fast path,
@@ -450,16 +450,16 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     places = iter(range(len(operands), len(operands) + len(constants)))
     pick = operator.itemgetter(*[operands.index(name) if name in operands else next(places) for name in names])
     arguments = pick if len(names) > 1 else lambda source: (pick(source),)  # (itemgetter of one: no tuple)
-    grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.cpu_threads
+    grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.multicore_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
-    whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_cpu runs on its caller
+    whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_multicore runs on its caller
     if "table" in spec.writes:  # a writer of the table: registered (kernels/writers.py), maybe in its plain-store form
         table_at = names.index("table")
-        alone = None if spec.cpu_alone_kernel is None else compile_kernel(spec.cpu_alone_kernel, spec.policy, "cpu")
+        alone = None if spec.multicore_plain_kernel is None else compile_kernel(spec.multicore_plain_kernel, spec.policy, "cpu")
 
         def run_writer(*arrays) -> None:
             args = arguments(arrays + constants)
-            _launch_cpu_writer(kernel, alone, grid, warps, args, threads, args[table_at])
+            _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
         return run_writer
 
     def run(*arrays) -> None:
@@ -467,7 +467,7 @@ def cpu_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
         if whole_grid is not None:
             _run_range(kernel, whole_grid, args)
         else:
-            _launch_cpu(kernel, grid, warps, args, threads)
+            _launch_multicore(kernel, grid, warps, args, threads)
     return run
 
 
@@ -478,10 +478,10 @@ def _single_launch(call: CallPlan) -> LaunchSpec | None:
     return call.steps[0]
 
 
-def single_cpu_launcher(call: CallPlan, operands: tuple[str, ...]):
-    """:func:`cpu_launcher` of a plan that is one launch and nothing else (no host step, no guard), or None."""
+def single_multicore_launcher(call: CallPlan, operands: tuple[str, ...]):
+    """:func:`multicore_launcher` of a plan that is one launch and nothing else (no host step, no guard), or None."""
     spec = _single_launch(call)
-    return None if spec is None else cpu_launcher(spec, operands)
+    return None if spec is None else multicore_launcher(spec, operands)
 
 
 def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
@@ -527,6 +527,6 @@ def host_store(atomic: int, fmt: int):
     return _store_element("cpu", atomic, fmt)
 
 
-__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "cpu_launcher", "cpu_workers", "family",
-           "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "single_cpu_launcher",
-           "trace_cpu_launches", "write_shared"]
+__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "multicore_launcher", "multicore_workers", "family",
+           "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "single_multicore_launcher",
+           "trace_multicore_launches", "write_shared"]

@@ -1,0 +1,117 @@
+"""The host's tuned thresholds: one frozen table, read when a call is planned.
+
+Each threshold picks between forms that give the same bits (one thread or all of them, a plain store or an
+atomic, the serial loop or the owner path, one owner array or a copy per worker); none changes a result. Each
+field says what it trades and where it was measured; the measurements themselves are in docs/performance.md
+("The thresholds"). The values are those measured on the 2-core development machine (AMD EPYC, 32 MB L3).
+
+:func:`configure` replaces thresholds (a benchmark forcing one form, a test reaching a path at a small size) and
+:func:`tuned` does so for a ``with`` block. A kept plan was built under the table of its time, so both empty the
+call caches (``simt_pto.plan.CallCache``): the next call of each signature is planned again. The table is one
+object, swapped whole: a call planned while another thread configures sees the old table or the new one, never a
+mix.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from simt_pto.plan import CallCache
+
+
+@dataclass(frozen=True)
+class HostTuning:
+    """The thresholds of the ``multicore`` backend's forms and of the whole-array planner (module docstring)."""
+
+    row_copy_one_thread_bytes: int = 1 << 21
+    """A launch that copies at most this many bytes of rows runs on the calling thread: a helper's wake-up
+    against a second core's bandwidth (two threads break even near 2 MB, ``bench/bench_peers.py``)."""
+    elem_gather_one_thread_elems: int = 1 << 18
+    """An Elem gather of at most this many elements runs on the calling thread: a helper's wake-up, sometimes a
+    large part of a quarter-millisecond call on a shared host, against a second core's overlapped misses."""
+    atomic_scatter_one_thread_updates: int = 1 << 16
+    """A scatter with an atomic per element of at most this many updates runs its atomic kernel on the calling
+    thread: the hand-off against a second core."""
+    plain_add_max_updates: int = 1 << 19
+    """An Elem scatter with an atomic op of at most this many updates runs as plain load-combine-stores on the
+    calling thread while nothing else writes its table: x86's locked instructions wait for their own misses
+    (1.4x to 2.2x faster up to 512K float32 updates, 0.68x at 1M)."""
+    serial_last_max_updates: int = 1 << 22
+    """An Elem Conflict::Last (``last_path="auto"``) of at most this many updates is the serial loop on the
+    calling thread, not the owner path: one thread's stores stay in its caches (ahead up to 4M updates)."""
+    serial_last_max_table_bytes: int = 8 << 20
+    """... and so is one of any number of updates into a table of at most this many bytes: the table stays in
+    the 32 MB last-level cache, and the serial loop's speed does not move with the host's core placement."""
+    slot_path_max_work: int = 1 << 22
+    """``last_path="auto"`` takes the slot-centric Last kernels while slots x sources stays below this."""
+    dense_owner_slots_per_update: int = 32
+    """The owner path keeps one owner per table slot while the table has at most this many slots per update
+    (plus :attr:`dense_owner_min_slots`): O(table) memory and no sort, against a sort of the updates."""
+    dense_owner_min_slots: int = 1 << 16
+    """Tables of at most this many slots always take the dense owner array (256 KB of int32 at most)."""
+    owner_reset_one_worker_slots: int = 1 << 17
+    """The owner reset over at most this many slots runs on the calling thread: a fill at memory speed gains less
+    from a second core than the hand-off costs."""
+    owner_write_one_worker_slots: int = 1 << 16
+    """The Elem owner write over at most this many slots runs on the calling thread (two threads break even near
+    64K slots)."""
+    owner_claim_one_worker_updates: int = 1 << 19
+    """An owner claim of at most this many updates into one shared owner array runs on the calling thread: two
+    cores trading the owners' cache lines gain less than the hand-off costs."""
+    owner_copy_min_updates: int = 1 << 18
+    """An Elem claim of more than this many updates into few owners gives each worker a private copy of them."""
+    owner_copy_max_bytes: int = 1 << 20
+    """... while a copy holds at most this many bytes (one core's L2, where a copy stays while its worker claims)."""
+    owner_copy_updates_per_slot: int = 2
+    """... and while the updates are at least this many times the owners of all copies: the copies' reset and
+    merge cost a pass over every copy."""
+    max_tile_rows: int = 256
+    """Default cap on rows per Row tile of a whole-array call: more, smaller tiles give a GPU more blocks at once."""
+    max_tile_elems: int = 4096
+    """Default cap on elements per Elem tile (four per thread of a full 1024-thread block)."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TypeError(f"tuning: {field.name} must be a non-negative int, got {type(value).__name__} "
+                                f"{value!r}")
+        if self.max_tile_rows < 1 or self.max_tile_elems < 1:
+            raise ValueError(f"tuning: max_tile_rows and max_tile_elems must be at least 1, got "
+                             f"{self.max_tile_rows} and {self.max_tile_elems}")
+
+
+_current = HostTuning()
+_swap = threading.Lock()
+
+
+def current() -> HostTuning:
+    """The table in force: what a call planned now reads."""
+    return _current
+
+
+def configure(**changes: int) -> HostTuning:
+    """Replace the named thresholds (unknown names: TypeError; each a non-negative int) and empty the call caches;
+    returns the table before, which ``configure(**dataclasses.asdict(before))`` puts back."""
+    global _current
+    with _swap:
+        before = _current
+        _current = dataclasses.replace(before, **changes)
+    CallCache.clear_all()
+    return before
+
+
+@contextlib.contextmanager
+def tuned(**changes: int) -> Iterator[HostTuning]:
+    """The thresholds ``changes`` for the ``with`` block (:func:`configure`), the table before it afterwards."""
+    before = configure(**changes)
+    try:
+        yield current()
+    finally:
+        configure(**dataclasses.asdict(before))
+
+
+__all__ = ["HostTuning", "configure", "current", "tuned"]
