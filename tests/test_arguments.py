@@ -30,15 +30,23 @@ def _refused(error: pytest.ExceptionInfo, name: str, value) -> None:
     assert name in message and repr(value) in message and type(value).__name__ in message, message
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("value", NOT_BOOLS, ids=repr)
-def test_strict_that_is_not_a_bool_is_refused_before_anything_is_written(target, value):
+def _scatter_refuses(target, **option):
+    """A scatter with the one bad ``option`` (name=value): a TypeError naming it, the table unchanged. Returns the
+    operands."""
+    (name, value), = option.items()
     table, idx, src = _operands()
     before = table.copy()
     with pytest.raises(TypeError) as error:
-        pto.scatter(table, src, idx, strict=value, target=target)
-    _refused(error, "strict", value)
+        pto.scatter(table, src, idx, target=target, **option)
+    _refused(error, name, value)
     assert np.array_equal(table, before)
+    return table, idx, src
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("value", NOT_BOOLS, ids=repr)
+def test_strict_that_is_not_a_bool_is_refused_before_anything_is_written(target, value):
+    table, idx, _ = _scatter_refuses(target, strict=value)
     with pytest.raises(TypeError) as error:
         pto.gather(table, idx, strict=value, target=target)
     _refused(error, "strict", value)
@@ -90,12 +98,7 @@ def test_the_tile_ops_take_a_numpy_bool_strict_and_refuse_a_string(target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("value", [1, None, b"slot", ["slot"]], ids=repr)
 def test_last_path_that_is_not_a_string_is_a_type_error(target, value):
-    table, idx, src = _operands()
-    before = table.copy()
-    with pytest.raises(TypeError) as error:
-        pto.scatter(table, src, idx, last_path=value, target=target)
-    _refused(error, "last_path", value)
-    assert np.array_equal(table, before)
+    table, idx, src = _scatter_refuses(target, last_path=value)
     with pytest.raises(TypeError, match="last_path"):
         pto.scatter_plan(table, src, idx, last_path=value, target=target)
     with pytest.raises(ValueError, match="last_path"):  # a string, but not one of them
