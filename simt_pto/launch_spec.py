@@ -20,6 +20,12 @@ from typing import Any, Callable
 from .enums import ElementFormat, IndexRule, ScatterAtomicOp, ScatterConflict
 from .geometry import LaunchGeometry
 
+FORMAT_NAMES = {ElementFormat.NATIVE: "native", ElementFormat.F16: "float16-cas", ElementFormat.BF16: "bfloat16-cas",
+                ElementFormat.F32_ORDER: "float32-order", ElementFormat.F16_EDGE: "float16-cas-edge",
+                ElementFormat.BF16_EDGE: "bfloat16-cas-edge"}
+"""How every report names an element format (the store rule's, :class:`~simt_pto.enums.ElementFormat`): a plan's
+:meth:`CallPlan.describe`, ``simt-pto inspect``, the compile proof."""
+
 
 @dataclass(frozen=True)
 class KernelPolicy:
@@ -60,12 +66,13 @@ class KernelPolicy:
         return replace(self, conflict=None)
 
     def describe(self) -> dict[str, str]:
-        """The policy by name, for reports: ``{"rule": "clamp", "atomic": "add", "format": "f16", ...}``."""
+        """The policy by name, for reports: ``{"rule": "clamp", "atomic": "add", "format": "float16-cas", ...}``
+        (:data:`FORMAT_NAMES`)."""
         out = {}
         for key, value in (("rule", self.rule), ("atomic", self.atomic), ("format", self.fmt),
                            ("conflict", self.conflict)):
             if value is not None:
-                out[key] = value.name.lower()
+                out[key] = FORMAT_NAMES[value] if key == "format" else value.name.lower()
         return out
 
 
@@ -181,4 +188,4 @@ class CallPlan:
         return lines
 
 
-__all__ = ["CallPlan", "HostStep", "KernelPolicy", "LaunchSpec", "launch_spec"]
+__all__ = ["FORMAT_NAMES", "CallPlan", "HostStep", "KernelPolicy", "LaunchSpec", "launch_spec"]

@@ -8,11 +8,12 @@ import pytest
 
 from simt_pto.enums import ElementFormat
 from simt_pto.host.tools import kernel_report as report
+from simt_pto.launch_spec import FORMAT_NAMES
 
 
 def test_every_element_format_has_its_report_name():
-    assert set(report.FORMAT_NAMES) == set(ElementFormat)
-    assert len(set(report.FORMAT_NAMES.values())) == len(ElementFormat)
+    assert set(FORMAT_NAMES) == set(ElementFormat)
+    assert len(set(FORMAT_NAMES.values())) == len(ElementFormat)
 
 
 def test_a_mid_word_half_add_reports_its_edge_format_and_its_guard():
@@ -21,7 +22,7 @@ def test_a_mid_word_half_add_reports_its_edge_format_and_its_guard():
     assert spec.kernel == "simt_mscatter_elem_kernel"
     assert report.policy_dict(spec) == {"rule": "identity", "atomic": "add", "format": "float16-cas-edge",
                                         "conflict": "last"}
-    lines = report.plan_lines(report.call_plan(plan))
+    lines = report.call_plan(plan).describe()  # the renderer every plan shares
     assert lines[0].startswith("around all: stage the mid-word boundary words")
     assert lines[1] == ("launch simt_mscatter_elem_kernel [rule=identity, atomic=add, format=float16-cas-edge, "
                         "conflict=last] grid=1 block=(32, 1)")
@@ -47,5 +48,5 @@ def test_the_signature_is_the_launch_tuple_then_the_specs_arguments_in_order():
 def test_the_scalar_fallback_launches_nothing_and_says_so():
     plan = report.build_plan("mgather", "elem", rows=1, cols=1)
     assert report.launch_of(plan) is None
-    lines = report.plan_lines(report.call_plan(plan))
+    lines = report.call_plan(plan).describe()  # the renderer every plan shares
     assert len(lines) == 1 and lines[0].startswith("host   MGatherScalarImpl"), lines

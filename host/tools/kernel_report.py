@@ -9,7 +9,7 @@ same :class:`~simt_pto.ConstraintError`), the launch is the A5 dispatch's own
 argument types of the spec's arguments and the requested compute capability, and assembled with the CUDA wheels'
 ``ptxas -v``. The report names the kernel, its policy, launch geometry, registers, spill and shared-memory
 bytes, the global-memory instructions of the PTX (and, with ``sass``, of the machine code), and the call's
-whole plan (:func:`plan_lines`: its launches and host steps).
+whole plan (:meth:`CallPlan.describe`, the renderer every plan shares: its launches and host steps).
 
 Tiles and table for ``rows x cols`` (R x C), built by :mod:`simt_pto.host.tiling`:
 
@@ -46,13 +46,12 @@ import numpy as np
 
 from simt_pto import constraints
 from simt_pto import dtypes as _dt
-from simt_pto.enums import (Coalesce, CoalesceLike, ElementFormat, GatherExec, GatherOOB, GatherOOBLike, ScatterAtomicOp,
+from simt_pto.enums import (Coalesce, CoalesceLike, GatherExec, GatherOOB, GatherOOBLike, ScatterAtomicOp,
                             ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike,
                             from_any)
 from simt_pto.backend import MissingExtraError, cuda_mode, require_numba_cuda, set_a5_backend
 from simt_pto.errors import ConstraintError
 from simt_pto.host import tiling
-from simt_pto.launch_spec import LaunchSpec
 from simt_pto.tensor import GlobalTensor
 
 from .arguments import positive_int
@@ -61,10 +60,6 @@ TABLE_ROWS = 64
 """Rows of the Row-mode table (and ``TABLE_ROWS * cols`` elements of the flat Elem table)."""
 
 DEFAULT_CC = 90
-FORMAT_NAMES = {ElementFormat.NATIVE: "native", ElementFormat.F16: "float16-cas", ElementFormat.BF16: "bfloat16-cas",
-                ElementFormat.F32_ORDER: "float32-order", ElementFormat.F16_EDGE: "float16-cas-edge",
-                ElementFormat.BF16_EDGE: "bfloat16-cas-edge"}
-"""How ``simt-pto inspect`` names each element format (the store rule's, :class:`~simt_pto.enums.ElementFormat`)."""
 SCALAR_FALLBACK = {"MGATHER": "MGatherScalarImpl", "MSCATTER": "MScatterScalarImpl"}
 
 _MODULE = "simt_pto.host.tools.kernel_report"
@@ -190,25 +185,8 @@ def signature(spec) -> tuple:
 
 
 def policy_dict(spec) -> dict:
-    """The compile-time policy of a launch, by name (:meth:`KernelPolicy.describe`), element formats named as
-    :data:`FORMAT_NAMES` does."""
-    out = spec.policy.describe()
-    if spec.policy.fmt is not None:
-        out["format"] = FORMAT_NAMES[spec.policy.fmt]
-    return out
-
-
-def plan_lines(call) -> list[str]:
-    """What the call runs, one line per step (:meth:`CallPlan.describe`, the policies as :func:`policy_dict`
-    names them)."""
-    lines = [] if call.guard_name is None else [f"around all: {call.guard_name}"]
-    for step in call.steps:
-        if isinstance(step, LaunchSpec):
-            policy = ", ".join(f"{k}={v}" for k, v in policy_dict(step).items())
-            lines.append(f"launch {step.kernel} [{policy}] grid={step.grid} block=(32, {step.geometry.launch_warps})")
-        else:
-            lines.append(f"host   {step.name}")
-    return lines
+    """The compile-time policy of a launch, by name (:meth:`KernelPolicy.describe`)."""
+    return spec.policy.describe()
 
 
 # -- the toolchain --------------------------------------------------------------------------------------
@@ -370,7 +348,7 @@ def inspect_plan(plan, cc=DEFAULT_CC, sass=False) -> dict:
     cc = normalise_cc(cc)
     report = {"call": _call_dict(plan), "cc": cc, "arch": f"sm_{cc}"}
     call = call_plan(plan)
-    report["plan"] = plan_lines(call)
+    report["plan"] = call.describe()
     if not call.launches:
         impl = SCALAR_FALLBACK[plan.op]
         report.update(kernel=None, scalar_fallback=impl, geometry=None, policy=None, signature=None,
