@@ -81,6 +81,11 @@ class WholeArray:
         """The same memory seen as ``rows x cols`` (a source checked against its index array)."""
         return replace(self, rows=rows, cols=cols)
 
+    def read_in(self) -> None:
+        """Copy the caller's elements into the private contiguous copy (a table a scatter updates through one: read
+        when the call has its turn as their only writer, ``simt_pto.host.large._written_alone``)."""
+        np.copyto(self.obj.reshape(self.memory.shape), self.memory, casting="equiv")
+
     def write_back(self) -> None:
         """Copy the private contiguous copy a scatter updated into the caller's own elements (nothing else), in
         their byte order."""
@@ -321,18 +326,25 @@ def wrap(obj: ArrayLike, what: str, dtype: DTypeArg = None, two_d_only: bool = F
             if written:
                 obj, versioned = torch_rules.for_write(obj, what, op, target), user  # detached: the same memory
             else:
-                torch_rules.check_read(obj, what, op, target)
-                obj = torch_rules.for_read(obj, what)
-        if not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):
+                obj = torch_rules.for_read(obj, what, op, target)
+            if _is_device(obj):
+                return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned)
+            memory, kind = _from_dlpack(obj, what), TORCH  # (the rules applied once, above)
+        elif not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):
             return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned)
-        memory, kind = host_memory(obj, what)
+        else:
+            memory, kind = host_memory(obj, what)
         host = checked_indices(memory, op, target) if what == "idx" else memory
         if written and kind == JAX:
             host = np.array(memory, order="C")  # JAX arrays are immutable: the call updates a copy, a new JAX array
         elif not host.flags.c_contiguous or not host.dtype.isnative:  # (checked indices are native already)
+            native = host.dtype.newbyteorder("=")
             if written:
                 _check_writable_copy(memory, what, op, target)
-            host = np.ascontiguousarray(host, dtype=host.dtype.newbyteorder("="))
+            if written and what == "table":  # read in when the call has its turn (WholeArray.read_in), not twice
+                host = np.empty(host.shape, dtype=native)
+            else:
+                host = np.ascontiguousarray(host, dtype=native)
     dt = _resolve(dtype, what, host.dtype, op, target)
     rows, cols = _shape_2d(what, memory.shape, two_d_only, rows_only, op, target)
     return WholeArray(host, dt, memory.shape, rows, cols, False, memory, kind, user, host is not memory, versioned)

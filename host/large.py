@@ -499,9 +499,10 @@ def _written_back(call: CallPlan, table_a: WholeArray) -> CallPlan:
 def _written_alone(call: CallPlan, table_a: WholeArray) -> CallPlan:
     """``call``, which updates the private contiguous copy of the caller's table elements and writes it back over
     them, as the only writer of those elements (``enter_exclusive`` of :mod:`simt_pto.kernels.writers`): the copy is
-    read again from them once the call has its turn, and the registration lasts until the write-back. Copy, update
-    and write-back are a read-modify-write of every element, so an update another call (or thread, or target) made
-    in between would be overwritten by the write-back; the copy taken when the call was validated may be as old."""
+    read from them once the call has its turn (:meth:`~.arrays.WholeArray.read_in`; :func:`~.arrays.wrap` leaves it
+    unread), and the registration lasts until the write-back. Copy, update and write-back are a read-modify-write of
+    every element, so an update another call (or thread, or target) made in between would be overwritten by the
+    write-back."""
     inner = call.guard
 
     @contextlib.contextmanager
@@ -510,7 +511,7 @@ def _written_alone(call: CallPlan, table_a: WholeArray) -> CallPlan:
         token = registry.token()
         try:
             registry.enter_exclusive(token, table_a.memory)
-            np.copyto(table_a.obj.reshape(table_a.memory.shape), table_a.memory, casting="equiv")
+            table_a.read_in()
             with inner():
                 yield
         finally:

@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numba
 
+from simt_pto.backend import IMPORT_BEGAN
+
 _ROOTS: list[Path] = []
 
 
@@ -78,21 +80,13 @@ def watched(py_file) -> bool:
 
 # -- the source digest -------------------------------------------------------------------------------------
 
-def _imports_began() -> float:
-    """When ``import simt_pto`` began (:data:`simt_pto.backend.IMPORT_BEGAN`), as ``time.time()``: no watched module of the
-    package was read from its file before it. A file whose mtime is not after it was last written before the module
-    was read (the clock that stamps files runs no ahead of ``time.time()``), so it holds what the module runs. A
-    forked child keeps its parent's moment, the one its inherited modules were imported after.
-
-    Not the process's start (``/proc/self/stat``): that is when the process was forked, which may be long before it
-    ran Python: ``( pip install . && simt-pto demo )`` forks a subshell, installs, then replaces the subshell with
-    ``simt-pto`` (bash runs the last command of a subshell without a fork of its own), so the files pip wrote looked
-    newer than the process, and the first run after an install warned and compiled without the disk cache."""
-    from simt_pto.backend import IMPORT_BEGAN
-    return IMPORT_BEGAN
-
-
-_IMPORTS_BEGAN = _imports_began()
+# IMPORT_BEGAN, when ``import simt_pto`` began (``time.time()``), is the stale-source check's moment: no watched
+# module of the package was read from its file before it, so a file whose mtime is not after it holds what its
+# module runs (the clock that stamps files runs no ahead of ``time.time()``); a forked child keeps its parent's
+# moment. Not the process's start (``/proc/self/stat``): a process may be forked long before it runs Python.
+# ``( pip install . && simt-pto demo )`` forks a subshell, installs, then replaces the subshell with ``simt-pto``
+# (bash runs a subshell's last command without a fork), so the files pip wrote looked newer than the process, and
+# the first run after an install warned and compiled without the disk cache.
 
 _at_import: dict[str, str] = {}     # source path of an imported module -> its digest, taken once
 _by_stat: dict[str, tuple] = {}     # source path -> (stat key, digest): unimported files are re-read only when changed
@@ -128,7 +122,7 @@ def _source_state() -> str:
                 # The module's code is what the file held at its import, which was after ``import simt_pto`` began:
                 # a file older than that is what the module runs, a newer one may not be.
                 _at_import[path] = digest
-                if _stale is None and mtime > _IMPORTS_BEGAN:
+                if _stale is None and mtime > IMPORT_BEGAN:
                     _stale = (f"{path} changed on disk after this process imported simt_pto (the module it imported "
                               "may differ)")
         h.update(path.encode())

@@ -18,9 +18,8 @@ The rules, one function each, called by every route that takes a tensor (the who
   zero tensor), an inference tensor outside ``torch.inference_mode()``, and a tensor that requires grad while grad
   mode is on (torch refuses a leaf; for a non-leaf it would record the write in the graph, which these ops cannot
   do: no ``grad_fn`` is recorded, so they refuse rather than let autograd compute a wrong gradient).
-* :func:`check_read`: a whole-array call reads a tensor that requires grad only under ``torch.no_grad()``: the
-  result records no ``grad_fn``, so outside it a loss built on the result would leave the tensor without a
-  gradient, silently.
+  A whole-array call's read (``op`` given) of a tensor that requires grad is refused while grad mode is on: the
+  result records no ``grad_fn``, so a loss built on it would leave the tensor without a gradient, silently.
 * :func:`bump_version`: after the write, the tensor's version counter goes up, as after any in-place torch op
   (``torch.autograd.graph.increment_version``; an inference tensor has none). A backward pass that saved the
   tensor then refuses to use the overwritten values ("one of the variables needed for gradient computation has been
@@ -96,33 +95,29 @@ def _lazy_view(t: Any) -> tuple[str, str] | None:
     return None
 
 
-def for_read(t: Any, what: str) -> Any:
+def for_read(t: Any, what: str, op: str | None = None, target: str | None = None) -> Any:
     """The tensor whose memory a call reads for ``t`` (the call's ``what``), holding the values torch reads: ``t``
     itself (detached where it requires grad: the same memory, which DLPack exports), or for a lazy view a copy with
-    the view resolved. Raises TypeError for a tensor with no such memory."""
+    the view resolved. Raises TypeError for a tensor with no such memory.
+
+    With ``op`` (a whole-array call's read), a tensor that requires grad while grad mode is on is refused too
+    (ConstraintError, after the TypeError above): torch's own gather (``index_select``, ``F.embedding``) would record
+    a ``grad_fn`` there; these ops record none, so a loss built on the result would give ``t`` no gradient without a
+    word. Under ``torch.no_grad()``, or on ``t.detach()``, the read is plain."""
     torch = torch_of(t)
     _refuse_unreadable(torch, t, what)
     if t.requires_grad:
+        if op is not None and torch.is_grad_enabled():
+            raise ConstraintError(op, target, "a tensor that requires grad is read only under torch.no_grad()",
+                                  f"{what} requires grad and grad mode is on: torch would record this read in the "
+                                  "graph, and these ops record no grad_fn, so no gradient would reach it; call "
+                                  f"under torch.no_grad(), or pass {what}.detach()")
         t = t.detach()  # the same memory; autograd plays no part in a read
     if t._is_zerotensor():
         return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
     if t.is_neg() or t.is_conj():
         return t.resolve_conj().resolve_neg()
     return t
-
-
-def check_read(t: Any, what: str, op: str, target: str | None) -> None:
-    """Refuse, before anything runs, a read of ``t`` whose result autograd would be expected to track: ``t``
-    requires grad and grad mode is on. torch's own gather (``index_select``, ``F.embedding``) would record a
-    ``grad_fn`` there; these ops record none, so a loss built on the result would give ``t`` no gradient without a
-    word. Under ``torch.no_grad()``, or on ``t.detach()``, the read is plain (ConstraintError)."""
-    torch = torch_of(t)
-    _refuse_unreadable(torch, t, what)  # a tensor with no memory is refused first, as such, in any grad mode
-    if t.requires_grad and torch.is_grad_enabled():
-        raise ConstraintError(op, target, "a tensor that requires grad is read only under torch.no_grad()",
-                              f"{what} requires grad and grad mode is on: torch would record this read in the "
-                              "graph, and these ops record no grad_fn, so no gradient would reach it; call under "
-                              f"torch.no_grad(), or pass {what}.detach()")
 
 
 def read_in_place(t: Any) -> bool:
@@ -208,4 +203,4 @@ def bump_version(t: Any) -> None:
         torch._C._increment_version(t)
 
 
-__all__ = ["bump_version", "check_read", "check_write", "for_read", "for_write", "in_place", "read_in_place", "torch_of", "writing"]
+__all__ = ["bump_version", "check_write", "for_read", "for_write", "in_place", "read_in_place", "torch_of", "writing"]
