@@ -9,7 +9,7 @@ all-identical; tile shapes that change kLaunchWarps) it reports:
 * the emulator's effective GB/s on the GPU: ``(2 x elements moved x itemsize + indices x 4) / kernel time``,
   median of repeats timed with CUDA events around the kernel launch alone (arrays staged on the device before,
   an idle spin kernel ahead of the start event so that launch overhead on the host is not timed). Index arrays
-  longer than one tile run as one multi-block launch, block ``b`` = tile ``b`` (as ``simt_pto.host.large``);
+  longer than one tile run as one multi-block launch, block ``b`` = tile ``b`` (as ``simt_pto.host.in_memory``);
 * the analyzer's predicted GM efficiency and sectors per request (:mod:`simt_pto.host.tools.coalescing`, on a prefix of
   the indices), and beside it, when ``ncu`` is on PATH, the sectors Nsight Compute measures for the kernel;
 * peers in the same run when importable: torch ``index_select`` / ``take`` / ``index_add_`` / ``index_reduce_`` /
@@ -258,10 +258,10 @@ class Device:
     # -- the emulator ------------------------------------------------------------------------------------
     def build(self, p: Point, idx: np.ndarray, table_host: np.ndarray, rng):
         """(run, check, indices used, kernel, geometry, grid) for the point: the launch of the whole-array call
-        (``simt_pto.host.large.gather_plan`` / ``scatter_plan``, validated as the API validates it; block ``b``
+        (``simt_pto.host.in_memory.gather_plan`` / ``scatter_plan``, validated as the API validates it; block ``b``
         runs tile ``b``), in the hardware's element-width form where the emulator widens Row moves (the launch the
         analyzer models); Conflict::Last runs the first tile's slot-centric launch (one launch per tile)."""
-        from simt_pto.host import large
+        from simt_pto.host import in_memory
         from simt_pto.kernels.a5 import simt
         s = p.series
         d = np.dtype(s.dtype)
@@ -272,11 +272,11 @@ class Device:
         # host arrays (plans built for the multicore backend): this class stages them itself, before timing
         common = dict(coalesce=s.coalesce, target="a5", tile_rows=tr, backend="multicore")
         if s.op == "mgather":
-            call = large.gather_plan(table, used, **common)
+            call = in_memory.gather_plan(table, used, **common)
         else:
             nbytes = p.n * (p.cols if row else 1) * d.itemsize
             src = np.resize(rng.integers(0, 64, 1 << 12).astype(np.uint8), nbytes).view(d)
-            call = large.scatter_plan(table, src.reshape(p.n, p.cols) if row else src, used,
+            call = in_memory.scatter_plan(table, src.reshape(p.n, p.cols) if row else src, used,
                                       atomic=_atomic(s), conflict=_conflict(s), last_path="slot", **common)
         launch = call.launches[0]
         # Last: the first tile only (the slot-centric kernel reverse-scans its tile for every table slot)

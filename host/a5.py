@@ -3,8 +3,8 @@ launches, :class:`~simt_pto.launch_spec.LaunchSpec`, and the host steps: the ``(
 cube core's GM -> L1 walk and copy, the staged boundary words), which :func:`run_plan` runs on an A5 backend
 (MGATHER.md / MSCATTER.md, "A5 Form", "Performance Considerations — A5").
 
-:func:`mgather_plan` / :func:`mscatter_plan` are what a tile op launches; ``simt-pto inspect`` compiles the same
-specs without a GPU, the coalescing analyzer replays them, and the whole-array ops (:mod:`.large_a5`) build their
+:func:`mgather_launches` / :func:`mscatter_launches` are what a tile op launches; ``simt-pto inspect`` compiles the same
+specs without a GPU, the coalescing analyzer replays them, and the whole-array ops (:mod:`.a5_whole_array`) build their
 plans from :func:`scatter_table` and run them with :func:`run_plan`.
 """
 from __future__ import annotations
@@ -167,7 +167,7 @@ def tile_bits(tile):
     return tile.data.view(tile.dtype.bits)
 
 
-def mgather_l1_plan(plan) -> CallPlan:
+def mgather_l1_launches(plan) -> CallPlan:
     """A GM -> L1 MGATHER (MAT destination), MGATHER.md "GM → L1 Gather": for ``GatherExec::Simt`` (Elem only)
     ``simt_mgather_l1_elem_kernel`` sized by :func:`geometry.l1_elem_geometry` over the padded NZ tile, writing the
     GM scratch, then the AIC's bulk ``copy_gm_to_cbuf`` of the first ``Rows * Cols`` scratch elements onto the L1
@@ -188,11 +188,11 @@ def mgather_l1_plan(plan) -> CallPlan:
     return CallPlan((launch, HostStep("copy_gm_to_cbuf: the scratch onto the L1 tile", copy_gm_to_cbuf)))
 
 
-def mgather_plan(plan) -> CallPlan:
+def mgather_launches(plan) -> CallPlan:
     """What an MGATHER launches: ``simt_mgather_row_kernel`` / ``simt_mgather_elem_kernel`` (one block), the
-    ``(1, 1)`` Elem case's ``MGatherScalarImpl``, or the GM -> L1 path (:func:`mgather_l1_plan`)."""
+    ``(1, 1)`` Elem case's ``MGatherScalarImpl``, or the GM -> L1 path (:func:`mgather_l1_launches`)."""
     if plan.l1:
-        return mgather_l1_plan(plan)
+        return mgather_l1_launches(plan)
     dst, table = plan.tile, table_memory(plan, plan.dtype.bits)
     rs, cs = dst.strides
     policy = KernelPolicy.of(plan.rule)
@@ -432,18 +432,18 @@ def scatter_policy(plan, fmt: ElementFormat) -> KernelPolicy:
     return KernelPolicy.of(plan.rule, plan.atomic, fmt, plan.conflict)
 
 
-def mscatter_plan(plan) -> CallPlan:
+def mscatter_launches(plan) -> CallPlan:
     """What an MSCATTER launches: the source-centric ``simt_mscatter_row_kernel`` / ``simt_mscatter_elem_kernel``
     (atomics, Conflict::Default), the slot-centric ``simt_mscatter_row_last_kernel`` /
     ``simt_mscatter_elem_last_kernel`` (Conflict::Last), or the ``(1, 1)`` Elem case's ``MScatterScalarImpl``;
     a mid-word 16-bit float Add runs inside its boundary words' guard."""
     if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
         if plan.table.on_device:  # one lane of the Elem kernel: a device atomic, as every other writer's
-            return _elem_scatter_plan(plan)
+            return _elem_scatter_launches(plan)
         return CallPlan((HostStep("MScatterScalarImpl: the (1, 1) Elem scatter on the AIV scalar pipe",
                                   lambda: mscatter_scalar_impl(plan)),))
     if plan.coalesce == Coalesce.ELEM and not _last(plan):
-        return _elem_scatter_plan(plan)
+        return _elem_scatter_launches(plan)
     fmt = element_format(plan)
     table, boundary = scatter_table(plan, fmt)
     src = plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
@@ -492,7 +492,7 @@ def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int)
     return "simt_mscatter_elem_serial_kernel"
 
 
-def _elem_scatter_plan(plan) -> CallPlan:
+def _elem_scatter_launches(plan) -> CallPlan:
     """``simt_mscatter_elem_kernel`` over the plan's tile (also the device form of the ``(1, 1)`` fallback)."""
     fmt = element_format(plan)
     table, boundary = scatter_table(plan, fmt)
@@ -528,7 +528,7 @@ def mscatter_scalar_impl(plan) -> None:
     """``MScatterScalarImpl`` (MSCATTER.md, A5): the ``(1, 1)`` Elem scatter on the AIV scalar pipe, one
     read-modify-write of the slot in host memory. It runs as an atomic (:func:`simt_pto.kernels.a5.simt.host_store`),
     as every other writer of the table does, so that calls from several threads lose no update (a device table
-    takes one lane of ``simt_mscatter_elem_kernel`` instead: :func:`mscatter_plan`)."""
+    takes one lane of ``simt_mscatter_elem_kernel`` instead: :func:`mscatter_launches`)."""
     slot, in_range = _scalar_slot(plan)
     if not in_range:
         return
@@ -542,8 +542,8 @@ def mscatter_scalar_impl(plan) -> None:
 
 class KeptTileOp:
     """The ``multicore`` launch of one tile-op signature (:attr:`simt_pto.plan.Plan.signature`: an MGATHER, or an
-    MSCATTER that is one launch without a guard), run on each later call's own tiles and table. :func:`mgather_plan`
-    and :func:`mscatter_plan` read nothing of a call but its signature and its operands' memory (a 16-bit float Add
+    MSCATTER that is one launch without a guard), run on each later call's own tiles and table. :func:`mgather_launches`
+    and :func:`mscatter_launches` read nothing of a call but its signature and its operands' memory (a 16-bit float Add
     also the table's alignment), so a call of that signature differs from the one whose launch is kept only in the
     arrays the launch takes: the data tile's and the index tile's storage and the table's memory, each viewed as the
     kept launch took it."""
@@ -593,7 +593,7 @@ class KeptTileOp:
     def __call__(self, tile, table, idx) -> bool:
         """Run a call of the signature whose operands pass the checks every call gets and return True; False, having
         written nothing, for a call those checks might refuse or whose table the kept launch does not fit: the full
-        path (:func:`simt_pto.constraints.plan_mgather` / ``plan_mscatter``) then checks it, names what it refuses,
+        path (:func:`simt_pto.constraints.validated_mgather` / ``validated_mscatter``) then checks it, names what it refuses,
         or builds the launch this table needs.
 
         * Overlap (:mod:`simt_pto.aliasing`; :func:`simt_pto.ub.check_distinct_storage`): an MGATHER's destination
@@ -657,18 +657,18 @@ def _run_tile_op(plan, backend: str | None, build) -> None:
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
-    """MGATHER on A5: :func:`mgather_plan` run on ``backend``; on ``multicore``, the kept launch of its signature
+    """MGATHER on A5: :func:`mgather_launches` run on ``backend``; on ``multicore``, the kept launch of its signature
     (:class:`KeptTileOp`) when there is one, and kept for the next call when there is none."""
-    _run_tile_op(plan, backend, mgather_plan)
+    _run_tile_op(plan, backend, mgather_launches)
 
 
 def run_mscatter(plan, backend: str | None = None) -> None:
-    """MSCATTER on A5: :func:`mscatter_plan` run on ``backend``; on ``multicore``, kept per signature as
+    """MSCATTER on A5: :func:`mscatter_launches` run on ``backend``; on ``multicore``, kept per signature as
     :func:`run_mgather`'s."""
-    _run_tile_op(plan, backend, mscatter_plan)
+    _run_tile_op(plan, backend, mscatter_launches)
 
 
 __all__ = ["BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "elem_alone_kernel",
-           "element_format", "gm_memory", "guarded", "holding", "holds_host_memory", "mgather_l1_plan", "mgather_plan",
-           "mgather_scalar_impl", "mscatter_plan", "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather",
+           "element_format", "gm_memory", "guarded", "holding", "holds_host_memory", "mgather_l1_launches", "mgather_launches",
+           "mgather_scalar_impl", "mscatter_launches", "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather",
            "run_plan", "run_mscatter", "scatter_policy", "scatter_table", "table_memory", "tile_bits", "to_device"]

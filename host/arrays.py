@@ -83,7 +83,7 @@ class WholeArray:
 
     def read_in(self) -> None:
         """Copy the caller's elements into the private contiguous copy (a table a scatter updates through one: read
-        when the call has its turn as their only writer, ``simt_pto.host.large._written_alone``)."""
+        when the call has its turn as their only writer, ``simt_pto.host.in_memory._written_alone``)."""
         np.copyto(self.obj.reshape(self.memory.shape), self.memory, casting="equiv")
 
     def write_back(self) -> None:

@@ -1,7 +1,7 @@
 """Whole-array gather / scatter over Dask arrays: tables larger than one machine, on a Dask cluster (issue 25).
 
 ``pto.gather`` / ``pto.scatter`` hand a call here when one of its arrays is a Dask array; :func:`gather` and
-:func:`scatter` take the arguments of :func:`simt_pto.host.large.gather` / :func:`~simt_pto.host.large.scatter`
+:func:`scatter` take the arguments of :func:`simt_pto.host.in_memory.gather` / :func:`~simt_pto.host.in_memory.scatter`
 and give, computed, the in-memory call's result (MGATHER.md / MSCATTER.md, the whole-array form):
 
 * **The rules are global** ("Out-of-Bounds Behaviour"): every index is cast to uint32 and remapped by the OOB
@@ -69,7 +69,7 @@ from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.plan import out_of_range
 from simt_pto.policy import index_rule
 
-from . import arrays, large, tiling
+from . import arrays, in_memory, tiling
 
 NUMPY_CHUNK = 1 << 22
 """Positions per chunk of a numpy ``idx`` / ``src`` (or a numpy table's rows) that meets Dask arrays."""
@@ -173,7 +173,7 @@ def _check_src(op, target, table, src, idx, row, dtype):
     want = tuple(idx.shape) + (table.shape[1],) if row else tuple(idx.shape)
     table_dt = _dt.resolve(dtype if dtype is not None else table.dtype)
     src_dt = _dt.resolve(dtype if dtype is not None else src.dtype)
-    large.check_src_shape(op, target, src.shape, src_dt, want, table_dt)
+    in_memory.check_src_shape(op, target, src.shape, src_dt, want, table_dt)
     return want
 
 
@@ -348,7 +348,7 @@ def _gather_share(table_block, share, _refused, *, call):
     local, where = share
     if local.size == 0:
         return where, None
-    return where, large.gather(np.ascontiguousarray(table_block), local, oob="undefined", strict=True, **call)
+    return where, in_memory.gather(np.ascontiguousarray(table_block), local, oob="undefined", strict=True, **call)
 
 
 def _combine(parts, *, shape, dtype, row_len):
@@ -377,7 +377,7 @@ def _scatter_chunk(table_block, shares, _refused, *, call, reorder, quiet_cpu_at
     with warnings.catch_warnings():
         if quiet_cpu_atomics:  # warned once, on the client that made the call
             warnings.filterwarnings("ignore", message="MSCATTER on cpu: atomic", category=UserWarning)
-        large.scatter(out, values, local, oob="undefined", strict=True, **call)
+        in_memory.scatter(out, values, local, oob="undefined", strict=True, **call)
     return out
 
 
@@ -545,7 +545,7 @@ def _store(result, dest: _Destination):
 
 def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_rows=None, dyn_ubuf_size=None,
            strict=True, dtype=None, out=None):
-    """:func:`simt_pto.host.large.gather` over a Dask table (MGATHER.md, "Coalesce::Row", "Coalesce::Elem",
+    """:func:`simt_pto.host.in_memory.gather` over a Dask table (MGATHER.md, "Coalesce::Row", "Coalesce::Elem",
     "Out-of-Bounds Behaviour"): Row ``result[p] = table[idx[p], :]``, Elem ``result[p] = table.flat[idx[p]]``
     for every position ``p`` of ``idx``, the uint32 cast and ``oob`` applied against the whole table.
 
@@ -563,7 +563,7 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
     row = coalesce == Coalesce.ROW
     table = _table(table, "MGATHER", target, row)
     idx = _operand(idx, "idx")
-    large.gather_plan(_proxy_table(table), _proxy_idx(idx, row, tile_rows), coalesce=coalesce, oob=oob, target=target,
+    in_memory.gather_plan(_proxy_table(table), _proxy_idx(idx, row, tile_rows), coalesce=coalesce, oob=oob, target=target,
                       tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype,
                       backend="multicore")
     out_dtype = _dt.resolve(dtype if dtype is not None else table.dtype).numpy
@@ -611,7 +611,7 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
 
 def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", conflict="last", target="a5",
             tile_rows=None, dyn_ubuf_size=None, strict=True, last_path="auto", dtype=None, store=None):
-    """:func:`simt_pto.host.large.scatter` into a Dask table (MSCATTER.md, "Coalesce::Row", "Coalesce::Elem",
+    """:func:`simt_pto.host.in_memory.scatter` into a Dask table (MSCATTER.md, "Coalesce::Row", "Coalesce::Elem",
     "Out-of-Bounds Behaviour", "Conflict Resolution"): Row ``table[idx[p], :] op= src[p, :]``, Elem
     ``table.flat[idx[p]] op= src[p]``, the uint32 cast and ``oob`` applied against the whole table,
     Conflict::Last keeping each slot's largest C-order position ``p``.
@@ -627,7 +627,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     atomic = from_any(ScatterAtomicOp, atomic, "atomic")
     oob = from_any(ScatterOOB, oob, "oob")
     conflict = from_any(ScatterConflict, conflict, "conflict")
-    if last_path not in large.LAST_PATHS:
+    if last_path not in in_memory.LAST_PATHS:
         raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
     target = target_from_any(target)
     coalesce = from_any(Coalesce, coalesce, "coalesce")
@@ -638,7 +638,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     want = _check_src("MSCATTER", target, table, src, idx, row, dtype)
     proxy_idx = _proxy_idx(idx, row, tile_rows)
     proxy_src = np.zeros(proxy_idx.shape + ((table.shape[1],) if row else ()), dtype=src.dtype)
-    large.scatter_plan(_proxy_table(table), proxy_src, proxy_idx, coalesce=coalesce, atomic=atomic, oob=oob,
+    in_memory.scatter_plan(_proxy_table(table), proxy_src, proxy_idx, coalesce=coalesce, atomic=atomic, oob=oob,
                        conflict=conflict, target=target, tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size,
                        strict=strict, last_path=last_path, dtype=dtype, backend="multicore")
     dest = None if store is None else _destination(store, "store", "MSCATTER", target, table.shape, table.dtype,
@@ -700,11 +700,11 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
 # -- warming the workers ------------------------------------------------------------------------------------------
 
 _WARM_COMPACT_SLOTS = 1 << 18
-"""Slots of a warm-up table that the owner path serves with one owner per distinct slot (``large_a5.owner_layout``:
+"""Slots of a warm-up table that the owner path serves with one owner per distinct slot (``a5_whole_array.owner_layout``:
 far more slots than 32 per update)."""
 WARM_COLS = (1, 2, 4, 8)
 """Row widths :func:`warm` runs: a Row gather and the owner write move rows in units of 8, 4 or 2 bytes or one
-element (``simt_pto.host.large_a5.row_move_unit``), one kernel signature each; these widths reach every unit."""
+element (``simt_pto.host.a5_whole_array.row_move_unit``), one kernel signature each; these widths reach every unit."""
 
 
 def _warm_calls(name, target):
@@ -713,22 +713,22 @@ def _warm_calls(name, target):
     idx = np.array([3, 0, 3], dtype=np.uint32)
     zeros = functools.partial(np.zeros, dtype=d.numpy)
     for cols in WARM_COLS:
-        yield lambda cols=cols: large.gather(zeros((8, cols)), idx, target=target)
+        yield lambda cols=cols: in_memory.gather(zeros((8, cols)), idx, target=target)
         # Conflict::Last: the slot-centric kernels, and the owner path with one owner per slot (a small table) and
         # one per distinct slot reached (a table of many slots per update)
         for rows, path in ((8, "slot"), (8, "owner"), (_WARM_COMPACT_SLOTS, "owner")):
-            yield lambda cols=cols, rows=rows, path=path: large.scatter(zeros((rows, cols)), zeros((3, cols)), idx,
+            yield lambda cols=cols, rows=rows, path=path: in_memory.scatter(zeros((rows, cols)), zeros((3, cols)), idx,
                                                                         target=target, last_path=path)
-    yield lambda: large.gather(zeros(8), idx, coalesce="elem", target=target)
+    yield lambda: in_memory.gather(zeros(8), idx, coalesce="elem", target=target)
     for size, path in ((8, "slot"), (8, "owner"), (_WARM_COMPACT_SLOTS, "owner")):
-        yield lambda size=size, path=path: large.scatter(zeros(size), zeros(3), idx, coalesce="elem", target=target,
+        yield lambda size=size, path=path: in_memory.scatter(zeros(size), zeros(3), idx, coalesce="elem", target=target,
                                                          last_path=path)
     for coalesce, table, src in (("row", (8, 2), (3, 2)), ("elem", (8,), (3,))):
-        yield lambda c=coalesce, t=table, s=src: large.scatter(zeros(t), zeros(s), idx, coalesce=c,
+        yield lambda c=coalesce, t=table, s=src: in_memory.scatter(zeros(t), zeros(s), idx, coalesce=c,
                                                                conflict="default", target=target)
         for atomic in (ScatterAtomicOp.ADD, ScatterAtomicOp.MAX, ScatterAtomicOp.MIN):
             if d in _dt.atomic_dtypes(target, atomic):
-                yield lambda c=coalesce, t=table, s=src, a=atomic: large.scatter(zeros(t), zeros(s), idx,
+                yield lambda c=coalesce, t=table, s=src, a=atomic: in_memory.scatter(zeros(t), zeros(s), idx,
                                                                                  coalesce=c, atomic=a, target=target)
 
 

@@ -1,6 +1,6 @@
 """The fast path of repeated whole-array calls: one ready runner per call signature.
 
-A whole-array call (:mod:`.large`) wraps its operands, validates the call as one full tile, checks its indices and
+A whole-array call (:mod:`.in_memory`) wraps its operands, validates the call as one full tile, checks its indices and
 builds its plan (the kernel launches on ``a5``, one host step per tile on the sequential targets) on every call:
 tens of microseconds, more than gathering or scattering a few rows costs. All of that but the checks of the index
 values and of the operands' memory gives the same answer for every call of one signature, and once such a call has
@@ -14,14 +14,14 @@ numpy operands that are C-contiguous (and, for a gather, no ``out``), is then ru
   claim does with its ``refused`` flags, right after that launch, before any launch writes the table); a scatter's
   table is checked against its source and indices for shared memory; all before anything is written;
 * the kernel launches (``a5``, on the ``multicore`` backend: :class:`A5Gather`, :class:`A5Scatter`) or the A2/A3
-  row walk (``a2a3`` gathers, in :mod:`.large`) run with the call's own arrays in place of the first call's;
+  row walk (``a2a3`` gathers, in :mod:`.in_memory`) run with the call's own arrays in place of the first call's;
 * an index the check refuses, or operands that may share memory, send the call back to the full path, which raises
   its one refusal (:func:`simt_pto.plan.check_indices`, :func:`simt_pto.aliasing.check_disjoint`).
 
 The signature holds everything the full path's validation and plan read but the operands' memory and index
 values: the op, the operands' shapes and dtypes, every option (with its type: ``True`` and ``1`` are validated
 differently), a scatter table's writability, and the table's (and source's) address modulo 8 (the ``a5`` Row
-copy's move unit, :func:`.large_a5.row_move_unit`, and a 16-bit float Add's boundary form). An ``a5`` runner runs
+copy's move unit, :func:`.a5_whole_array.row_move_unit`, and a 16-bit float Add's boundary form). An ``a5`` runner runs
 on the ``multicore`` backend only. Runners hold no caller's array. Other libraries' host arrays (PyTorch CPU
 tensors too: the full path applies torch's rules), non-contiguous operands, a table or source in the other byte
 order, a gather's ``out=`` and the ``cpu`` target always take the full path, and so do the plans no runner can
@@ -56,7 +56,7 @@ from .arrays import base_address, checked_indices, new_device_array
 _UINT32 = np.dtype(np.uint32)
 
 _RUNNERS = CallCache(maxsize=256)
-"""Call signatures (:func:`_signature`) -> their runner (:class:`A5Gather`, :class:`A5Scatter`, or :mod:`.large`'s
+"""Call signatures (:func:`_signature`) -> their runner (:class:`A5Gather`, :class:`A5Scatter`, or :mod:`.in_memory`'s
 A2/A3 gather)."""
 
 
@@ -158,7 +158,7 @@ def remember_scatter(table, src, idx, options: tuple, runner: Callable | None) -
 def remember_gather(table, idx, options: tuple, runner: Callable | None) -> None:
     """Keep ``runner`` (``runner(table, idx)``: the gathered array, or None for a call it cannot take) for the
     signature of a gather that has just run on the full path: :class:`A5Gather`, or the A2/A3 one of
-    :mod:`.large`. Runners hold no caller's array."""
+    :mod:`.in_memory`. Runners hold no caller's array."""
     key = _signature(table, idx, options)
     if key is not None and idx.size:  # (a key means numpy operands)
         _remember(key, runner)

@@ -1,7 +1,7 @@
 """``pto.gather`` / ``pto.scatter``: the whole-array ops as the package root exports them.
 
 A call whose operands are all in memory (numpy, device arrays, PyTorch / JAX / DLPack producers) runs the in-memory
-op of :mod:`.large`, which states the semantics (MGATHER.md / MSCATTER.md, tile by tile). A call with a Dask array
+op of :mod:`.in_memory`, which states the semantics (MGATHER.md / MSCATTER.md, tile by tile). A call with a Dask array
 among its operands takes the Dask route of :mod:`.dask_tables`: the same semantics, computed where the table's
 chunks live, and a Dask array as the result. Dask is told apart by its class's module, so a call that passes no
 Dask array never imports Dask.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from simt_pto.backend import first_use
 from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, flag_from_any
 
-from . import large, tiling
+from . import in_memory, tiling
 from .arrays import ArrayLike, DTypeArg
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = ..., 
 def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row", oob: GatherOOB | str = "undefined",
            target: str = "a5", tile_rows: int | None = None, dyn_ubuf_size: int | None = None, strict: bool = True,
            dtype: DTypeArg = None, out: ArrayLike | None = None) -> Any:
-    """Gather a whole array with the A5 semantics of MGATHER: :func:`simt_pto.host.large.gather` (its docstring
+    """Gather a whole array with the A5 semantics of MGATHER: :func:`simt_pto.host.in_memory.gather` (its docstring
     states the rules: Row ``out[p] = table[idx[p], :]``, Elem ``out[p] = table.flat[idx[p]]``, the uint32 cast,
     ``oob``, index dtypes and shapes, ``out=``, what is returned for each array kind).
 
@@ -64,7 +64,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
             from . import dask_tables
         return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
                                   dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
-    return large.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
+    return in_memory.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
                         dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
 
 
@@ -74,7 +74,7 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
             dyn_ubuf_size: int | None = None, strict: bool = True, last_path: str = "auto",
             dtype: DTypeArg = None) -> TableT:
     """Scatter a whole array with the semantics of issuing MSCATTER tile by tile in order:
-    :func:`simt_pto.host.large.scatter` (its docstring states the rules: Row ``table[idx[p], :] op= src[p, :]``,
+    :func:`simt_pto.host.in_memory.scatter` (its docstring states the rules: Row ``table[idx[p], :] op= src[p, :]``,
     Elem ``table.flat[idx[p]] op= src[p]``, Conflict::Last by C-order position, in place for a writable table, a
     new JAX array for a JAX table).
 
@@ -83,7 +83,7 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     if strict is not True:  # True, the default, needs no look
         strict = flag_from_any(strict, "strict")
     if type(last_path) is not str or last_path != "auto":  # "auto", the default, needs no look
-        large.check_last_path(last_path)
+        in_memory.check_last_path(last_path)
     if tile_rows is not None:
         tiling.check_tile_rows(tile_rows)
     if _dask_operand(table, src, idx):
@@ -93,7 +93,7 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
             table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
             tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
         return updated_dask
-    return large.scatter(table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
+    return in_memory.scatter(table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
                          tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path,
                          dtype=dtype)
 

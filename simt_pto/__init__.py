@@ -8,7 +8,7 @@ the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (
 ``import simt_pto`` loads the model only (enums, dtypes, tiles, tensors, the reference). The tile ops
 (``mgather``, ``mscatter``, ``tload``, ``tstore``: :mod:`simt_pto.ops`), the whole-array ops (``gather``,
 ``scatter``: :mod:`simt_pto.host.whole_array`; ``gather_plan`` / ``scatter_plan``, what they would launch:
-:mod:`simt_pto.host.large`) and the tools (``coalescing``, ``inspect_kernel``, ``selftest``:
+:mod:`simt_pto.host.in_memory`) and the tools (``coalescing``, ``inspect_kernel``, ``selftest``:
 :mod:`simt_pto.host.tools`) are imported at their first use, by :func:`__getattr__`; this is the one place the
 model names the runtime and the tools (the import-linter contracts in pyproject.toml state it). A type checker reads the same names from the
 ``if TYPE_CHECKING:`` imports below, which never run: it sees their signatures, not ``Any``.
@@ -28,7 +28,7 @@ from .tile import Tile
 from ._version import __version__ as __version__  # written once, in _version.py
 
 if TYPE_CHECKING:  # the lazy re-exports below, as a type checker sees them; never imported at run time
-    from .host.large import gather_plan, scatter_plan
+    from .host.in_memory import gather_plan, scatter_plan
     from .host.whole_array import gather, scatter
     from .host.tools import coalescing
     from .host.tools.kernel_report import inspect_kernel
@@ -67,8 +67,8 @@ if not TYPE_CHECKING:  # hidden from type checkers, so that they report a misspe
                 from .host import whole_array
                 value = getattr(whole_array, name)
             elif name in _PLANS:
-                from .host import large
-                value = getattr(large, name)
+                from .host import in_memory
+                value = getattr(in_memory, name)
             elif name == "coalescing":
                 from .host.tools import coalescing as value
             elif name == "inspect_kernel":

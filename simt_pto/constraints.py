@@ -195,7 +195,7 @@ def _plan_key(op, target, tile, table, idx, *policy) -> tuple | None:
 
 
 def cached_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan | None:
-    """The validated plan without operands of this MGATHER's signature (what :func:`plan_mgather` re-points at
+    """The validated plan without operands of this MGATHER's signature (what :func:`validated_mgather` re-points at
     each call), if a call of that signature has been validated; None otherwise. A runtime that keeps a launch per
     signature runs a repeated call from it (``simt_pto.host.dispatch.run_kept``), checking only what depends on
     this call's memory and index values."""
@@ -204,12 +204,12 @@ def cached_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, stric
 
 
 def cached_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan | None:
-    """:func:`cached_mgather` for MSCATTER (the signature :func:`plan_mscatter` keeps)."""
+    """:func:`cached_mgather` for MSCATTER (the signature :func:`validated_mscatter` keeps)."""
     return _PLANS.get(_plan_key("MSCATTER", target, src, table, idx, coalesce, atomic, oob, conflict, strict,
                                 dyn_ubuf_size))
 
 
-def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
+def validated_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
     op = "MGATHER"
     tiles = {"dst": dst, "idx": idx}
     key = _plan_key(op, target, dst, table, idx, coalesce, oob, exec_, scratch is None, strict, dyn_ubuf_size)
@@ -219,8 +219,8 @@ def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict,
         if dst.loc == TileType.MAT and target == "cpu":  # the GM -> L1 path exists on A2/A3 and A5 only
             _fail(op, target, "dst must be a vector tile (TileType::Vec)", f"dst is {dst.loc.name}")
         if dst.loc == TileType.MAT:
-            from .l1_gather import plan_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
-            return plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)
+            from .l1_gather import validated_mgather_l1  # GM -> L1 path (MGATHER.md, "GM → L1 Gather")
+            return validated_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict)
         if not isinstance(idx, Tile):
             _fail(op, target, "indexes must be a UB vector tile (a GM index tensor is for MAT destinations only)",
                   f"idx is a {type(idx).__name__}")
@@ -241,7 +241,7 @@ def plan_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict,
                       dst, idx, table)
 
 
-def plan_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
+def validated_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
     op = "MSCATTER"
     tiles = {"src": src, "idx": idx}
     key = _plan_key(op, target, src, table, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size)

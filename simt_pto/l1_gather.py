@@ -2,8 +2,8 @@
 
 Implements MGATHER.md, "GM → L1 Gather (TileType::Mat destination)", "Constraints
 (MGatherCheckGm2L1, A2/A3 and A5)" and "A5 only — SIMT executor for Elem GM → L1
-(GatherExec::Simt)". :func:`plan_mgather_l1` is reached from :func:`simt_pto.constraints.plan_mgather`
-when ``dst.loc == MAT`` (the CPU simulator has no L1: ``plan_mgather`` refuses it there). Every rule
+(GatherExec::Simt)". :func:`validated_mgather_l1` is reached from :func:`simt_pto.constraints.validated_mgather`
+when ``dst.loc == MAT`` (the CPU simulator has no L1: ``validated_mgather`` refuses it there). Every rule
 is checked before anything is written; a violation raises :class:`ConstraintError` naming the rule,
 the target and the values. L1 tiles live in L1, not UB, so there is no UB budget check.
 
@@ -205,7 +205,7 @@ def _check_scratch(target, scratch, tile):
               f"Rows * Cols = {tile.rows} * {tile.cols} = {need}")
 
 
-def plan_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict) -> L1Plan:
+def validated_mgather_l1(target, dst, table, idx, coalesce, oob, exec_, scratch, strict) -> L1Plan:
     """Validate a GM -> L1 MGATHER (every MGatherCheckGm2L1 rule for ``target``) and resolve it.
 
     Raises :class:`ConstraintError` for a broken rule and :class:`~simt_pto.OutOfBoundsError` for an

@@ -43,7 +43,7 @@ def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesc
     signature = constraints.cached_mgather(target, dst, table, idx, *policy)
     if signature is not None and dispatch.run_kept(signature, dst, table, idx):
         return dst
-    dispatch.run_mgather(constraints.plan_mgather(target, dst, table, idx, *policy))
+    dispatch.run_mgather(constraints.validated_mgather(target, dst, table, idx, *policy))
     return dst
 
 
@@ -70,7 +70,7 @@ def mscatter(table: GlobalTensor, src: Tile, idx: Tile, *, coalesce: CoalesceLik
         signature = constraints.cached_mscatter(target, table, src, idx, *policy)  # as in mgather
         if signature is not None and dispatch.run_kept(signature, src, table, idx):
             return table
-        dispatch.run_mscatter(constraints.plan_mscatter(target, table, src, idx, *policy))
+        dispatch.run_mscatter(constraints.validated_mscatter(target, table, src, idx, *policy))
     return table
 
 

@@ -11,14 +11,14 @@ launch names its kernel, its policy and its arguments), not listed by hand:
 * the tile ops: every element dtype of ``ELEMENT_DTYPES["a5"]`` (``atomic_dtypes("a5", op)`` for each
   ScatterAtomicOp), both index dtypes, Row / Elem, every OOB policy, strict on and off, both
   ScatterConflict values; each call is validated by ``constraints.plan_*`` (target ``a5``) and planned by
-  ``simt_pto.host.a5.mgather_plan`` / ``mscatter_plan``;
+  ``simt_pto.host.a5.mgather_launches`` / ``mscatter_launches``;
 * the GM -> L1 gathers (a MAT NZ destination, GM index and scratch tensors), both GatherExec values, through
-  the same ``plan_mgather`` / ``mgather_plan`` (``GatherExec::Scalar`` launches no SIMT kernel);
-* the whole-array ops (``simt_pto.host.large.gather_plan`` / ``scatter_plan``: what ``simt_pto.gather`` /
+  the same ``validated_mgather`` / ``mgather_launches`` (``GatherExec::Scalar`` launches no SIMT kernel);
+* the whole-array ops (``simt_pto.host.in_memory.gather_plan`` / ``scatter_plan``: what ``simt_pto.gather`` /
   ``simt_pto.scatter`` launch), over the same matrix with ``last_path`` ``"slot"`` and ``"owner"`` (the owner
   path with both owner layouts, dense and compact); planned for the multicore backend (host arrays, typed as
   the GPU's device arrays are), nothing runs;
-* ``kernels/a5/index_check.count_out_of_range``, which ``host/large.py`` launches on device index arrays
+* ``kernels/a5/index_check.count_out_of_range``, which ``host/in_memory.py`` launches on device index arrays
   only, and ``flag_out_of_range``, the fast path's device index scan, with the argument types passed there.
 
 Launches are deduplicated by (kernel, compile-time policy, Numba argument types): exactly what the dispatcher
@@ -157,11 +157,11 @@ def _calls():
 def _tile_launches(plan):
     """The launches of a tile op's call plan (none for a scalar fallback)."""
     from simt_pto.host import a5
-    return (a5.mgather_plan if plan.op == "MGATHER" else a5.mscatter_plan)(plan).launches
+    return (a5.mgather_launches if plan.op == "MGATHER" else a5.mscatter_launches)(plan).launches
 
 
 def _l1_plan(kw, exec_):
-    """A GM -> L1 MGATHER (MAT NZ destination) for the call ``kw``, validated by ``plan_mgather``."""
+    """A GM -> L1 MGATHER (MAT NZ destination) for the call ``kw``, validated by ``validated_mgather``."""
     import numpy as np
     from simt_pto import constraints, dtypes as dt, nz
     from simt_pto.enums import Coalesce, GatherOOB
@@ -176,16 +176,16 @@ def _l1_plan(kw, exec_):
     idx = GlobalTensor(np.zeros(rows if row else (rows, cols), dtype=idx_np))
     table = GlobalTensor(np.zeros((64, cols) if row else (64 * cols,), dtype=d.numpy), dtype=d)
     scratch = None if row else GlobalTensor(np.zeros(dst.rows * dst.cols, dtype=d.numpy), dtype=d)
-    return constraints.plan_mgather("a5", dst, table, idx, Coalesce[kw["coalesce"].upper()],
+    return constraints.validated_mgather("a5", dst, table, idx, Coalesce[kw["coalesce"].upper()],
                                     GatherOOB[kw["oob"].upper()], exec_, scratch, kw["strict"], None)
 
 
 def _whole_array_launches(op, kw):
     """The kernel launches of ``simt_pto.gather`` / ``scatter`` for one call: the launches of its plans
-    (``large.gather_plan`` / ``scatter_plan``; Conflict::Last: the slot path and both owner layouts)."""
+    (``in_memory.gather_plan`` / ``scatter_plan``; Conflict::Last: the slot path and both owner layouts)."""
     import numpy as np
     from simt_pto import dtypes as dt
-    from simt_pto.host import large
+    from simt_pto.host import in_memory
     d = dt.resolve(kw["dtype"])
     rows, cols = 8, 64
     idx_np = dt.resolve(kw["index_dtype"]).numpy
@@ -196,18 +196,18 @@ def _whole_array_launches(op, kw):
     common = dict(coalesce=kw["coalesce"], oob=kw["oob"], target="a5", strict=kw["strict"], dtype=d.name,
                   backend="multicore")
     if op == "mgather":
-        return list(large.gather_plan(table, idx, **common).launches)
+        return list(in_memory.gather_plan(table, idx, **common).launches)
     src = np.zeros((rows, cols), dtype=d.numpy)
     last = kw["atomic"] == "none" and kw["conflict"] == "last"
     paths = (("slot", None), ("owner", "dense"), ("owner", "compact")) if last else (("auto", None),)
     launches = [launch for path, owner in paths
-                for launch in large.scatter_plan(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"],
+                for launch in in_memory.scatter_plan(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"],
                                                  last_path=path, owner=owner, **common).launches]
-    if last and not row:  # the multicore claim into a copy of the owners per worker (large_a5._claim_copies)
+    if last and not row:  # the multicore claim into a copy of the owners per worker (a5_whole_array._claim_copies)
         from unittest import mock
-        from simt_pto.host import large_a5
-        with mock.patch.object(large_a5, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
-            launches += large.scatter_plan(table, src, idx, conflict="last", last_path="owner", owner="dense",
+        from simt_pto.host import a5_whole_array
+        with mock.patch.object(a5_whole_array, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
+            launches += in_memory.scatter_plan(table, src, idx, conflict="last", last_path="owner", owner="dense",
                                            **common).launches
     return launches
 
@@ -254,7 +254,7 @@ def enumerate_specs(include_whole_array=True):
 
 
 def _add_validate(specs):
-    """``count_out_of_range(idx, capacity, out)`` as ``host/large.py`` launches it, and ``flag_out_of_range(idx,
+    """``count_out_of_range(idx, capacity, out)`` as ``host/in_memory.py`` launches it, and ``flag_out_of_range(idx,
     capacity, flag)`` as the fast path's index scan does (``kernels/a5/direct_launch.IndexScan``: an int32 flag word)
     (1-D device views)."""
     import numpy as np

@@ -11,8 +11,8 @@ A5, Shape-adaptive launch" (``dim3{32, kLaunchWarps}``, integer division as in C
 * the ``(1, 1)`` Elem case launches nothing (MGatherScalarImpl / MScatterScalarImpl): its call plan is one host
   step.
 
-Plans are built with ``simt_pto.constraints.plan_mgather / plan_mscatter``; their call plans
-(``simt_pto.host.a5.mgather_plan / mscatter_plan``) are read without running.
+Plans are built with ``simt_pto.constraints.validated_mgather / validated_mscatter``; their call plans
+(``simt_pto.host.a5.mgather_launches / mscatter_launches``) are read without running.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def gather_plan(R, C, coalesce="row", oob="undefined", dtype="int8", table_rows=
     else:
         idx = pto.Tile("int32", R, round_up(C, 8), valid=(R, C))
         table = pto.GlobalTensor(np.zeros(table_size, pto.dtypes.resolve(dtype).numpy))
-    return constraints.plan_mgather("a5", dst, table, idx, E.from_any(pto.Coalesce, coalesce),
+    return constraints.validated_mgather("a5", dst, table, idx, E.from_any(pto.Coalesce, coalesce),
                                     E.from_any(pto.GatherOOB, oob), pto.GatherExec.SCALAR, None, strict, DYN_UB)
 
 
@@ -55,7 +55,7 @@ def scatter_plan(R, C, coalesce="row", atomic="none", conflict="last", oob="unde
     else:
         idx = pto.Tile("int32", R, round_up(C, 8), valid=(R, C))
         table = pto.GlobalTensor(np.zeros(table_size, pto.dtypes.resolve(dtype).numpy))
-    return constraints.plan_mscatter("a5", table, src, idx, E.from_any(pto.Coalesce, coalesce),
+    return constraints.validated_mscatter("a5", table, src, idx, E.from_any(pto.Coalesce, coalesce),
                                      E.from_any(pto.ScatterAtomicOp, atomic), E.from_any(pto.ScatterOOB, oob),
                                      E.from_any(pto.ScatterConflict, conflict), strict, DYN_UB)
 
@@ -67,11 +67,11 @@ def _only_launch(call):
 
 
 def resolve_mgather(plan):
-    return _only_launch(a5.mgather_plan(plan))
+    return _only_launch(a5.mgather_launches(plan))
 
 
 def resolve_mscatter(plan):
-    return _only_launch(a5.mscatter_plan(plan))
+    return _only_launch(a5.mscatter_launches(plan))
 
 
 def compiled(launch):
@@ -171,7 +171,7 @@ def test_last_elem_sized_by_table_size(table_size, launch_warps):
 
 def test_last_elem_table_size_is_the_product_of_the_5d_shape():
     table = pto.GlobalTensor(np.zeros(2 * 3 * 4 * 5 * 6, np.float32), shape=(2, 3, 4, 5, 6))   # 720 slots
-    plan = constraints.plan_mscatter("a5", table, pto.Tile("float32", 2, 8), pto.Tile("int32", 2, 8),
+    plan = constraints.validated_mscatter("a5", table, pto.Tile("float32", 2, 8), pto.Tile("int32", 2, 8),
                                      pto.Coalesce.ELEM, pto.ScatterAtomicOp.NONE, pto.ScatterOOB.SKIP,
                                      pto.ScatterConflict.LAST, True, None)
     g = resolve_mscatter(plan).geometry
@@ -213,13 +213,13 @@ def test_scatter_kernel_selection(coalesce, atomic, conflict, name):
 @pytest.mark.parametrize("oob", ["undefined", "skip", "clamp", "wrap"])
 def test_scatter_elem_1x1_is_the_scalar_fallback(atomic, conflict, oob):
     plan = scatter_plan(1, 1, "elem", atomic, conflict, oob, dtype="float32")
-    (step,) = a5.mscatter_plan(plan).steps
+    (step,) = a5.mscatter_launches(plan).steps
     assert isinstance(step, HostStep) and step.name.startswith("MScatterScalarImpl")
 
 
 @pytest.mark.parametrize("oob", ["undefined", "clamp", "wrap", "zero"])
 def test_gather_selection(oob):
-    (step,) = a5.mgather_plan(gather_plan(1, 1, "elem", oob)).steps
+    (step,) = a5.mgather_launches(gather_plan(1, 1, "elem", oob)).steps
     assert isinstance(step, HostStep) and step.name.startswith("MGatherScalarImpl")
     row_1x1 = resolve_mgather(gather_plan(1, 1, "row", oob))                       # Row (1, 1) still launches
     assert row_1x1.kernel == "simt_mgather_row_kernel" and row_1x1.geometry.launch_warps == 1
@@ -305,11 +305,11 @@ def test_resolved_launch_runs_the_op():
     table_vals = np.arange(5 * 40, dtype=np.float32).reshape(5, 40)
     dst = pto.Tile("float32", 4, 40, valid=(3, 40))
     idx = make_tile("int32", 1, 8, valid=(1, 3), logical_bits=np.array([[4, 0, 2]], np.uint32))
-    plan = constraints.plan_mgather("a5", dst, pto.GlobalTensor(table_vals), idx, pto.Coalesce.ROW,
+    plan = constraints.validated_mgather("a5", dst, pto.GlobalTensor(table_vals), idx, pto.Coalesce.ROW,
                                     pto.GatherOOB.UNDEFINED, pto.GatherExec.SCALAR, None, True, None)
     launch = resolve_mgather(plan)
     assert (launch.geometry.row_warps, launch.geometry.warps_per_row) == (3, 2)
-    a5.run_plan(a5.mgather_plan(plan), "multicore")
+    a5.run_plan(a5.mgather_launches(plan), "multicore")
     np.testing.assert_array_equal(dst.valid_numpy(), table_vals[[4, 0, 2]])
 
 
@@ -332,19 +332,19 @@ POLICY_FIELDS = {
 def _whole_array_launches():
     """Every launch the whole-array ops plan for a small call of each kind (nothing runs)."""
     from unittest import mock
-    from simt_pto.host import large, large_a5
+    from simt_pto.host import in_memory, a5_whole_array
     table, idx = np.zeros((40, 8), np.float32), np.arange(20, dtype=np.int32)
     src = np.ones((20, 8), np.float32)
-    calls = [large.gather_plan(table, idx), large.gather_plan(table.reshape(-1), idx, coalesce="elem")]
+    calls = [in_memory.gather_plan(table, idx), in_memory.gather_plan(table.reshape(-1), idx, coalesce="elem")]
     for coalesce in ("row", "elem"):
         t = table if coalesce == "row" else table.reshape(-1)
         s = src if coalesce == "row" else src[:, 0].copy()
-        calls += [large.scatter_plan(t, s, idx, coalesce=coalesce, atomic="add"),
-                  large.scatter_plan(t, s, idx, coalesce=coalesce, last_path="slot")]
-        calls += [large.scatter_plan(t, s, idx, coalesce=coalesce, last_path="owner", owner=layout)
+        calls += [in_memory.scatter_plan(t, s, idx, coalesce=coalesce, atomic="add"),
+                  in_memory.scatter_plan(t, s, idx, coalesce=coalesce, last_path="slot")]
+        calls += [in_memory.scatter_plan(t, s, idx, coalesce=coalesce, last_path="owner", owner=layout)
                   for layout in ("dense", "compact")]
-    with mock.patch.object(large_a5, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
-        calls.append(large.scatter_plan(table.reshape(-1), src[:, 0].copy(), idx, coalesce="elem", last_path="owner",
+    with mock.patch.object(a5_whole_array, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
+        calls.append(in_memory.scatter_plan(table.reshape(-1), src[:, 0].copy(), idx, coalesce="elem", last_path="owner",
                                         owner="dense"))  # the multicore claim into a copy of the owners per worker
     return [launch for call in calls for launch in call.launches]
 

@@ -1,6 +1,6 @@
 """The memo of validated calls (issue 24, per-call overhead): a call of a signature seen before skips the shape, dtype,
 layout, policy and budget rules (``simt_pto.plan.CallCache``: the tile ops in ``simt_pto.constraints``, the
-whole-array calls in ``simt_pto.host.large``), and is still checked in what depends on its own operands' memory and
+whole-array calls in ``simt_pto.host.in_memory``), and is still checked in what depends on its own operands' memory and
 values: their overlap, their alignment, the index values, the table's writability.
 
 Each test makes the cache hold a signature first (a clean call), then changes one thing the cache must not hide,
@@ -19,7 +19,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import constraints
 from simt_pto.errors import ConstraintError, OutOfBoundsError
-from simt_pto.host import large
+from simt_pto.host import in_memory
 from simt_pto.plan import CallCache
 
 
@@ -70,7 +70,7 @@ def test_a_cached_whole_array_gather_reads_the_new_arrays(target, coalesce):
         got = pto.gather(table, idx, coalesce=coalesce, target=target, tile_rows=16)
         want = table[idx] if coalesce == "row" else table.ravel()[idx]
         assert np.array_equal(got, want)
-    assert len(large._VALIDATED) >= 1
+    assert len(in_memory._VALIDATED) >= 1
 
 
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
@@ -95,7 +95,7 @@ def test_the_cache_keeps_no_callers_array():
     del table
     gc.collect()
     assert alive() is None
-    for entry in large._VALIDATED._entries.values():
+    for entry in in_memory._VALIDATED._entries.values():
         assert entry[1].table.array is None
         assert entry[1].tile.data.strides == (0,) and entry[1].idx.data.strides == (0,)  # no storage of their own
 
@@ -217,7 +217,7 @@ def no_full_path(monkeypatch):
     def forbid():
         def full_path(*args, **kwargs):
             raise AssertionError("the call took the full path")
-        monkeypatch.setattr(large, "_gather", full_path)
+        monkeypatch.setattr(in_memory, "_gather", full_path)
     return forbid
 
 
@@ -288,7 +288,7 @@ def test_a_repeated_scatter_runs_without_the_full_path_and_writes_the_new_table(
 
     def full_path(*args, **kwargs):
         raise AssertionError("the call took the full path")
-    monkeypatch.setattr(large, "_scatter", full_path)
+    monkeypatch.setattr(in_memory, "_scatter", full_path)
     for seed in (1, 2):
         call(seed)
 
@@ -312,7 +312,7 @@ def test_a_repeated_last_scatter_reuses_the_owner_array_of_the_last_call_and_nev
         pto.scatter(table, src, idx, coalesce=coalesce, target="a5", last_path="owner")  # (dense: a small table)
         return np.array_equal(table, want)
     assert call(0)
-    monkeypatch.setattr(large, "_scatter", lambda *a, **k: pytest.fail("the call took the full path"))
+    monkeypatch.setattr(in_memory, "_scatter", lambda *a, **k: pytest.fail("the call took the full path"))
     assert call(1)
     (spare,) = fast_path._SPARE_OWNER._entries.values()
     spare.fill(np.iinfo(spare.dtype).max)  # a claim of every slot, by a position no update has
@@ -369,7 +369,7 @@ def test_the_caches_are_bounded():
     assert cache.get(["unhashable"]) is None and len(cache) == 4
     for rows in range(1, 300):  # more signatures than the whole-array cache keeps
         pto.gather(table_of(rows=4, cols=8), np.zeros(rows, np.int32), target="cpu")
-    assert len(large._VALIDATED) <= large._VALIDATED.maxsize
+    assert len(in_memory._VALIDATED) <= in_memory._VALIDATED.maxsize
 
 
 # -- tile ops --------------------------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def test_a_cached_tile_op_reads_and_writes_the_new_operands():
         dst, idx_tile = row_tiles()
         idx_tile.set(idx.reshape(1, 8))
         gt = pto.GlobalTensor(table)
-        plan = constraints.plan_mgather("a5", dst, gt, idx_tile, pto.Coalesce.ROW, pto.GatherOOB.UNDEFINED,
+        plan = constraints.validated_mgather("a5", dst, gt, idx_tile, pto.Coalesce.ROW, pto.GatherOOB.UNDEFINED,
                                         pto.GatherExec.SCALAR, None, True, None)
         assert plan.tile is dst and plan.idx is idx_tile and plan.table is gt
         pto.mgather(dst, gt, idx_tile, coalesce="row", target="a5")
@@ -405,8 +405,8 @@ def _forbid_the_full_tile_path(monkeypatch):
 
     def full_path(*args, **kwargs):
         raise AssertionError("the call took the full path")
-    monkeypatch.setattr(a5, "mgather_plan", full_path)
-    monkeypatch.setattr(constraints, "plan_mgather", full_path)
+    monkeypatch.setattr(a5, "mgather_launches", full_path)
+    monkeypatch.setattr(constraints, "validated_mgather", full_path)
 
 
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
@@ -524,8 +524,8 @@ def test_a_repeated_tile_scatter_runs_its_kept_launch_on_the_new_operands(coales
 
     def full_path(*args, **kwargs):
         raise AssertionError("the call took the full path")
-    monkeypatch.setattr(a5, "mscatter_plan", full_path)
-    monkeypatch.setattr(constraints, "plan_mscatter", full_path)
+    monkeypatch.setattr(a5, "mscatter_launches", full_path)
+    monkeypatch.setattr(constraints, "validated_mscatter", full_path)
     call(1)
     call(2)
 
@@ -537,10 +537,10 @@ def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monke
     from simt_pto.host import a5
     plans = []
 
-    def recorded(plan, build=a5.mscatter_plan):
+    def recorded(plan, build=a5.mscatter_launches):
         plans.append(build(plan))
         return plans[-1]
-    monkeypatch.setattr(a5, "mscatter_plan", recorded)
+    monkeypatch.setattr(a5, "mscatter_launches", recorded)
     memory = np.zeros(65, np.float16)
     even = memory[:-1] if memory.ctypes.data % 4 == 0 else memory[1:]
     odd = memory[1:] if memory.ctypes.data % 4 == 0 else memory[:-1]

@@ -286,7 +286,7 @@ def test_the_analyzer_replays_the_hardware_launch_where_the_emulator_launches_an
     idx = np.array([3, 0, 7, 7, 1], I32)
     want = analyze("mgather", "row", idx, (8, 64), None, "float32")
     assert want.launch == "as launched"
-    real = a5.mgather_plan
+    real = a5.mgather_launches
 
     def widened(plan):  # what the emulator would launch: each pair of float32 moved as one uint64
         (spec,) = real(plan).launches
@@ -297,7 +297,7 @@ def test_the_analyzer_replays_the_hardware_launch_where_the_emulator_launches_an
                               valid_cols=units, row_warps=geo.row_warps, warps_per_row=geo.warps_per_row)
         return CallPlan((dataclasses.replace(wide, geometry=geo, hardware=spec),))
 
-    monkeypatch.setattr(a5, "mgather_plan", widened)
+    monkeypatch.setattr(a5, "mgather_launches", widened)
     got = analyze("mgather", "row", idx, (8, 64), None, "float32")
     assert got.launch == "hardware (element moves)" and got.as_dict()["launch"] == got.launch
     assert "(hardware (element moves))" in got.format().splitlines()[0]
@@ -384,7 +384,7 @@ def _tiles(op, coalesce, dtype, table_shape, tile, idx_vals, kw, rng):
 @pytest.mark.parametrize("op, coalesce, dtype, table_shape, tile, kw", SIM_CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}-{'-'.join(f'{v}' for v in c[5].values())}" for c in SIM_CASES])
 def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape, tile, kw, rng, simulator_backend):
-    from simt_pto.host.a5 import mgather_plan, mscatter_plan
+    from simt_pto.host.a5 import mgather_launches, mscatter_launches
     R, C = tile
     capacity = table_shape[0] if coalesce == "row" else table_shape[0] * table_shape[1]
     shape = (R,) if coalesce == "row" else (R, C)
@@ -394,15 +394,15 @@ def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape,
     data, idx, table = _tiles(op, coalesce, dtype, table_shape, tile, idx_vals, kw, rng)
     co = from_any(pto.Coalesce, coalesce)
     if op == "mgather":
-        plan = constraints.plan_mgather("a5", data, table, idx, co, from_any(pto.GatherOOB, kw.get("oob", "undefined")),
+        plan = constraints.validated_mgather("a5", data, table, idx, co, from_any(pto.GatherOOB, kw.get("oob", "undefined")),
                                         pto.GatherExec.SCALAR, None, True, None)
-        (launch,) = mgather_plan(plan).launches
+        (launch,) = mgather_launches(plan).launches
     else:
-        plan = constraints.plan_mscatter("a5", table, data, idx, co,
+        plan = constraints.validated_mscatter("a5", table, data, idx, co,
                                          from_any(pto.ScatterAtomicOp, kw.get("atomic", "none")),
                                          from_any(pto.ScatterOOB, kw.get("oob", "undefined")),
                                          from_any(pto.ScatterConflict, kw.get("conflict", "last")), True, None)
-        (launch,) = mscatter_plan(plan).launches
+        (launch,) = mscatter_launches(plan).launches
     log = _recorded_run(launch)
     arg = idx_vals[:, None] if coalesce == "row" and kw.get("idx_layout") == "col" else idx_vals
     report = analyze(op, coalesce, arg, table_shape, tile, dtype, keep_lanes=True, **kw)

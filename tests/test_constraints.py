@@ -3,7 +3,7 @@
 MGATHER.md / MSCATTER.md "Tile Constraints (CPU / A2/A3 / A5)", "Mode Resolution", "Atomic Type Support"
 and "Layout Support", as implemented by simt_pto.constraints, simt_pto.tile and simt_pto.tensor
 (the UB budget is in test_ub.py). On ``cpu`` a passing call runs the golden; on ``a2a3`` and ``a5`` it
-is validated with ``constraints.plan_mgather`` / ``plan_mscatter`` only (their kernels are not needed).
+is validated with ``constraints.validated_mgather`` / ``validated_mscatter`` only (their kernels are not needed).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def gather(target, dst, table, idx, coalesce="row", oob="undefined", exec="scala
     if target == "cpu":
         return pto.mgather(dst, table, idx, coalesce=coalesce, oob=oob, target="cpu", exec=exec, scratch=scratch,
                            strict=strict, dyn_ubuf_size=dyn_ubuf_size)
-    return constraints.plan_mgather(target, dst, table, idx, from_any(pto.Coalesce, coalesce),
+    return constraints.validated_mgather(target, dst, table, idx, from_any(pto.Coalesce, coalesce),
                                     from_any(pto.GatherOOB, oob), from_any(pto.GatherExec, exec), scratch, strict,
                                     dyn_ubuf_size)
 
@@ -39,7 +39,7 @@ def scatter(target, table, src, idx, coalesce="row", atomic="none", oob="undefin
     if target == "cpu":
         return pto.mscatter(table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict,
                             target="cpu", strict=strict, dyn_ubuf_size=dyn_ubuf_size)
-    return constraints.plan_mscatter(target, table, src, idx, from_any(pto.Coalesce, coalesce),
+    return constraints.validated_mscatter(target, table, src, idx, from_any(pto.Coalesce, coalesce),
                                      from_any(pto.ScatterAtomicOp, atomic), from_any(pto.ScatterOOB, oob),
                                      from_any(pto.ScatterConflict, conflict), strict, dyn_ubuf_size)
 

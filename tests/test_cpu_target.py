@@ -148,7 +148,7 @@ def test_out_of_bounds_check_on_every_target(target):
     idx = pto.Tile.from_array(np.array([[5, 6]], np.int32), 1, 8)
 
     def plan(oob, strict=True):
-        return constraints.plan_mgather(target, pto.Tile("float32", 2, 8), table, idx, pto.Coalesce.ROW,
+        return constraints.validated_mgather(target, pto.Tile("float32", 2, 8), table, idx, pto.Coalesce.ROW,
                                         from_any(pto.GatherOOB, oob), pto.GatherExec.SCALAR, None, strict, None)
 
     with pytest.raises(pto.OutOfBoundsError, match=rf"MGATHER on {target}: 1 index\(es\) out of range \[0, 6\)"):

@@ -17,7 +17,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
 from simt_pto import reference  # noqa: E402
-from simt_pto.host import dask_tables, large  # noqa: E402
+from simt_pto.host import dask_tables, in_memory  # noqa: E402
 from conftest import as_bits, random_values, run_python  # noqa: E402
 
 GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
@@ -97,7 +97,7 @@ def test_gather_every_oob_policy_is_the_in_memory_gather(client, rng, name, dtyp
     for oob, (idx, result) in cases.items():
         assert isinstance(result, da.Array)
         assert result.chunks[0] == (to_dask(idx).chunks[0] if kind == "dask" else (97,))
-        want = large.gather(table, idx, coalesce=coalesce, oob=oob)
+        want = in_memory.gather(table, idx, coalesce=coalesce, oob=oob)
         assert got[oob].shape == want.shape and as_bits(got[oob]).tobytes() == as_bits(want).tobytes(), oob
         assert as_bits(got[oob]).tobytes() == as_bits(oracle_gather(table, idx, coalesce, oob)).tobytes(), oob
 
@@ -108,7 +108,7 @@ def test_elem_gather_with_2d_indices_cut_both_ways(client, rng):
     result = dask_tables.gather(dtable, da.from_array(idx, chunks=(5, 4)), coalesce="elem", oob="wrap")
     assert result.chunks == ((5, 5, 3), (4, 4, 1))  # chunked like idx
     got = result.compute()
-    assert np.array_equal(got, large.gather(table, idx, coalesce="elem", oob="wrap"))
+    assert np.array_equal(got, in_memory.gather(table, idx, coalesce="elem", oob="wrap"))
     assert np.array_equal(got, oracle_gather(table, idx, "elem", "wrap"))
 
 
@@ -116,7 +116,7 @@ def test_gather_under_undefined_without_strict_reads_zero(client, rng):
     table, dtable, _ = make_table(rng, "row", "float32")
     idx = np.array([3, 150, -1, 149, 40], dtype=np.int32)
     got = dask_tables.gather(dtable, to_dask(idx, 2), strict=False).compute()
-    assert as_bits(got).tobytes() == as_bits(large.gather(table, idx, strict=False)).tobytes()
+    assert as_bits(got).tobytes() == as_bits(in_memory.gather(table, idx, strict=False)).tobytes()
     assert not got[[1, 2]].any()
 
 
@@ -130,7 +130,7 @@ def test_row_gather_and_scatter_with_indices_of_any_shape(client, rng):
     assert gathered.shape == (6, 11, 4) and gathered.chunks[:2] == ((4, 2), (5, 5, 1))
     got_gather, got_scatter = dask.compute(gathered, scattered)
     assert np.array_equal(as_bits(got_gather), as_bits(table[idx]))
-    assert np.array_equal(as_bits(got_scatter), as_bits(large.scatter(table.copy(), src, idx)))
+    assert np.array_equal(as_bits(got_scatter), as_bits(in_memory.scatter(table.copy(), src, idx)))
 
 
 def test_int64_indices_behave_as_their_uint32_cast_and_values_outside_are_refused(client, rng):
@@ -140,13 +140,13 @@ def test_int64_indices_behave_as_their_uint32_cast_and_values_outside_are_refuse
     idx = rng.integers(-3, 310, 70)
     idx[5] = 2 ** 32 - 2  # the uint32 cast of -2
     got = dask_tables.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
-    assert np.array_equal(got, large.gather(table, idx.astype(np.int32), coalesce="elem", oob="wrap"))
+    assert np.array_equal(got, in_memory.gather(table, idx.astype(np.int32), coalesce="elem", oob="wrap"))
     idx[[40, 60]] = [2 ** 32, -2 ** 31 - 1]
-    with pytest.raises(pto.ConstraintError) as in_memory:
-        large.gather(table, idx, coalesce="elem", oob="wrap")
+    with pytest.raises(pto.ConstraintError) as local:
+        in_memory.gather(table, idx, coalesce="elem", oob="wrap")
     with pytest.raises(pto.ConstraintError) as distributed:
         dask_tables.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
-    assert str(distributed.value) == str(in_memory.value)
+    assert str(distributed.value) == str(local.value)
     assert "idx[40] = 4294967296" in str(distributed.value)
 
 
@@ -186,7 +186,7 @@ def test_last_keeps_the_largest_global_position_under_every_oob_policy(client, r
     got = dask.compute({oob: result for oob, (_, _, result) in cases.items()})[0]
     for oob, (idx, src, result) in cases.items():
         assert result.chunks == dtable.chunks and result.dtype == table.dtype
-        want = large.scatter(table.copy(), src, idx, coalesce=coalesce, oob=oob)
+        want = in_memory.scatter(table.copy(), src, idx, coalesce=coalesce, oob=oob)
         assert as_bits(got[oob]).tobytes() == as_bits(want).tobytes(), oob
         slots = reference.slots(idx, cap, oob)
         flat_src = src if coalesce == "row" else src.reshape(-1)
@@ -214,7 +214,7 @@ def test_scatter_under_undefined_without_strict_drops_out_of_range(client, rng):
     idx = np.array([3, 150, -1, 149], dtype=np.int32)
     src = random_values(rng, (4, 4), "int32")
     got = dask_tables.scatter(dtable, src, to_dask(idx, 2), strict=False).compute()
-    assert np.array_equal(got, large.scatter(table.copy(), src, idx, strict=False))
+    assert np.array_equal(got, in_memory.scatter(table.copy(), src, idx, strict=False))
 
 
 # -- scatter: Conflict::Default and the atomics ------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_integer_atomics_are_bitwise(client, rng, name, atomic):
     src = source(rng, table, coalesce, idx)  # random bits: int32 Add wraps
     got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, atomic=atomic,
                               oob="wrap").compute()
-    assert np.array_equal(got, large.scatter(table.copy(), src, idx, coalesce=coalesce, atomic=atomic, oob="wrap"))
+    assert np.array_equal(got, in_memory.scatter(table.copy(), src, idx, coalesce=coalesce, atomic=atomic, oob="wrap"))
     ufunc = {"add": np.add, "max": np.maximum, "min": np.minimum}[atomic]
     expected = table.copy()
     ufunc.at(expected if coalesce == "row" else expected.reshape(-1), reference.slots(idx, cap, "wrap"),
@@ -269,7 +269,7 @@ def test_all_updates_in_one_chunk_leave_the_others_as_they_were(client, rng, nam
     src = source(rng, table, coalesce, idx)
     result = dask_tables.scatter(dtable, src, to_dask(idx, 9), coalesce=coalesce)
     got = result.compute()
-    assert as_bits(got).tobytes() == as_bits(large.scatter(table.copy(), src, idx, coalesce=coalesce)).tobytes()
+    assert as_bits(got).tobytes() == as_bits(in_memory.scatter(table.copy(), src, idx, coalesce=coalesce)).tobytes()
     flat_got, flat_table = as_bits(got).reshape(-1), as_bits(table).reshape(-1)
     per_slot = 1 if coalesce == "elem" else table.shape[1]
     assert np.array_equal(flat_got[: lo * per_slot], flat_table[: lo * per_slot])
@@ -286,7 +286,7 @@ def test_a_chunk_of_the_indices_with_nothing_for_a_table_chunk(client, rng):
     got_scatter, got_gather = dask.compute(dask_tables.scatter(dtable, to_dask(src, 10), to_dask(idx, 10),
                                                                coalesce="elem"),
                                            dask_tables.gather(dtable, to_dask(idx, 10), coalesce="elem"))
-    assert np.array_equal(got_scatter, large.scatter(table.copy(), src, idx, coalesce="elem"))
+    assert np.array_equal(got_scatter, in_memory.scatter(table.copy(), src, idx, coalesce="elem"))
     assert np.array_equal(got_scatter[64:128], table[64:128])
     assert np.array_equal(got_gather, table[idx])
 
@@ -306,7 +306,7 @@ def test_numpy_indices_out_of_range_are_refused_before_anything_is_built(client,
     src = random_values(rng, (60, 4), "float32")
     args = (idx,) if op == "gather" else (src, idx)
     with pytest.raises(pto.OutOfBoundsError) as in_memory:
-        getattr(large, op)(table.copy(), *args)
+        getattr(in_memory, op)(table.copy(), *args)
     with pytest.raises(pto.OutOfBoundsError) as distributed:
         getattr(dask_tables, op)(dtable, *args)
     assert str(distributed.value) == str(in_memory.value)
@@ -322,7 +322,7 @@ def test_dask_indices_out_of_range_are_refused_at_compute_time_with_the_same_err
     src = source(rng, table, coalesce, idx)
     args = (idx,) if op == "gather" else (src, idx)
     with pytest.raises(pto.OutOfBoundsError) as in_memory:
-        getattr(large, op)(table.copy(), *args, coalesce=coalesce)
+        getattr(in_memory, op)(table.copy(), *args, coalesce=coalesce)
     dargs = (to_dask(idx, 13),) if op == "gather" else (to_dask(src, 13), to_dask(idx, 13))
     result = getattr(dask_tables, op)(dtable, *dargs, coalesce=coalesce)  # builds; nothing runs yet
     with pytest.raises(pto.OutOfBoundsError) as distributed:
@@ -342,7 +342,7 @@ def test_a_refused_scatter_writes_nothing_to_its_store(rng):
     good = idx % table.size
     with dask.config.set(scheduler="sync"):
         assert dask_tables.scatter(dtable, to_dask(good), to_dask(good), coalesce="elem", store=store) is store
-    assert np.array_equal(store, large.scatter(table.copy(), good, good, coalesce="elem"))
+    assert np.array_equal(store, in_memory.scatter(table.copy(), good, good, coalesce="elem"))
     out = np.zeros(good.shape, np.int32)
     with dask.config.set(scheduler="sync"):
         assert dask_tables.gather(dtable, to_dask(good), coalesce="elem", out=out) is out
@@ -367,7 +367,7 @@ def test_calls_the_in_memory_op_refuses_are_refused_with_its_error(rng, case):
     table = random_values(rng, (40, 4), "float32")
     src, idx = np.zeros((5, 4), np.float32), np.zeros(5, np.int32)
     with pytest.raises((pto.ConstraintError, TypeError)) as in_memory:
-        getattr(large, op)(*arguments(table, src, idx), **kwargs)
+        getattr(in_memory, op)(*arguments(table, src, idx), **kwargs)
     t, *rest = arguments(table, src, idx)
     with pytest.raises(in_memory.type) as distributed:
         getattr(dask_tables, op)(da.from_array(t, chunks=(10,) + t.shape[1:]), *rest, **kwargs)
@@ -410,7 +410,7 @@ def test_a_worker_restarted_between_two_calls(client, rng):
     dtable = dtable.persist()
     idx = rng.integers(0, 150, 90).astype(np.int32)
     src = random_values(rng, (90, 4), "float32")
-    want = large.scatter(table.copy(), src, idx)
+    want = in_memory.scatter(table.copy(), src, idx)
     first = dask_tables.scatter(dtable, to_dask(src), to_dask(idx)).compute()
     worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
     client.restart_workers([worker])
@@ -428,8 +428,8 @@ def test_pto_gather_and_scatter_take_dask_arrays(client, rng):
     gathered = pto.gather(dtable, to_dask(idx), oob="clamp")
     scattered = pto.scatter(dtable, to_dask(src), to_dask(idx), oob="wrap")
     assert isinstance(gathered, da.Array) and isinstance(scattered, da.Array)
-    assert np.array_equal(as_bits(gathered.compute()), as_bits(large.gather(table, idx, oob="clamp")))
-    assert np.array_equal(as_bits(scattered.compute()), as_bits(large.scatter(table.copy(), src, idx, oob="wrap")))
+    assert np.array_equal(as_bits(gathered.compute()), as_bits(in_memory.gather(table, idx, oob="clamp")))
+    assert np.array_equal(as_bits(scattered.compute()), as_bits(in_memory.scatter(table.copy(), src, idx, oob="wrap")))
 
 
 def test_pto_scatter_refuses_dask_indices_at_compute_time(client, rng):

@@ -21,7 +21,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import reference
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
-from simt_pto.host import a5, large, tuning
+from simt_pto.host import a5, in_memory, tuning
 from simt_pto.kernels import writers
 from simt_pto.kernels.a5 import simt
 from simt_pto.launch_spec import KernelPolicy
@@ -108,16 +108,16 @@ def test_which_launches_have_a_plain_store_form():
     assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
     assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE, 64) is None
     table, idx = np.zeros(64, np.float32), np.arange(40, dtype=np.int32)
-    plan = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", atomic="add")
+    plan = in_memory.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", atomic="add")
     (launch,) = plan.launches
     assert launch.kernel == "simt_mscatter_elem_kernel"  # what a GPU, the simulator and the analyzer see
     assert launch.multicore_plain_kernel == "simt_mscatter_elem_serial_kernel"
     assert any("simt_mscatter_elem_serial_kernel on the calling thread" in line for line in plan.describe())
     halves = np.zeros(65, np.float16)[1:]  # starts mid-word: the boundary words' guarded form
-    (launch,) = large.scatter_plan(halves, np.ones(40, np.float16), idx, coalesce="elem", atomic="add").launches
+    (launch,) = in_memory.scatter_plan(halves, np.ones(40, np.float16), idx, coalesce="elem", atomic="add").launches
     assert launch.multicore_plain_kernel is None
     for conflict in ("last", "default"):
-        (launch,) = large.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", conflict=conflict,
+        (launch,) = in_memory.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", conflict=conflict,
                                        last_path="slot").launches
         assert launch.multicore_plain_kernel is None
 
@@ -280,7 +280,7 @@ def test_which_elem_last_calls_are_the_serial_loop(tune):
 
     def kernels(n, backend="multicore", **options):
         idx = np.arange(n, dtype=np.int32) % table.size
-        call = large.scatter_plan(table, np.ones(n, np.float32), idx, coalesce="elem", backend=backend, **options)
+        call = in_memory.scatter_plan(table, np.ones(n, np.float32), idx, coalesce="elem", backend=backend, **options)
         return [launch.kernel for launch in call.launches]
     assert kernels(most) == ["simt_mscatter_elem_serial_kernel"]
     assert "simt_mscatter_elem_serial_kernel" not in kernels(most + 1)
@@ -290,6 +290,6 @@ def test_which_elem_last_calls_are_the_serial_loop(tune):
     assert kernels(most, last_path="slot") == ["simt_mscatter_elem_last_kernel"]
     assert kernels(most, last_path="owner")[1] == "simt_mscatter_elem_owner_claim_kernel"
     assert "simt_mscatter_elem_serial_kernel" not in kernels(most, backend="simulator")
-    rows = large.scatter_plan(np.zeros((40, 8), np.float32), np.ones((most, 8), np.float32),
+    rows = in_memory.scatter_plan(np.zeros((40, 8), np.float32), np.ones((most, 8), np.float32),
                               np.arange(most, dtype=np.int32) % 40, coalesce="row").launches
     assert all(launch.kernel != "simt_mscatter_elem_serial_kernel" for launch in rows)

@@ -12,7 +12,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import reference
-from simt_pto.host import large
+from simt_pto.host import in_memory
 from simt_pto.launch_spec import HostStep
 
 TARGETS = ("cpu", "a2a3", "a5")
@@ -112,7 +112,7 @@ def long_cases(targets):
 def test_elem_gather_splits_a_long_last_axis(rng, target, shape, options, most):
     table = rng.random((30, TABLE_SLOTS // 30)).astype(np.float32)
     idx = _indices(rng, shape, "undefined")
-    assert_tiles(large.gather_plan(table, idx, coalesce="elem", target=target, **options), idx.size, most)
+    assert_tiles(in_memory.gather_plan(table, idx, coalesce="elem", target=target, **options), idx.size, most)
     for _ in range(2):  # the full path, then the kept runner of the signature
         out = pto.gather(table, idx, coalesce="elem", target=target, **options)
         assert out.shape == idx.shape and out.dtype == table.dtype
@@ -124,7 +124,7 @@ def test_elem_gather_splits_a_long_last_axis(rng, target, shape, options, most):
 def test_elem_gather_long_last_axis_under_every_oob(rng, target, oob):
     table = rng.integers(-100, 100, TABLE_SLOTS).astype(np.int16)
     idx = _indices(rng, (2, 4500), oob)
-    assert_tiles(large.gather_plan(table, idx, coalesce="elem", oob=oob, target=target), idx.size, DEFAULT_TILE_ELEMS)
+    assert_tiles(in_memory.gather_plan(table, idx, coalesce="elem", oob=oob, target=target), idx.size, DEFAULT_TILE_ELEMS)
     out = pto.gather(table, idx, coalesce="elem", oob=oob, target=target)
     assert out.tobytes() == gather_oracle(table, idx, oob).tobytes()
 
@@ -164,7 +164,7 @@ def run_scatter(table, src, idx, target, atomic, conflict, last_path, owner, oob
     after checking the tiles its plan shows (at most ``most`` indices each)."""
     kwargs = dict(coalesce="elem", atomic=atomic, conflict=conflict, oob=oob, target=target, last_path=last_path,
                   **options)
-    call = large.scatter_plan(table, src, idx, owner=owner, **kwargs)
+    call = in_memory.scatter_plan(table, src, idx, owner=owner, **kwargs)
     assert_tiles(call, idx.size, most)
     if owner is not None:
         from simt_pto.host import a5
@@ -208,7 +208,7 @@ def test_last_writer_is_the_last_in_c_order_across_tile_boundaries():
     for target, last_path, tile_rows in (("a2a3", "auto", 1500), ("a5", "slot", 1500), ("a5", "auto", None),
                                          ("a5", "owner", 999), ("cpu", "auto", 1024)):
         table = np.full(4, -1, np.float32)
-        call = large.scatter_plan(table, src, idx, coalesce="elem", target=target, last_path=last_path,
+        call = in_memory.scatter_plan(table, src, idx, coalesce="elem", target=target, last_path=last_path,
                                   tile_rows=tile_rows)
         assert_tiles(call, idx.size, tile_rows or DEFAULT_TILE_ELEMS)
         pto.scatter(table, src, idx, coalesce="elem", target=target, last_path=last_path, tile_rows=tile_rows)
@@ -221,12 +221,12 @@ def test_the_issue_shape_4x50000(target):
     rng = np.random.default_rng(37)
     table = rng.random(1000).astype(np.float32)
     idx = rng.integers(0, 1000, (4, 50000)).astype(np.int32)
-    assert_tiles(large.gather_plan(table, idx, coalesce="elem", target=target), idx.size, DEFAULT_TILE_ELEMS)
+    assert_tiles(in_memory.gather_plan(table, idx, coalesce="elem", target=target), idx.size, DEFAULT_TILE_ELEMS)
     out = pto.gather(table, idx, coalesce="elem", target=target)
     assert out.shape == (4, 50000) and np.array_equal(out, table[idx])
     src = rng.random((4, 50000)).astype(np.float32)
     written = table.copy()
-    assert_tiles(large.scatter_plan(written, src, idx, coalesce="elem", target=target), idx.size, DEFAULT_TILE_ELEMS)
+    assert_tiles(in_memory.scatter_plan(written, src, idx, coalesce="elem", target=target), idx.size, DEFAULT_TILE_ELEMS)
     pto.scatter(written, src, idx, coalesce="elem", target=target)
     assert written.tobytes() == reference.last_writer_scatter(table, idx.reshape(-1).astype(np.int64),
                                                               src.reshape(-1)).tobytes()
@@ -246,7 +246,7 @@ def no_indices(target, shape):
     indices: no step, the gathered shape, the table untouched and returned."""
     table = np.arange(64, dtype=np.float32).reshape(8, 8)
     idx = np.zeros(shape, np.int32)
-    assert large.gather_plan(table, idx, coalesce="elem", target=target).steps == ()
+    assert in_memory.gather_plan(table, idx, coalesce="elem", target=target).steps == ()
     out = pto.gather(table, idx, coalesce="elem", target=target)
     assert out.shape == shape and out.dtype == np.float32
     given = np.zeros(shape, np.float32)
@@ -255,7 +255,7 @@ def no_indices(target, shape):
     atomics = ("none", "add") + (("max", "min") if target == "a5" else ())
     for atomic in atomics:
         kept = table.copy()
-        assert large.scatter_plan(kept, src, idx, coalesce="elem", atomic=atomic, target=target).steps == ()
+        assert in_memory.scatter_plan(kept, src, idx, coalesce="elem", atomic=atomic, target=target).steps == ()
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # nothing runs: not even the cpu target's atomics warning
             assert pto.scatter(kept, src, idx, coalesce="elem", atomic=atomic, target=target) is kept
@@ -351,12 +351,12 @@ def test_dask_elem_tiles_are_the_in_memory_calls(rng):
 def test_the_gpu_path_splits_rows_too_on_the_simulator(simulator_backend, monkeypatch, rng):
     """The GPU backend's code path (host arrays staged on the device), run by Numba's CUDA simulator: a row of 40
     float32 (320 B with its indices) does not fit dyn_ubuf_size=256, so tiles of 32 elements split the rows."""
-    from simt_pto.host import a5, large_a5
+    from simt_pto.host import a5, a5_whole_array
     monkeypatch.setattr(a5, "a5_backend", lambda: "gpu")
-    monkeypatch.setattr(large_a5, "a5_backend", lambda: "gpu")
+    monkeypatch.setattr(a5_whole_array, "a5_backend", lambda: "gpu")
     table = rng.integers(0, 100, 50).astype(np.float32)
     idx = rng.integers(0, 50, (2, 40)).astype(np.int32)
-    assert_tiles(large.gather_plan(table, idx, coalesce="elem", dyn_ubuf_size=256), idx.size, 32)
+    assert_tiles(in_memory.gather_plan(table, idx, coalesce="elem", dyn_ubuf_size=256), idx.size, 32)
     assert np.array_equal(pto.gather(table, idx, coalesce="elem", dyn_ubuf_size=256), table[idx])
     src = rng.integers(0, 100, (2, 40)).astype(np.float32)
     for path in ("slot", "owner"):

@@ -1,4 +1,4 @@
-"""Arrays from the user's library in the whole-array ops (issue 23, part 2; host/arrays.py, host/large.py).
+"""Arrays from the user's library in the whole-array ops (issue 23, part 2; host/arrays.py, host/in_memory.py).
 
 DLPack and array-interface producers used in place (bfloat16 included), PyTorch tensors and JAX arrays in and
 out, int64 and other integer index dtypes under the uint32 cast, N-D indices for Row, ``out=``, non-contiguous

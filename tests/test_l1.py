@@ -330,7 +330,7 @@ def test_row_column_index_tensor(target):
 
 def test_simt_launch_geometry_and_dispatch():
     from simt_pto.geometry import l1_elem_geometry
-    from simt_pto.host.a5 import mgather_l1_plan, mgather_plan
+    from simt_pto.host.a5 import mgather_l1_launches, mgather_launches
     from simt_pto.launch_spec import HostStep
     assert l1_elem_geometry(16, 8).block == (32, 4)          # 128 elements: 4 warps
     assert l1_elem_geometry(16, 16).launch_warps == 8
@@ -338,18 +338,18 @@ def test_simt_launch_geometry_and_dispatch():
     assert l1_elem_geometry(16, 32).work_items == 512
     case = ElemCase("float16", "clamp")
     tile, _, scratch = case.fresh()
-    simt = constraints.plan_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
+    simt = constraints.validated_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
                                             pto.GatherOOB.CLAMP, pto.GatherExec.SIMT, scratch, True, None)
-    call = mgather_l1_plan(simt)
+    call = mgather_l1_launches(simt)
     (launch,) = call.launches
     assert launch.kernel == "simt_mgather_l1_elem_kernel"
     assert launch.geometry.block == (32, min(-(-case.n // 32), 32)) and launch.geometry.scheme == "l1_elem"
     assert isinstance(call.steps[-1], HostStep) and "copy_gm_to_cbuf" in call.steps[-1].name  # the AIC's copy
-    (routed,) = mgather_plan(simt).launches                   # the one A5 dispatch routes L1 plans
+    (routed,) = mgather_launches(simt).launches                   # the one A5 dispatch routes L1 plans
     assert (routed.kernel, routed.policy, routed.geometry) == (launch.kernel, launch.policy, launch.geometry)
-    scalar = constraints.plan_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
+    scalar = constraints.validated_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
                                               pto.GatherOOB.CLAMP, pto.GatherExec.SCALAR, scratch, True, None)
-    scalar_call = mgather_l1_plan(scalar)                    # the cube core's scalar walk: no launch
+    scalar_call = mgather_l1_launches(scalar)                    # the cube core's scalar walk: no launch
     assert scalar_call.launches == () and len(scalar_call.steps) == 1
 
 

@@ -1,4 +1,4 @@
-"""Whole-array gather / scatter (host/large.py): tiled results against independent oracles, every target,
+"""Whole-array gather / scatter (host/in_memory.py): tiled results against independent oracles, every target,
 tile boundaries, both Conflict::Last paths, and the validate-last command."""
 import numpy as np
 import pytest
@@ -209,7 +209,7 @@ def test_validate_last_command(capsys):
 
 
 def test_row_gather_moves_rows_in_the_widest_unit_that_divides_them(rng):
-    from simt_pto.host.large_a5 import row_move_unit
+    from simt_pto.host.a5_whole_array import row_move_unit
     aligned = np.zeros(64, np.uint64).view(np.uint8)
     assert row_move_unit(4, 64, aligned) == 8        # 256-byte rows: 8-byte moves
     assert row_move_unit(4, 3, aligned) == 4         # 12-byte rows: 4-byte moves
@@ -223,7 +223,7 @@ def test_row_gather_moves_rows_in_the_widest_unit_that_divides_them(rng):
         assert np.array_equal(pto.gather(np.ascontiguousarray(table), idx), table[idx])
 
 
-# -- the plan of a whole-array call (host/large.py, host/large_a5.py) -------------------------------------------
+# -- the plan of a whole-array call (host/in_memory.py, host/a5_whole_array.py) -------------------------------------------
 
 def _plan_names(call):
     return [launch.kernel for launch in call.launches]
@@ -233,13 +233,13 @@ def test_whole_array_plans_launch_as_documented(rng):
     """What each whole-array call launches, read from its plan (built and validated, not run: nothing is
     written): one launch over the tiles for gathers, atomics and Conflict::Default; one slot-centric launch per tile,
     or reset / claim / write on the owner path, for Conflict::Last."""
-    from simt_pto.host import large
+    from simt_pto.host import in_memory
     table = np.zeros((40, 16), np.float32)  # 64-byte rows: the Row copies move 8-byte units
     src = rng.random((50, 16)).astype(np.float32)
     idx = rng.integers(0, 40, 50).astype(np.int32)
     flat, flat_src = table.reshape(-1), src[:, 0].copy()
 
-    (gather,) = large.gather_plan(table, idx, tile_rows=16).launches
+    (gather,) = in_memory.gather_plan(table, idx, tile_rows=16).launches
     assert (gather.kernel, gather.grid, gather.arguments["valid_rows"]) == ("simt_mgather_row_kernel", 4, 50)
     # the emulator moves each row as 8 uint64 units; the plan records the hardware's element moves beside it
     assert gather.arguments["valid_cols"] == 8 and gather.arguments["dst"].dtype == np.uint64
@@ -247,29 +247,29 @@ def test_whole_array_plans_launch_as_documented(rng):
     assert (hw.kernel, hw.grid, hw.arguments["valid_cols"], hw.arguments["dst"].dtype) == (
         "simt_mgather_row_kernel", 4, 16, np.uint32)
     assert hw.geometry == pto.row_geometry(16, 16) and gather.geometry == pto.row_geometry(16, 8)
-    odd = large.gather_plan(np.zeros((40, 3), np.int8), idx, tile_rows=16).launches[0]
+    odd = in_memory.gather_plan(np.zeros((40, 3), np.int8), idx, tile_rows=16).launches[0]
     assert odd.hardware is None  # 3-byte rows: element moves, as the hardware
-    (elem,) = large.gather_plan(flat, idx, coalesce="elem", tile_rows=16).launches
+    (elem,) = in_memory.gather_plan(flat, idx, coalesce="elem", tile_rows=16).launches
     assert (elem.kernel, elem.grid, elem.hardware) == ("simt_mgather_elem_kernel", 4, None)
 
     for conflict, atomic in (("default", "none"), ("last", "add")):
-        (launch,) = large.scatter_plan(table, src, idx, atomic=atomic, conflict=conflict, tile_rows=16).launches
+        (launch,) = in_memory.scatter_plan(table, src, idx, atomic=atomic, conflict=conflict, tile_rows=16).launches
         assert (launch.kernel, launch.grid) == ("simt_mscatter_row_kernel", 4)
         assert launch.policy.atomic == pto.ScatterAtomicOp[atomic.upper()]
-    slot = large.scatter_plan(flat, flat_src, idx, coalesce="elem", last_path="slot", tile_rows=16)
+    slot = in_memory.scatter_plan(flat, flat_src, idx, coalesce="elem", last_path="slot", tile_rows=16)
     assert _plan_names(slot) == ["simt_mscatter_elem_last_kernel"] * 4
     assert [launch.arguments["valid_rows"] for launch in slot.launches] == [16, 16, 16, 2]
-    dense = large.scatter_plan(table, src, idx, last_path="owner", owner="dense", tile_rows=16)
+    dense = in_memory.scatter_plan(table, src, idx, last_path="owner", owner="dense", tile_rows=16)
     assert _plan_names(dense) == ["simt_mscatter_owner_reset_kernel", "simt_mscatter_row_owner_claim_kernel",
                                   "simt_mscatter_row_owner_write_kernel"]
     assert dense.launches[2].hardware.arguments["valid_cols"] == 16
-    compact = large.scatter_plan(flat, flat_src, idx, coalesce="elem", last_path="owner", owner="compact")
+    compact = in_memory.scatter_plan(flat, flat_src, idx, coalesce="elem", last_path="owner", owner="compact")
     assert _plan_names(compact) == ["simt_mscatter_owner_reset_kernel", "simt_mscatter_compact_owner_claim_kernel",
                                     "simt_mscatter_elem_compact_owner_write_kernel"]
     assert compact.launches[2].arguments["distinct"] == np.unique(idx).size
     assert not table.any()  # planning wrote nothing
     with pytest.raises(ValueError, match="owner: expected 'dense', 'compact' or None"):
-        large.scatter_plan(table, src, idx, last_path="owner", owner="sparse")
+        in_memory.scatter_plan(table, src, idx, last_path="owner", owner="sparse")
 
 
 @pytest.mark.parametrize("target", ["a2a3", "cpu"])
@@ -277,7 +277,7 @@ def test_sequential_targets_run_tile_plans_without_the_public_ops(monkeypatch, r
     """On a2a3 / cpu a whole-array call runs one host step per tile, each the call's validated plan re-pointed at
     the tile, on the target's own code: never through ``simt_pto.ops`` (which would validate every tile again)."""
     from simt_pto import ops
-    from simt_pto.host import large
+    from simt_pto.host import in_memory
 
     def refuse(*args, **kwargs):
         raise AssertionError("a whole-array call went through the public tile op")
@@ -290,7 +290,7 @@ def test_sequential_targets_run_tile_plans_without_the_public_ops(monkeypatch, r
     out = table.copy()
     pto.scatter(out, src, idx, target=target, tile_rows=8)
     assert np.array_equal(out, serial_scatter(table, src, idx, "row"))
-    plan = large.gather_plan(table, idx, target=target, tile_rows=8)
+    plan = in_memory.gather_plan(table, idx, target=target, tile_rows=8)
     assert plan.launches == () and len(plan.steps) == 3  # one host step per tile
 
 
@@ -322,9 +322,9 @@ def test_one_refusal_for_tile_ops_and_whole_array_calls():
 
 def _on_the_gpu_runner(monkeypatch):
     """The GPU backend's code path (device arrays, staging, copies back) run by Numba's CUDA simulator."""
-    from simt_pto.host import a5, large_a5
+    from simt_pto.host import a5, a5_whole_array
     monkeypatch.setattr(a5, "a5_backend", lambda: "gpu")
-    monkeypatch.setattr(large_a5, "a5_backend", lambda: "gpu")
+    monkeypatch.setattr(a5_whole_array, "a5_backend", lambda: "gpu")
 
 
 def test_the_gpu_path_on_the_simulator(simulator_backend, monkeypatch, rng):
@@ -349,12 +349,12 @@ def test_the_gpu_path_on_the_simulator(simulator_backend, monkeypatch, rng):
 def test_the_gpu_runner_stages_a_host_table_once_per_call(simulator_backend, monkeypatch, rng):
     """The slot-centric Last path is one launch per tile: the host table goes to the device once and comes back
     once, not once per tile."""
-    from simt_pto.host import a5, large
+    from simt_pto.host import a5, in_memory
     _on_the_gpu_runner(monkeypatch)
     table = np.zeros(16, np.float32)
     src = rng.random(24).astype(np.float32)
     idx = (np.arange(24) % 16).astype(np.int32)
-    call = large.scatter_plan(table, src, idx, coalesce="elem", last_path="slot", tile_rows=8)
+    call = in_memory.scatter_plan(table, src, idx, coalesce="elem", last_path="slot", tile_rows=8)
     assert len(call.launches) == 3
     staged, copied = [], []
     to_device, copy_to_host = a5.to_device, a5.copy_to_host

@@ -136,7 +136,7 @@ def test_the_root_imports_the_runtime_and_the_tools_only_in_its_lazy_re_exports(
     lazy = imports_of("simt_pto", path, ast.walk(getattr_))
     below = {m for m in GRAPH["simt_pto"] if _below_the_model(m)}
     assert below == lazy, (sorted(below), sorted(lazy))
-    assert {"simt_pto.ops", "simt_pto.host.whole_array", "simt_pto.host.large", "simt_pto.host.tools.coalescing"} <= lazy
+    assert {"simt_pto.ops", "simt_pto.host.whole_array", "simt_pto.host.in_memory", "simt_pto.host.tools.coalescing"} <= lazy
     typed = _type_checking_imports(path)
     assert imports_of("simt_pto", path, typed) == lazy
     public = next(ast.literal_eval(node.value) for node in tree.body

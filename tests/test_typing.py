@@ -75,7 +75,7 @@ def test_every_public_function_and_method_is_annotated():
     """Every parameter and every return is annotated, and the annotations resolve at run time (a misspelt name in
     an installed package's annotation is silently ``Any`` to mypy)."""
     api = public_api()
-    assert {"simt_pto.ops.mgather", "simt_pto.host.whole_array.gather", "simt_pto.host.large.gather_plan",
+    assert {"simt_pto.ops.mgather", "simt_pto.host.whole_array.gather", "simt_pto.host.in_memory.gather_plan",
             "simt_pto.host.tools.coalescing.analyze",
             "simt_pto.tile.Tile.from_array", "simt_pto.reference.slots", "simt_pto.nz.to_nz",
             "simt_pto.launch_spec.LaunchSpec.with_args", "simt_pto.geometry.LaunchGeometry.block"} <= set(api)

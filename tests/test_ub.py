@@ -24,9 +24,9 @@ A2A3_UB = 196608            # 192 KB
 
 def plan(op, target, tile, idx, table, coalesce="row", dyn_ubuf_size=None):
     if op == "MGATHER":
-        return constraints.plan_mgather(target, tile, table, idx, from_any(pto.Coalesce, coalesce),
+        return constraints.validated_mgather(target, tile, table, idx, from_any(pto.Coalesce, coalesce),
                                         pto.GatherOOB.CLAMP, pto.GatherExec.SCALAR, None, True, dyn_ubuf_size)
-    return constraints.plan_mscatter(target, table, tile, idx, from_any(pto.Coalesce, coalesce),
+    return constraints.validated_mscatter(target, table, tile, idx, from_any(pto.Coalesce, coalesce),
                                      pto.ScatterAtomicOp.NONE, pto.ScatterOOB.CLAMP, pto.ScatterConflict.LAST, True,
                                      dyn_ubuf_size)
 

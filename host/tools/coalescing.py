@@ -1,8 +1,8 @@
 """Coalescing analyzer: the memory requests an A5 MGATHER / MSCATTER launch issues, without a GPU.
 
-:func:`analyze` validates the call with :func:`simt_pto.constraints.plan_mgather` /
-:func:`~simt_pto.constraints.plan_mscatter`, takes its launch from the one A5 dispatch
-(:func:`simt_pto.host.a5.mgather_plan` / :func:`~simt_pto.host.a5.mscatter_plan`: a
+:func:`analyze` validates the call with :func:`simt_pto.constraints.validated_mgather` /
+:func:`~simt_pto.constraints.validated_mscatter`, takes its launch from the one A5 dispatch
+(:func:`simt_pto.host.a5.mgather_launches` / :func:`~simt_pto.host.a5.mscatter_launches`: a
 :class:`~simt_pto.launch_spec.LaunchSpec`; nothing is launched), and replays that kernel's lane -> address
 mapping (kernels/a5/mgather.py, mscatter.py) with numpy, reading the launch's arguments by name (strides,
 ``idx_step``, the capacity, ``row_warps`` / ``warps_per_row``) and its policy (the element format).
@@ -30,7 +30,7 @@ once), ``bytes_moved = sectors * 32`` and ``efficiency = bytes_requested / bytes
 An index longer than one tile is split into tiles of ``tile_shape`` rows: tile ``b`` runs as block ``b``
 of one launch with the tile's geometry, the kernels' multi-block form (rows ``[b * tile_rows, ...)``), so a
 partial last tile keeps the full tile's geometry. Conflict::Last is sized by the table, not the tile:
-there each tile is one call (one launch, one block as ``mscatter_plan`` gives it; ``simt_pto.host.large``
+there each tile is one call (one launch, one block as ``mscatter_launches`` gives it; ``simt_pto.host.in_memory``
 may spread a call's slots over several blocks: the same requests, issued by other warps). The ``(1, 1)`` Elem case is the scalar fallback
 (``MGatherScalarImpl`` / ``MScatterScalarImpl``): one one-lane access per tile, no SIMT launch.
 
@@ -468,7 +468,7 @@ def _shape2(value, what) -> tuple[int, int]:
 
 def _index_matrix(coalesce, raw, tile_shape, table_cols):
     """The indices as an int64 ``(rows, cols)`` matrix (Row: ``(N, 1)``) and the tile's valid cols. A 1-D Elem
-    index is ``(N, 1)`` (``[R, 1]`` tiles, as ``simt_pto.host.large`` cuts it) unless the tile's cols split it."""
+    index is ``(N, 1)`` (``[R, 1]`` tiles, as ``simt_pto.host.in_memory`` cuts it) unless the tile's cols split it."""
     raw = np.asarray(raw)
     if raw.dtype.kind not in "iu":
         raise TypeError(f"coalescing.analyze: indices must be integers, got {raw.dtype}")
@@ -513,7 +513,7 @@ def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: Sh
     * ``idx``: the indices. Row: 1-D (or ``[1, N]`` / ``[N, 1]``) row indices. Elem: ``[R, C]`` element indices;
       a 1-D one is ``[N, 1]`` (``[R, 1]`` ColMajor tiles), or rows of the tile's cols when ``tile_shape`` is given.
     * ``table_shape``: ``(TableRows, Cols)`` (Elem also a flat size); ``dtype`` the element type.
-    * ``tile_shape``: the valid ``(R, C)`` of one dst / src tile (default, as ``simt_pto.host.large``: 256 rows
+    * ``tile_shape``: the valid ``(R, C)`` of one dst / src tile (default, as ``simt_pto.host.in_memory``: 256 rows
       (Row) or 4096 positions (Elem), halved until the tiles fit the UB budget); ``tile_padded`` its padded
       ``(Rows, Cols)`` (default: the least padding the 32-byte rule allows); ``tile_layout`` "row_major" (default)
       or "col_major".
@@ -572,13 +572,13 @@ def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: Sh
     with first_use:  # the A5 dispatch loads the kernels package: at the first analysis, not at import
         from simt_pto.host import a5
     if op == "MGATHER":
-        plan = constraints.plan_mgather("a5", data, table, idx_tile, coalesce, oob, GatherExec.SCALAR, None,
+        plan = constraints.validated_mgather("a5", data, table, idx_tile, coalesce, oob, GatherExec.SCALAR, None,
                                         bool(strict), dyn_ubuf_size)
-        launches = a5.mgather_plan(plan).launches
+        launches = a5.mgather_launches(plan).launches
     else:
-        plan = constraints.plan_mscatter("a5", table, data, idx_tile, coalesce, atomic, oob, conflict,
+        plan = constraints.validated_mscatter("a5", table, data, idx_tile, coalesce, atomic, oob, conflict,
                                          bool(strict), dyn_ubuf_size)
-        launches = a5.mscatter_plan(plan).launches
+        launches = a5.mscatter_launches(plan).launches
     # the whole index, as the whole-array call refuses it (the API checks one tile at a time)
     check_indices(op, "a5", plan.capacity, plan.rule,
                   raw[:, 0].astype(np.uint32) if coalesce == Coalesce.ROW else raw.astype(np.uint32))

@@ -1,9 +1,9 @@
 """``simt-pto inspect``: compile one A5 kernel specialization without a GPU and report what it became.
 
-The call is built and validated exactly as the API does it (:func:`simt_pto.constraints.plan_mgather` /
-:func:`~simt_pto.constraints.plan_mscatter` with target ``"a5"``, so a call the spec forbids raises the
+The call is built and validated exactly as the API does it (:func:`simt_pto.constraints.validated_mgather` /
+:func:`~simt_pto.constraints.validated_mscatter` with target ``"a5"``, so a call the spec forbids raises the
 same :class:`~simt_pto.ConstraintError`), the launch is the A5 dispatch's own
-(:func:`simt_pto.host.a5.mgather_plan` / :func:`~simt_pto.host.a5.mscatter_plan`: its
+(:func:`simt_pto.host.a5.mgather_launches` / :func:`~simt_pto.host.a5.mscatter_launches`: its
 :class:`~simt_pto.launch_spec.LaunchSpec`), then that spec's kernel, bound to its policy
 (:func:`simt_pto.kernels.a5.simt.bound_source`), is compiled to PTX with ``numba.cuda.compile_ptx`` for the
 argument types of the spec's arguments and the requested compute capability, and assembled with the CUDA wheels'
@@ -140,10 +140,10 @@ def build_plan(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="flo
         for name, value in (("atomic", atomic), ("conflict", conflict)):
             if value is not None and not (name == "atomic" and _is_none_atomic(value)):
                 raise ValueError(f"{name} applies to mscatter only")
-        return constraints.plan_mgather("a5", data, table, idx, coalesce,
+        return constraints.validated_mgather("a5", data, table, idx, coalesce,
                                         from_any(GatherOOB, "undefined" if oob is None else oob, "oob"),
                                         GatherExec.SCALAR, None, strict, None)
-    return constraints.plan_mscatter(
+    return constraints.validated_mscatter(
         "a5", table, data, idx, coalesce,
         from_any(ScatterAtomicOp, "none" if atomic is None else atomic, "atomic"),
         from_any(ScatterOOB, "undefined" if oob is None else oob, "oob"),
@@ -167,7 +167,7 @@ def call_plan(plan):
     Imports ``simt_pto.host.a5`` (and the kernels): call it in a process whose ``numba.cuda`` is in real mode
     (see :func:`compile_here`)."""
     from simt_pto.host import a5
-    return (a5.mgather_plan if plan.op == "MGATHER" else a5.mscatter_plan)(plan)
+    return (a5.mgather_launches if plan.op == "MGATHER" else a5.mscatter_launches)(plan)
 
 
 def launch_of(plan):

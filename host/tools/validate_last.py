@@ -18,7 +18,7 @@ from simt_pto.backend import a5_backend
 from simt_pto.enums import ScatterOOB, from_any
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.host.arrays import checked_indices
-from simt_pto.host.large import scatter
+from simt_pto.host.in_memory import scatter
 from simt_pto.plan import check_indices
 from simt_pto.policy import index_rule
 

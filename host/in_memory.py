@@ -24,7 +24,7 @@ dtype whose values lie in ``[-2**31, 2**32)``, and of any shape: Row gathers ``i
 
 A call is validated once, as one full tile (:func:`simt_pto.host.tiling.full_tiles`, ``constraints.plan_*``)
 plus its indices as a whole (:func:`simt_pto.plan.check_indices`), before anything is written. Then it becomes
-one :class:`~simt_pto.launch_spec.CallPlan`: on ``a5`` the kernel launches of :mod:`.large_a5`; on the
+one :class:`~simt_pto.launch_spec.CallPlan`: on ``a5`` the kernel launches of :mod:`.a5_whole_array`; on the
 sequential targets one host step per tile, each running that validated plan, re-pointed at the tile
 (:func:`simt_pto.host.tiling.tile_plan`), on the target (:func:`simt_pto.host.dispatch.runner`); an A2/A3 gather
 walks each tile's rows straight from the caller's arrays into the result. :func:`gather_plan` / :func:`scatter_plan`
@@ -199,11 +199,11 @@ def _host_tensor(plan, host_table):
 
 @functools.cache
 def _a5_side():
-    """(:mod:`.large_a5`, :mod:`.a5`), imported at the first ``a5`` call: the A5 side loads the kernels and Numba.
+    """(:mod:`.a5_whole_array`, :mod:`.a5`), imported at the first ``a5`` call: the A5 side loads the kernels and Numba.
     Cached: an import statement in a function costs about a microsecond on every call."""
     with first_use:  # they load Numba and the kernels, maybe while another thread does too
-        from . import a5, large_a5
-    return large_a5, a5
+        from . import a5, a5_whole_array
+    return a5_whole_array, a5
 
 
 def _run(call: CallPlan, target: str) -> None:
@@ -286,8 +286,8 @@ def _copy_into(out_a: WholeArray, result) -> None:
         out_a.write_back()
 
 
-def _plan_gather(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, oob, strict) -> Plan:
-    return constraints.plan_mgather(target, data_tile, gt, idx_tile, coalesce, oob, constraints.GatherExec.SCALAR, None,
+def _validated_gather_tile(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, oob, strict) -> Plan:
+    return constraints.validated_mgather(target, data_tile, gt, idx_tile, coalesce, oob, constraints.GatherExec.SCALAR, None,
                                     strict, dyn_ubuf_size)
 
 
@@ -296,7 +296,7 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
     run."""
     oob = from_any(GatherOOB, oob, "oob")
     strict = flag_from_any(strict, "strict")
-    c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _plan_gather, (oob, strict), dtype)
+    c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _validated_gather_tile, (oob, strict), dtype)
     row = c.coalesce == Coalesce.ROW
     out_shape = c.idx.shape + (c.table.cols,) if row else c.idx.shape
     out_cols = c.table.cols if row else c.idx.cols
@@ -305,7 +305,7 @@ def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict,
         return CallPlan(()), (lambda: out) if out_a else (
             lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy))), c
     if c.target == "a5":
-        call, gathered = _a5_side()[0].gather_plan(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
+        call, gathered = _a5_side()[0].gather_launches(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
         if out_a is None:
             return call, lambda: like(c.table, gathered().reshape(out_shape)), c
         copy = HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, gathered()))
@@ -369,7 +369,7 @@ def gather_plan(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = 
                 strict: bool = True, dtype: DTypeArg = None, backend: str | None = None,
                 out: ArrayLike | None = None) -> CallPlan:
     """What :func:`gather` with these arguments runs, validated and built but not run: on ``a5`` its kernel launch
-    (:func:`simt_pto.host.large_a5.gather_plan`, for ``backend``, default the current A5 backend), on ``a2a3`` /
+    (:func:`simt_pto.host.a5_whole_array.gather_launches`, for ``backend``, default the current A5 backend), on ``a2a3`` /
     ``cpu`` one host step per tile, each naming the flat C-order positions of the indices it takes (and, with
     ``out``, the copy into it where one is needed); no step for an ``idx`` with no elements. The tiles are those
     :func:`gather` runs: ``tile_rows`` rows of one index each (Row), of ``idx``'s last axis, or of one element
@@ -521,8 +521,8 @@ def _written_alone(call: CallPlan, table_a: WholeArray) -> CallPlan:
                     f"{name}; {call.guard_name}")
 
 
-def _plan_scatter(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, atomic, oob, conflict, strict) -> Plan:
-    return constraints.plan_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict,
+def _validated_scatter_tile(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, atomic, oob, conflict, strict) -> Plan:
+    return constraints.validated_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict,
                                      dyn_ubuf_size)
 
 
@@ -545,13 +545,13 @@ def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows
     def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
         return _check_src("MSCATTER", target, coalesce, src, dtype, table_a, idx_a)
 
-    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _plan_scatter,
+    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _validated_scatter_tile,
                  (atomic, oob, conflict, strict), dtype, check_src, written=True)
     result = _scatter_result(c.table)
     if c.idx.size == 0:
         return CallPlan(()), result, c
     if c.target == "a5":
-        return _written_back(_a5_side()[0].scatter_plan(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
+        return _written_back(_a5_side()[0].scatter_launches(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
                                                    tuning.current().slot_path_max_work, backend, owner), c.table), result, c
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
     gt = _host_tensor(c.plan, host_table)
@@ -575,7 +575,7 @@ def scatter_plan(table: ArrayLike, src: ArrayLike, idx: ArrayLike, *, coalesce: 
                  dyn_ubuf_size: int | None = None, strict: bool = True, last_path: str = "auto",
                  dtype: DTypeArg = None, backend: str | None = None, owner: str | None = None) -> CallPlan:
     """What :func:`scatter` with these arguments runs, validated and built but not run (nothing is written): on
-    ``a5`` its kernel launches (:func:`simt_pto.host.large_a5.scatter_plan`, for ``backend``, default the current
+    ``a5`` its kernel launches (:func:`simt_pto.host.a5_whole_array.scatter_launches`, for ``backend``, default the current
     A5 backend; ``owner`` forces the owner path's layout, ``"dense"`` or ``"compact"``), on ``a2a3`` / ``cpu`` one
     host step per tile (naming the flat C-order positions of the indices it takes; the tiles of :func:`gather`,
     ``tile_rows`` included); for a non-contiguous table, then the write-back of its contiguous copy; nothing for an

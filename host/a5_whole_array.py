@@ -1,10 +1,10 @@
-"""The A5 side of the whole-array ops (:mod:`simt_pto.host.large`): what a whole-array call launches, as a
+"""The A5 side of the whole-array ops (:mod:`simt_pto.host.in_memory`): what a whole-array call launches, as a
 :class:`~simt_pto.launch_spec.CallPlan` of multi-block launches of the A5 kernels.
 
 Block ``b`` of a tile launch runs tile ``b`` (rows ``[b * tile_rows, ...)`` of the call's 2-D view of the indices:
 index rows, or the elements of an Elem index cut as one flat run in C order, :func:`simt_pto.host.tiling.full_tiles`)
 with the geometry of one full tile: ``idx.rows`` / ``idx.cols`` below are that view. One call is one plan
-(:func:`gather_plan`, :func:`scatter_plan`), run by :func:`simt_pto.host.a5.run_plan`:
+(:func:`gather_launches`, :func:`scatter_launches`), run by :func:`simt_pto.host.a5.run_plan`:
 
 * gather: one launch, ``grid`` = the tiles;
 * scatter, atomics or Conflict::Default: one launch, ``grid`` = the tiles;
@@ -108,7 +108,7 @@ def _widened(plan, cols, build, *arrays):
 
 # -- gather -------------------------------------------------------------------------------------------------
 
-def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
+def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None):
     """``(call, result)``: the plan of a whole-array gather (one launch of ``simt_mgather_row_kernel`` /
     ``simt_mgather_elem_kernel`` over the tiles) and ``result()``, which gives the gathered array once the plan
     has run. A device table gathers into a new device array of its own kind and dtype; a host table into a host
@@ -153,15 +153,15 @@ def gather_plan(plan, table, idx, tile_rows, out_cols, backend=None):
 
 
 def gather(plan, table, idx, tile_rows, out_shape, out_cols):
-    """Run :func:`gather_plan` on the current A5 backend: the gathered array, of shape ``out_shape``."""
-    call, result = gather_plan(plan, table, idx, tile_rows, out_cols)
+    """Run :func:`gather_launches` on the current A5 backend: the gathered array, of shape ``out_shape``."""
+    call, result = gather_launches(plan, table, idx, tile_rows, out_cols)
     a5.run_plan(call)
     return result().reshape(out_shape)
 
 
 # -- scatter ------------------------------------------------------------------------------------------------
 
-def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work, backend=None, owner=None):
+def scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_work, backend=None, owner=None):
     """The plan of a whole-array scatter into ``table`` (see the module docstring for its launches). ``last_path``
     (Conflict::Last, atomic NONE): ``"slot"``, ``"owner"``, or ``"auto"`` (slot-centric while slots x sources is
     at most ``slot_path_max_work``); ``owner`` (the owner path): ``"dense"``, ``"compact"``, or None for the
@@ -192,8 +192,8 @@ def scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work
 
 
 def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):
-    """Run :func:`scatter_plan` on the current A5 backend."""
-    a5.run_plan(scatter_plan(plan, table, src, idx, tile_rows, last_path, slot_path_max_work))
+    """Run :func:`scatter_launches` on the current A5 backend."""
+    a5.run_plan(scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_work))
 
 
 def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
@@ -417,4 +417,4 @@ def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, 
 
 
 __all__ = ["compact_slots", "gather",
-           "gather_plan", "owner_layout", "row_move_unit", "scatter", "scatter_plan"]
+           "gather_launches", "owner_layout", "row_move_unit", "scatter", "scatter_launches"]
