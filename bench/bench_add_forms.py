@@ -1,7 +1,7 @@
 """Elem scatter Add on the ``multicore`` backend: its two forms side by side, and numpy in the same run.
 
 For ``n`` updates into ``4 n`` table elements (uniform random indices, the default policies, as in
-``bench_peers.py``), each form is planned once and run through its kept launch (``host/fast_path.A5Scatter``, what a
+``bench_peers.py``), each form is planned once and run through its kept launch (``host/kept_launch.KeptLaunch``, what a
 repeated ``pto.scatter`` runs):
 
 * ``alone``: the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``: no locked
@@ -28,22 +28,32 @@ import numpy as np
 import side_by_side
 import simt_pto as pto
 from simt_pto import reference
-from simt_pto.host import fast_path, tuning
-from simt_pto.plan import CallCache
+from simt_pto.host import in_memory, tuning
+from simt_pto.plan import SIGNATURES, CallCache
 
 FORMS = ("alone", "atomic", "chosen")
 FORCED = {"alone": {"plain_add_max_updates": 1 << 62}, "atomic": {"plain_add_max_updates": 0}, "chosen": {}}
 """The thresholds (``simt_pto.host.tuning.HostTuning``) each form is planned under."""
 
 
+def _kept_runner(kept):
+    """``run(table, src, idx)``: the kept launches on these arrays (C-contiguous numpy), the table, or None where
+    the kept launch sends the call to the full path."""
+    def run(table, src, idx):
+        arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)}
+        return table if kept.run(arrays) else None
+    return run
+
+
 def _runner(form, table, src, idx):
     """The kept launch of ``form`` for this call's signature and the kernel it plans for the multicore backend: one
-    full-path call keeps it (``host/fast_path``; its cache was emptied first, so it holds this runner alone)."""
+    full-path call keeps it (``host/kept_launch``; the signature cache was emptied first, so it holds this runner alone)."""
     CallCache.clear_all()
     with tuning.tuned(**FORCED[form]):  # (which empties the call caches as it starts and ends)
         (launch,) = pto.scatter_plan(table, src, idx, coalesce="elem", atomic="add", target="a5").launches
         pto.scatter(table.copy(), src, idx, coalesce="elem", atomic="add", target="a5")
-        runners = [r for r in fast_path._RUNNERS._entries.values() if isinstance(r, fast_path.A5Scatter)]
+        runners = [_kept_runner(e.kept) for e in SIGNATURES._entries.values()
+                   if isinstance(e, in_memory._Entry) and e.kept is not None]
     if len(runners) != 1:
         raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
     return runners[0], "alone" if launch.multicore_plain_kernel else "atomic"

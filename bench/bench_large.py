@@ -5,7 +5,7 @@
 Reports each emulator op's effective bandwidth (bytes read + written, median of repeats; inputs already on the
 device; the time between CUDA events recorded before and after the call, so host work inside the call that leaves
 the device idle counts, as it does for the peer) and its ratio to the peer. A call is timed after a first one of
-its signature: what a loop of calls runs (the fast path's launch, ``simt_pto.host.fast_path``):
+its signature: what a loop of calls runs (the kept launch, ``simt_pto.host.kept_launch``):
 
 * row gather (float32, random rows) vs ``torch.index_select`` at 8, 32, 128, 512 columns, and vs the
   device-to-device copy bandwidth at 512 columns;

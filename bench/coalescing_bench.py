@@ -184,14 +184,15 @@ def sample_size(p: Point, sample_lanes: int) -> int:
 
 
 def predict(p: Point, idx: np.ndarray, sample_lanes: int):
-    """The analyzer on a prefix of the indices, for the point's call."""
+    """The analyzer on a prefix of the indices, for the point's whole-array call: the launches of the plan
+    :meth:`Device.build` times (Conflict::Last on its slot-centric path, the analyzer's default ``last_path``)."""
     from simt_pto.host.tools import coalescing
     s = p.series
     tr = tile_rows_for(p)
     tile = None if tr is None else ((tr, p.cols) if s.coalesce == "row" else (tr, 1))
     n = min(len(idx), sample_size(p, sample_lanes))
     return coalescing.analyze(s.op, s.coalesce, idx[:n], (p.table_rows, p.cols), tile, s.dtype,
-                              atomic=_atomic(s), conflict=_conflict(s))
+                              atomic=_atomic(s), conflict=_conflict(s), call="whole", last_path="slot")
 
 
 # -- the GPU side ---------------------------------------------------------------------------------------------

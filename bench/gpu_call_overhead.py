@@ -3,7 +3,7 @@
     python bench/gpu_call_overhead.py [--profile]
 
 For each call: the wall time per call over 30 calls after a first one of the same signature (what a loop of calls
-runs: the device runners of ``simt_pto.host.fast_path``), synchronised once at the end, and the device time of
+runs: the kept device launches of ``simt_pto.host.kept_launch``), synchronised once at the end, and the device time of
 the kernels it launched (PyTorch's profiler, 10 calls); ``torch.take`` on the same data is the peer, measured in the
 same run. Data: 128K-row gathers from a 256K x 8 float32 table, 8 rows of a 64 x 64 table, 4M-element Elem ops,
 Conflict::Last of 4M updates into 1M slots. ``--profile`` adds cProfile's top entries for two calls (where the host

@@ -17,16 +17,17 @@ import numpy as np
 
 from simt_pto import geometry
 from simt_pto.backend import a5_backend, imported
-from simt_pto.enums import Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
+from simt_pto.enums import BLayout, Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store, writers
 from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
-from simt_pto.plan import CallCache, indices_below
+from simt_pto.plan import indices_below
 
 from . import tuning
 from .arrays import base_address
+from .kept_launch import KeptLaunch
 
 
 def on_gpu() -> bool:
@@ -540,120 +541,73 @@ def mscatter_scalar_impl(plan) -> None:
         simt.write_shared(table, simt.host_store(plan.atomic, fmt), table, slot, value)
 
 
-class KeptTileOp:
-    """The ``multicore`` launch of one tile-op signature (:attr:`simt_pto.plan.Plan.signature`: an MGATHER, or an
-    MSCATTER that is one launch without a guard), run on each later call's own tiles and table. :func:`mgather_launches`
-    and :func:`mscatter_launches` read nothing of a call but its signature and its operands' memory (a 16-bit float Add
-    also the table's alignment), so a call of that signature differs from the one whose launch is kept only in the
-    arrays the launch takes: the data tile's and the index tile's storage and the table's memory, each viewed as the
-    kept launch took it."""
-
-    OPERANDS = {"MGATHER": ("dst", "idx", "table"), "MSCATTER": ("src", "idx", "table")}
-    """The launch's arguments that are the call's own arrays: the data tile, the index tile, the table."""
-
-    __slots__ = ("signature", "launch", "views", "row_indices", "scatter", "whole_words")
-
-    def __init__(self, plan, launch, views: tuple[np.dtype, ...], whole_words: bool):
-        self.signature, self.launch, self.views, self.whole_words = plan.signature, launch, views, whole_words
-        self.scatter = plan.op == "MSCATTER"
-        # the Row walk's indices in the index tile's storage (Plan.index_bits), a constant of the signature
-        self.row_indices = (slice(0, plan.rows * plan.idx_step, plan.idx_step) if plan.coalesce == Coalesce.ROW
-                            else None)
-
-    @classmethod
-    def of(cls, plan, call: CallPlan, backend: str) -> KeptTileOp | None:
-        """The kept launch of a tile op that ran ``call`` (its plan) on ``backend``, or None: another backend, a
-        device table, or a plan that is not one launch without a guard (the ``(1, 1)`` scalar fallbacks, a mid-word
-        16-bit float Add, a float32 Max / Min's pair of table views)."""
-        if backend != "multicore" or plan.signature is None or plan.table.on_device:
-            return None
-        operands = cls.OPERANDS[plan.op]
-        launch = simt.single_multicore_launcher(call, operands)
-        if launch is None:
-            return None
-        arguments = call.steps[0].arguments
-        if not all(isinstance(arguments[name], np.ndarray) for name in operands):  # a float32 Max / Min's pair
-            return None
-        # (dtype objects: a view taken with one costs less than with a type, and a tile op pays it on every call)
-        views = tuple(np.dtype(arguments[name].dtype) for name in operands)
-        whole_words = plan.op == "MSCATTER" and element_format(plan) in store.EDGE
-        return cls(plan, launch, views, whole_words)
-
-    def fits(self, table) -> bool:
-        """Whether the kept launch takes this table of the signature: any, but for a 16-bit float Add only one that
-        starts on a 4-byte boundary (the others take the boundary-word form, :func:`element_format`)."""
-        return not self.whole_words or base_address(table.array) % 4 == 0
-
-    def run(self, tile, table, idx) -> None:
-        """The kept launch on these operands (validated: a plan of the signature, re-pointed at them, whose table
-        it :meth:`fits`). The table's flat view is ``ravel``'s: a C-contiguous array's is a view."""
-        data, index, memory = self.views
-        self.launch(tile.data.view(data), idx.data.view(index), table.array.ravel().view(memory))
-
-    def __call__(self, tile, table, idx) -> bool:
-        """Run a call of the signature whose operands pass the checks every call gets and return True; False, having
-        written nothing, for a call those checks might refuse or whose table the kept launch does not fit: the full
-        path (:func:`simt_pto.constraints.validated_mgather` / ``validated_mscatter``) then checks it, names what it refuses,
-        or builds the launch this table needs.
-
-        * Overlap (:mod:`simt_pto.aliasing`; :func:`simt_pto.ub.check_distinct_storage`): an MGATHER's destination
-          against its index tile and its table, an MSCATTER's table against both tiles and its tiles against each
-          other. Those rules refuse any two of these arrays whose byte ranges meet, so one bounds test per pair
-          decides.
-        * The index values (:func:`simt_pto.plan.check_oob`), under a policy that leaves out-of-range ones undefined.
-        * A 16-bit float Add's table starts on a 4-byte boundary (its words' CAS form; else the boundary-word form).
-        """
-        data, memory = tile.data, table.array
-        if self.scatter:
-            if (np.may_share_memory(memory, data) or np.may_share_memory(memory, idx.data)
-                    or np.may_share_memory(data, idx.data)):
-                return False
-            if not self.fits(table):
-                return False
-        elif np.may_share_memory(data, idx.data) or np.may_share_memory(data, memory):
-            return False
-        data_view, index_view, memory_view = self.views
-        index = idx.data.view(index_view)
-        signature = self.signature
-        if signature.checks_range:
-            bits = index[self.row_indices] if self.row_indices is not None else signature.index_bits(idx, tile)
-            if not indices_below(bits, signature.capacity):
-                return False
-        self.launch(data.view(data_view), index, memory.ravel().view(memory_view))
-        return True
+def _tile_operands(op: str, tile, table, idx) -> dict:
+    """A tile op's operands as its launches name them: the data tile's and the index tile's storage, the table's
+    memory (flat: a C-contiguous array's ``ravel`` is a view)."""
+    return {"dst" if op == "MGATHER" else "src": tile.data, "idx": idx.data, "table": table.array.ravel()}
 
 
-_KEPT_TILE_OPS = CallCache(maxsize=256)
-"""The tile ops' launches on the ``multicore`` backend (:class:`KeptTileOp`), by signature: ``id(plan.signature)``;
-the entry's own ``signature`` is compared by identity (an id outlives its object)."""
+def _kept_tile_op(plan, call: CallPlan) -> KeptLaunch | None:
+    """The kept launch of a tile op that ran ``call`` (its plan) on ``multicore`` over host memory, or None (a plan
+    with a guard or a host step: the ``(1, 1)`` scalar fallbacks, a mid-word 16-bit float Add; a float32 Max / Min's
+    pair of table views). :func:`mgather_launches` and :func:`mscatter_launches` read nothing of a call but its
+    signature and its operands' memory, so a later call of the signature differs only in the arrays the launches
+    take. Its per-call checks:
 
+    * overlap (:mod:`simt_pto.aliasing`; :func:`simt_pto.ub.check_distinct_storage`): an MGATHER's destination
+      against its index tile and its table, an MSCATTER's table against both tiles and its tiles against each other;
+    * the index values (:func:`simt_pto.plan.check_oob`), under a policy that leaves out-of-range ones undefined:
+      the Row walk's indices, or the valid region of an Elem index tile;
+    * a 16-bit float Add's table starts on a 4-byte boundary (its words' CAS form; else the boundary-word form)."""
+    signature, op = plan.signature, plan.op
+    data = "dst" if op == "MGATHER" else "src"
+    apart = (((data, "idx"), (data, "table")) if op == "MGATHER" else
+             (("table", data), ("table", "idx"), (data, "idx")))
+    whole_words = op == "MSCATTER" and element_format(plan) in store.EDGE
+    rows, cols, capacity = plan.rows, plan.cols, signature.capacity
+    if plan.coalesce == Coalesce.ROW:
+        walk = slice(0, rows * plan.idx_step, plan.idx_step)
 
-def _kept(signature, backend: str) -> KeptTileOp | None:
-    kept = _KEPT_TILE_OPS.get(id(signature)) if backend == "multicore" and signature is not None else None
-    return kept if kept is not None and kept.signature is signature else None
+        def index_bits(storage):
+            return storage.view(np.uint32)[walk]
+    else:
+        idx_tile = plan.idx
+        padded = (idx_tile.rows, idx_tile.cols)
+        row_major = idx_tile.blayout == BLayout.ROW_MAJOR
+
+        def index_bits(storage):
+            bits = storage.view(np.uint32)
+            grid = bits.reshape(padded) if row_major else bits.reshape(padded[::-1]).T
+            return grid[:rows, :cols]
+
+    def indices(arrays: dict) -> bool:
+        return indices_below(index_bits(arrays["idx"]), capacity)
+
+    return KeptLaunch.of(call, _tile_operands(op, plan.tile, plan.table, plan.idx), apart=apart,
+                         indices=indices if signature.checks_range else None, aligned_to=4 if whole_words else 1)
 
 
 def run_kept(signature, backend: str, tile, table, idx) -> bool:
-    """A repeated tile op (MGATHER or MSCATTER) of a validated ``signature``, on its kept launch (:class:`KeptTileOp`)
-    when ``backend`` keeps one and the call passes its per-call checks: True. False: nothing was run or written, the
-    caller takes the full path."""
-    kept = _kept(signature, backend)
-    return kept is not None and kept(tile, table, idx)
+    """A repeated tile op (MGATHER or MSCATTER) of a validated ``signature``, on its kept launch (``signature.kept``,
+    a :class:`~.kept_launch.KeptLaunch`) when ``backend`` keeps one and the call passes its per-call checks: True.
+    False: nothing was run or written, the caller takes the full path."""
+    kept = signature.kept if backend == "multicore" else None
+    return kept is not None and kept.run(_tile_operands(signature.op, tile, table, idx))
 
 
 def _run_tile_op(plan, backend: str | None, build) -> None:
-    """A tile op's plan on ``backend``: the kept launch of its signature when there is one, else ``build(plan)`` run
-    and kept for the next call of the signature."""
+    """A tile op's plan on ``backend``: the kept launch of its signature when there is one and the call passes its
+    checks, else ``build(plan)`` run and, on ``multicore``, kept for the next call of the signature."""
     backend = a5_backend() if backend is None else backend
-    kept = _kept(plan.signature, backend)
-    if kept is not None and kept.fits(plan.table):
-        kept.run(plan.tile, plan.table, plan.idx)
+    signature = plan.signature
+    keeps = backend == "multicore" and signature is not None and not plan.table.on_device
+    if keeps and signature.kept is not None and signature.kept.run(_tile_operands(plan.op, plan.tile, plan.table,
+                                                                                   plan.idx)):
         return
     call = build(plan)
     run_plan(call, backend)
-    kept = KeptTileOp.of(plan, call, backend)
-    if kept is not None:  # (a mid-word table's boundary-word launch is never kept: it has a guard)
-        _KEPT_TILE_OPS.put(id(plan.signature), kept)
+    if keeps and signature.kept is None:  # (a mid-word table's boundary-word launch is never kept: it has a guard)
+        signature.kept = _kept_tile_op(plan, call)
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
@@ -668,7 +622,7 @@ def run_mscatter(plan, backend: str | None = None) -> None:
     _run_tile_op(plan, backend, mscatter_launches)
 
 
-__all__ = ["BoundaryWords", "KeptTileOp", "base_address", "copy_to_host", "elem_alone_kernel",
+__all__ = ["BoundaryWords", "base_address", "copy_to_host", "elem_alone_kernel",
            "element_format", "gm_memory", "guarded", "holding", "holds_host_memory", "mgather_l1_launches", "mgather_launches",
            "mgather_scalar_impl", "mscatter_launches", "mscatter_scalar_impl", "on_gpu", "run_kept", "run_mgather",
            "run_plan", "run_mscatter", "scatter_policy", "scatter_table", "table_memory", "tile_bits", "to_device"]

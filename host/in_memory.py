@@ -49,16 +49,19 @@ import numpy as np
 
 from simt_pto import aliasing, constraints, torch_rules
 from simt_pto.backend import first_use, imported, require_jit
-from simt_pto.enums import (Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, flag_from_any,
-                            from_any, target_from_any)
+from simt_pto.call import Call, Operand, Policy, gather_policy, scatter_policy
+from simt_pto.call import check_last_path as _check_last_path
+from simt_pto.enums import Coalesce, GatherOOB, LastPath, OwnerLayout, ScatterAtomicOp, ScatterConflict, ScatterOOB
 from simt_pto.errors import ConstraintError
-from simt_pto.launch_spec import CallPlan, HostStep
-from simt_pto.plan import CallCache, Plan, check_indices, typed
+from simt_pto.launch_spec import CallPlan, HostStep, LaunchSpec
+from simt_pto.plan import SIGNATURES, Plan, check_indices
 from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
-from . import dispatch, fast_path, tiling, tuning
+from . import dispatch, tiling, tuning
 from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
+from . import kept_launch
+from .kept_launch import Entry, KeptLaunch, device_index_scan, device_operands, whole_indices
 
 TableT = TypeVar("TableT")
 
@@ -66,16 +69,13 @@ LAST_PATHS = ("auto", "slot", "owner")
 
 
 def check_last_path(last_path) -> None:
-    """TypeError for a ``last_path`` that is not a string, ValueError for a string other than :data:`LAST_PATHS`."""
-    if not isinstance(last_path, str):
-        raise TypeError(f"last_path must be a string ('auto', 'slot' or 'owner'), got {type(last_path).__name__} "
-                        f"{last_path!r}")
-    if last_path not in LAST_PATHS:
-        raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
+    """TypeError for a ``last_path`` that is not a string (or a :class:`~simt_pto.enums.LastPath`), ValueError for a
+    string other than :data:`LAST_PATHS` (:func:`simt_pto.call.check_last_path`)."""
+    _check_last_path(last_path)
 
 
 @dataclass
-class _Call:
+class _Validated:
     """A validated whole-array call: its arrays, the rows per tile and the plan of one full tile."""
 
     target: str
@@ -112,58 +112,50 @@ def _device_scan(idx: WholeArray, capacity):
     return count, first, value
 
 
-_VALIDATED = CallCache(maxsize=256)
-"""Whole-array calls of host arrays by signature (:func:`_signature`) -> ``(tile_rows, plan of one full tile)``: what
-:func:`_prepare` validated, holding no memory (the plan's table without its array,
-:meth:`~simt_pto.tensor.GlobalTensor.repointed`; its tiles over no storage, :func:`~.tiling.weightless`)."""
-
-
-def _signature(op, target, coalesce, tile_rows, dyn_ubuf_size, policy, table_a: WholeArray, idx_a: WholeArray):
-    """Everything the full tile's validation reads (:func:`_prepare`): None for device arrays (validated every
-    time). The host arrays' memory is C-contiguous (:func:`~.arrays.wrap` makes it so)."""
+def _signature(policy: Policy, table_a: WholeArray, idx_a: WholeArray) -> Call | None:
+    """The call of wrapped host operands whose kept-launch key (:func:`~.kept_launch.whole_operands`) is None (a
+    copy was due): its validation is kept under a key of its own (alignment -1). None for device arrays (validated
+    every time)."""
     if table_a.device or idx_a.device:
         return None
-    return (op, target, coalesce, typed(tile_rows), typed(dyn_ubuf_size), *[typed(p) for p in policy],
-            table_a.kind, table_a.dtype.name, table_a.obj.dtype, table_a.shape, table_a.obj.flags.writeable,
-            idx_a.dtype.name, idx_a.rows, idx_a.cols)
+    return Call(policy, (Operand(table_a.kind, table_a.shape, table_a.obj.dtype, table_a.obj.flags.writeable, -1),
+                         Operand(idx_a.kind, idx_a.shape, idx_a.dtype.name, True, -1)))
 
 
-def _prepare(op, target, table, idx, coalesce, tile_rows, dyn_ubuf_size, plan_fn, policy, dtype, check=None,
-             written=False) -> _Call:
-    """Wrap and validate a whole-array call: the arrays, then ``check(table, idx)`` (the call's own operands),
-    then the target's rules (the plan of one full tile, ``plan_fn(target, tensor, data tile, index tile, coalesce,
-    dyn_ubuf_size, *policy)``) and the indices. ``written``: the call writes the table. The full tile's validation
-    is kept per signature (:data:`_VALIDATED`)."""
-    target = target_from_any(target)
-    coalesce = from_any(Coalesce, coalesce, "coalesce")
-    row = coalesce == Coalesce.ROW
-    table_a = wrap(table, "table", dtype, two_d_only=row, op=op, target=target, written=written)
+def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None = None) -> _Validated:
+    """Wrap and validate a whole-array call of ``policy``: the arrays, then ``check(table, idx)`` (the call's own
+    operands), then the target's rules (the plan of one full tile, ``plan_fn(policy, tensor, data tile, index
+    tile)``) and the indices. The full tile's validation is kept in the call's entry of the signature cache
+    (:class:`~.kept_launch.Entry`, under ``key``, the call as :func:`~.kept_launch.whole_operands` saw it, else
+    :func:`_signature`'s)."""
+    op, target, row = policy.op, policy.target, policy.row
+    table_a = wrap(table, "table", policy.dtype, two_d_only=row, op=op, target=target, written=op == "MSCATTER")
     idx_a = wrap(idx, "idx", op=op, target=target, rows_only=row)  # Row: one index per row, any shape
     src_a = None if check is None else check(table_a, idx_a)
-    key = _signature(op, target, coalesce, tile_rows, dyn_ubuf_size, policy, table_a, idx_a)
-    validated = _VALIDATED.get(key)
-    if validated is None:
+    if key is None:
+        key = _signature(policy, table_a, idx_a)
+    entry = SIGNATURES.get(key)
+    if entry is None:
         # an empty index array is validated as one row (the call's rules), then runs nothing; an Elem index may be
         # cut as one flat run of elements (tiling.elem_tile_cols): tile_cols is then 1
-        tiles = tiling.full_tiles(op, target, coalesce, table_a.dtype, idx_a.dtype, idx_a.rows,
-                                  table_a.cols if row else idx_a.cols, tile_rows, dyn_ubuf_size)
-        tile_rows, tile_cols = tiles.tile_rows, tiles.cols
+        tiles = tiling.full_tiles(op, target, policy.coalesce, table_a.dtype, idx_a.dtype, idx_a.rows,
+                                  table_a.cols if row else idx_a.cols, policy.tile_rows, policy.dyn_ubuf_size)
         # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
         shape = table_a.shape if row else (table_a.size,)
         gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
-        plan = plan_fn(target, gt, tiles.data, tiles.idx, coalesce, dyn_ubuf_size, *policy)
-        _VALIDATED.put(key, (tile_rows, plan.repointed(tile=tiling.weightless(plan.tile),
-                                                       idx=tiling.weightless(plan.idx), table=gt.repointed(None)),
-                             tile_cols))
+        plan = plan_fn(policy, gt, tiles.data, tiles.idx)
+        if not table_a.device:
+            SIGNATURES.put(key, Entry(tiles.tile_rows, _weightless(plan), tiles.cols))
+        tile_rows, tile_cols = tiles.tile_rows, tiles.cols
     else:
-        tile_rows, kept, tile_cols = validated
-        plan = kept.repointed(table=kept.table.repointed(table_a.obj))
+        tile_rows, tile_cols = entry.tile_rows, entry.tile_cols
+        plan = entry.plan.repointed(table=entry.plan.table.repointed(table_a.obj))
     if not row and idx_a.cols != tile_cols:  # the Elem index (and source) seen as the tiles cut it: a flat run
         idx_a = idx_a.as_rows(idx_a.size, 1)
         src_a = None if src_a is None else src_a.as_rows(idx_a.size, 1)
     if idx_a.size:
         _check_indices(op, target, idx_a, plan.capacity, plan.rule)
-    return _Call(target, coalesce, table_a, idx_a, tile_rows, plan, src_a)
+    return _Validated(target, policy.coalesce, table_a, idx_a, tile_rows, plan, src_a)
 
 
 def check_src_shape(op: str, target: str, src_shape: tuple, src_dtype, want: tuple, table_dtype) -> None:
@@ -244,14 +236,18 @@ def _bumps_version(call: CallPlan, written: WholeArray) -> CallPlan:
                 yield
         finally:
             torch_rules.bump_version(written.versioned)
-    name = "bump the written tensor's version counter (autograd) as the call leaves"
-    return CallPlan(call.steps, guard=guard, guard_name=name if call.guard_name is None else
-                    f"{call.guard_name}; {name}")
+    return CallPlan(call.steps, guard=guard, guard_name=_BUMP if call.guard_name is None else
+                    f"{call.guard_name}; {_BUMP}")
+
+
+_BUMP = "bump the written tensor's version counter (autograd) as the call leaves"
+"""The guard :func:`_bumps_version` adds, by name: a kept launch bumps the counter itself
+(:func:`.kept_launch.scattered`), so the launches under that guard alone are kept without it."""
 
 
 # -- gather ------------------------------------------------------------------------------------------------
 
-def _wrap_out(out, c: _Call, out_shape, target, dtype) -> WholeArray:
+def _wrap_out(out, c: _Validated, out_shape, target, dtype) -> WholeArray:
     """A gather's ``out``: writable, of the gathered shape and the table's element dtype (``dtype`` reinterprets
     it as it does the table), sharing no memory with the table or the indices."""
     out_a = wrap(out, "out", dtype, op="MGATHER", target=target, written=True)
@@ -286,21 +282,18 @@ def _copy_into(out_a: WholeArray, result) -> None:
         out_a.write_back()
 
 
-def _validated_gather_tile(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, oob, strict) -> Plan:
-    return constraints.validated_mgather(target, data_tile, gt, idx_tile, coalesce, oob, constraints.GatherExec.SCALAR, None,
-                                    strict, dyn_ubuf_size)
+def _validated_gather_tile(policy: Policy, gt, data_tile, idx_tile) -> Plan:
+    return constraints.validated_mgather(policy, data_tile, gt, idx_tile)
 
 
-def _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend=None, out=None):
+def _gather(policy: Policy, table, idx, backend=None, out=None, key: Call | None = None):
     """``(plan, result, validated call)`` of a whole-array gather: validated, built, not run; ``result()`` after the
     run."""
-    oob = from_any(GatherOOB, oob, "oob")
-    strict = flag_from_any(strict, "strict")
-    c = _prepare("MGATHER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _validated_gather_tile, (oob, strict), dtype)
+    c = _prepare(policy, table, idx, _validated_gather_tile, key=key)
     row = c.coalesce == Coalesce.ROW
     out_shape = c.idx.shape + (c.table.cols,) if row else c.idx.shape
     out_cols = c.table.cols if row else c.idx.cols
-    out_a = None if out is None else _wrap_out(out, c, out_shape, c.target, dtype)
+    out_a = None if out is None else _wrap_out(out, c, out_shape, c.target, policy.dtype)
     if c.idx.size == 0:
         return CallPlan(()), (lambda: out) if out_a else (
             lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy))), c
@@ -354,7 +347,7 @@ def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.nda
     return gather_tile
 
 
-def _tile_steps(op, c: _Call, run_tile, after=()) -> CallPlan:
+def _tile_steps(op, c: _Validated, run_tile, after=()) -> CallPlan:
     """The sequential targets' plan: one host step per tile, in order (tile ``b``: rows ``[b * tile_rows, ...)`` of
     the call's 2-D view), then ``after``. A step names the flat C-order positions of the indices its tile takes."""
     rows, per_row = c.idx.rows, c.idx.cols if c.coalesce == Coalesce.ELEM else 1
@@ -376,7 +369,8 @@ def gather_plan(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = 
     where an Elem ``idx`` is cut as one flat run (see :func:`gather`); on ``a5`` the launch's ``grid`` is the tile
     count and its ``tile_rows``, ``valid_rows``, ``valid_cols`` arguments that view. Raises what :func:`gather`
     raises for a call it refuses."""
-    return _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, backend, out)[0]
+    policy = gather_policy(coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
+    return _gather(policy, table, idx, backend, out)[0]
 
 
 def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row", oob: GatherOOB | str = "undefined",
@@ -413,67 +407,93 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     (``out``, where given, is returned untouched).
 
     """
-    options = (coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
-    if out is None:  # a call of a signature that has run: its runner (fast_path), unless an index is refused
-        gathered = fast_path.gather(table, idx, options)
+    return gather_with(gather_policy(coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype), table, idx, out)
+
+
+def gather_with(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike | None = None) -> Any:
+    """:func:`gather` of a normalised policy (:func:`simt_pto.call.gather_policy`, made once at the API boundary):
+    a call of a signature that has run takes its kept launch (:func:`.kept_launch.gathered`) unless a per-call check
+    sends it down the full path (:func:`full_gather`)."""
+    if out is None:
+        gathered = kept_launch.gathered(policy, table, idx)
         if gathered is not None:
             return gathered
-    call, result, c = _gather(table, idx, coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype, None, out)
+    return full_gather(policy, table, idx, out)
+
+
+def full_gather(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike | None = None) -> Any:
+    """The full path of a gather: wrapped, validated (the full tile's validation kept in the signature's entry),
+    built and run; then its launches kept in that entry for the next call of the signature."""
+    key = _kept_key(policy, table, idx) if out is None else None
+    call, result, c = _gather(policy, table, idx, None, out, key)
     _run(call, c.target)
     gathered = result()
     if out is None and c.idx.size:
-        if type(gathered) is np.ndarray:
-            fast_path.remember_gather(table, idx, options, _gather_runner(c, call, gathered))
-        elif c.target == "a5" and c.table.device and c.idx.device:
-            fast_path.remember_device_call(table, idx, options,
-                                           lambda operands: fast_path.DeviceGather.of(call, c.plan, gathered))
+        _keep_gather(policy, key, c, call, gathered, table, idx)
     return gathered
 
 
-def _gather_runner(c: _Call, call: CallPlan, result: np.ndarray) -> Callable | None:
-    """The fast path's runner (:mod:`.fast_path`) of a gather that has run as ``call`` and returned ``result``, for
-    its validated plan without the call's arrays; None for a target without one (``cpu``)."""
-    plan = _weightless(c.plan)
-    if c.target == "a5":
-        return fast_path.A5Gather.of(call, plan, result)
-    if c.target == "a2a3":
-        return _A2A3Gather(c, plan, result)
-    return None
-
-
-def _scatter_runner(c: _Call, call: CallPlan) -> Callable | None:
-    """The fast path's runner of a scatter that has run as ``call``: ``a5`` on host arrays only (the sequential
-    targets' scatters run tile by tile, as the full path does)."""
-    if c.target != "a5" or type(c.table.obj) is not np.ndarray:
+def _kept_key(policy: Policy, table, idx, src=None) -> Call | None:
+    """The call a kept launch would find its entry by (:func:`.kept_launch.whole_operands`), for a target that keeps
+    launches; None otherwise (the full path then keys the validation by :func:`_signature`)."""
+    if policy.target == "cpu" or (policy.target != "a5" and src is not None):
         return None
-    return fast_path.A5Scatter.of(call, _weightless(c.plan), c.table.obj, c.src.obj, c.idx.obj)
+    found = kept_launch.whole_operands(policy, table, idx, src)
+    return None if found is None else found[0]
+
+
+def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan, gathered, table, idx) -> None:
+    """Keep the launch of a gather that has just run the full path as ``call`` in its signature's entry."""
+    keeps = kept_launch.keeping_backend(policy)
+    if keeps == "multicore" and key is not None:
+        entry = SIGNATURES.get(key)
+        if entry is None or entry.kept is not None:
+            return
+        shape = tuple(gathered.shape)
+        dtype = c.table.dtype.numpy
+        if c.target == "a5":
+            kept = KeptLaunch.of(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
+                                 made=("dst",), indices=whole_indices(c.plan))
+        else:
+            kept = _a2a3_gather_launch(c, shape)
+        if kept is not None:
+            entry.out = (int(np.prod(shape, dtype=np.int64)), dtype, shape)
+            entry.kept = kept
+    elif keeps == "gpu" and c.table.device and c.idx.device:
+        found = device_operands(policy, table, idx)
+        if found is None or SIGNATURES.get(found[0]) is not None:
+            return
+        scan, ok = device_index_scan(call, c.plan)
+        out_size = int(np.prod(gathered.shape, dtype=np.int64))
+        kept = KeptLaunch.of_gpu(call, ("dst", "idx", "table"), made={"dst": (out_size, None)}, scan=scan) \
+            if ok else None
+        if kept is not None:
+            entry = Entry(c.tile_rows, _weightless(c.plan), c.idx.cols)
+            entry.kept, entry.out = kept, (out_size, None, tuple(gathered.shape))
+            SIGNATURES.put(found[0], entry)
+
+
+def _a2a3_gather_launch(c: _Validated, shape: tuple) -> KeptLaunch:
+    """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.rows_gatherer`) over every
+    row of the call at once (a gather's rows are independent: the tiles' order cannot show), from the caller's table
+    and indices into a new result."""
+    plan = _weightless(c.plan)
+    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)
+    rows, idx_cols = c.idx.rows, c.idx.cols
+    out_cols = int(np.prod(shape, dtype=np.int64)) // rows
+    idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols
+    bits = np.dtype(plan.dtype.bits)
+
+    def launch(dst, idx, table):  # (only a process with Numba's JIT has run the full path that keeps this)
+        gather_rows(dst, out_cols, table, idx, idx_stride, rows)
+    return KeptLaunch(((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),),
+                      made={"dst": (rows * out_cols, bits)}, indices=whole_indices(plan))
 
 
 def _weightless(plan: Plan) -> Plan:
-    """A validated plan without the call's arrays (what a runner of the fast path keeps)."""
+    """A validated plan without the call's arrays (what the signature's entry keeps)."""
     return plan.repointed(tile=tiling.weightless(plan.tile), idx=tiling.weightless(plan.idx),
                           table=plan.table.repointed(None))
-
-
-class _A2A3Gather:
-    """The fast path's runner of an ``a2a3`` whole-array gather: :func:`a2a3_gather_tile` over each tile, in order,
-    straight from the caller's table and indices into the result."""
-
-    def __init__(self, c: _Call, plan: Plan, result: np.ndarray):
-        self.plan, self.rows, self.idx_cols, self.tile_rows = plan, c.idx.rows, c.idx.cols, c.tile_rows
-        self.out_cols = result.size // c.idx.rows
-        self.out_dtype, self.out_shape = result.dtype, result.shape
-        self.gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)
-
-    def __call__(self, table: np.ndarray, idx: np.ndarray) -> np.ndarray | None:
-        bits = fast_path.index_bits(idx, self.plan)
-        if bits is None:
-            return None
-        dest = np.zeros((self.rows, self.out_cols), dtype=self.out_dtype)
-        gather_tile = a2a3_gather_tile(self.plan, dest, table, bits, self.idx_cols, self.gather_rows)
-        for r0 in tiling.tile_starts(self.rows, self.tile_rows):
-            gather_tile(r0, min(r0 + self.tile_rows, self.rows))
-        return dest.reshape(self.out_shape)
 
 
 # -- scatter -----------------------------------------------------------------------------------------------
@@ -521,38 +541,29 @@ def _written_alone(call: CallPlan, table_a: WholeArray) -> CallPlan:
                     f"{name}; {call.guard_name}")
 
 
-def _validated_scatter_tile(target, gt, data_tile, idx_tile, coalesce, dyn_ubuf_size, atomic, oob, conflict, strict) -> Plan:
-    return constraints.validated_mscatter(target, gt, data_tile, idx_tile, coalesce, atomic, oob, conflict, strict,
-                                     dyn_ubuf_size)
+def _validated_scatter_tile(policy: Policy, gt, data_tile, idx_tile) -> Plan:
+    return constraints.validated_mscatter(policy, gt, data_tile, idx_tile)
 
 
-def _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
-             last_path, dtype, backend=None, owner=None) -> tuple[CallPlan, Callable[[], Any], _Call | None]:
+def _scatter(policy: Policy, table, src, idx, backend=None, owner: OwnerLayout | None = None,
+             key: Call | None = None) -> tuple[CallPlan, Callable[[], Any], _Validated | None]:
     """``(plan, result, validated call)`` of a whole-array scatter: validated, built, not run; ``result()`` after
     the run (the validated call: None for the ``cpu`` target's Row scatter, which runs as an Elem one)."""
-    atomic = from_any(ScatterAtomicOp, atomic, "atomic")
-    oob = from_any(ScatterOOB, oob, "oob")
-    conflict = from_any(ScatterConflict, conflict, "conflict")
-    strict = flag_from_any(strict, "strict")
-    check_last_path(last_path)
-    target = target_from_any(target)
-    coalesce = from_any(Coalesce, coalesce, "coalesce")
-    if target == "cpu" and coalesce == Coalesce.ROW:
-        tiling.check_tile_rows(tile_rows)  # the Row call is run as an Elem one, without its tiles
-        return (*_cpu_row_scatter(table, src, idx, atomic=atomic, oob=oob, conflict=conflict,
-                                  dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype), None)
+    target, coalesce = policy.target, policy.coalesce
+    if target == "cpu" and coalesce == Coalesce.ROW:  # the Row call is run as an Elem one, without its tiles
+        return (*_cpu_row_scatter(policy, table, src, idx), None)
 
     def check_src(table_a, idx_a):  # the call's own operands, before the target's rules
-        return _check_src("MSCATTER", target, coalesce, src, dtype, table_a, idx_a)
+        return _check_src("MSCATTER", target, coalesce, src, policy.dtype, table_a, idx_a)
 
-    c = _prepare("MSCATTER", target, table, idx, coalesce, tile_rows, dyn_ubuf_size, _validated_scatter_tile,
-                 (atomic, oob, conflict, strict), dtype, check_src, written=True)
+    c = _prepare(policy, table, idx, _validated_scatter_tile, check_src, key)
     result = _scatter_result(c.table)
     if c.idx.size == 0:
         return CallPlan(()), result, c
     if c.target == "a5":
-        return _written_back(_a5_side()[0].scatter_launches(c.plan, c.table, c.src, c.idx, c.tile_rows, last_path,
-                                                   tuning.current().slot_path_max_work, backend, owner), c.table), result, c
+        return _written_back(_a5_side()[0].scatter_launches(
+            c.plan, c.table, c.src, c.idx, c.tile_rows, policy.last_path, tuning.current().slot_path_max_work,
+            backend, owner), c.table), result, c
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
     gt = _host_tensor(c.plan, host_table)
     host_src = to_host(c.src).reshape(c.src.rows, c.src.cols)
@@ -581,8 +592,12 @@ def scatter_plan(table: ArrayLike, src: ArrayLike, idx: ArrayLike, *, coalesce: 
     ``tile_rows`` included); for a non-contiguous table, then the write-back of its contiguous copy; nothing for an
     ``idx`` with no elements. For a JAX table the plan updates a private copy (use :func:`scatter` for the result).
     Raises what :func:`scatter` raises for a call it refuses."""
-    return _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
-                    last_path, dtype, backend, owner)[0]
+    policy = scatter_policy(coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path, dtype)
+    if owner is not None and not isinstance(owner, OwnerLayout):
+        if owner not in ("dense", "compact"):
+            raise ValueError(f"owner: expected 'dense', 'compact' or None, got {owner!r}")
+        owner = OwnerLayout(owner)
+    return _scatter(policy, table, src, idx, backend, owner)[0]
 
 
 def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
@@ -614,34 +629,84 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     (a 0 anywhere in its shape, with ``src`` of the matching shape) writes nothing and returns the table.
 
     """
-    options = (coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path, dtype)
-    updated_fast = fast_path.scatter(table, src, idx, options)  # a signature that has run: its runner
-    if updated_fast is not None:
-        return updated_fast
-    call, result, c = _scatter(table, src, idx, coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size,
-                               strict, last_path, dtype)
-    target = target_from_any(target)
-    if target == "cpu" and from_any(ScatterAtomicOp, atomic, "atomic") != ScatterAtomicOp.NONE and call.steps:
-        warnings.warn(f"MSCATTER on cpu: atomic {from_any(ScatterAtomicOp, atomic, 'atomic').name} is a plain "
-                      "replace on the CPU simulator (MSCATTER.md, CPU Reference Form: 'Atomic is always plain "
-                      "replace'); target='a2a3' is the sequential golden for atomics", UserWarning, stacklevel=2)
-    _run(call, target)
+    return scatter_with(scatter_policy(coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict,
+                                       last_path, dtype), table, src, idx)
+
+
+def scatter_with(policy: Policy, table: TableT, src: ArrayLike, idx: ArrayLike) -> TableT:
+    """:func:`scatter` of a normalised policy (:func:`simt_pto.call.scatter_policy`, made once at the API
+    boundary): a call of a signature that has run takes its kept launch (:func:`.kept_launch.scattered`) unless a
+    per-call check sends it down the full path (:func:`full_scatter`)."""
+    if kept_launch.scattered(policy, table, src, idx):
+        return table
+    return full_scatter(policy, table, src, idx)
+
+
+def full_scatter(policy: Policy, table: TableT, src: ArrayLike, idx: ArrayLike) -> TableT:
+    """The full path of a scatter (see :func:`full_gather`)."""
+    key = _kept_key(policy, table, idx, src)
+    call, result, c = _scatter(policy, table, src, idx, key=key)
+    if policy.target == "cpu" and policy.atomic != ScatterAtomicOp.NONE and call.steps:
+        warnings.warn(f"MSCATTER on cpu: atomic {policy.atomic.name} is a plain replace on the CPU simulator "
+                      "(MSCATTER.md, CPU Reference Form: 'Atomic is always plain replace'); target='a2a3' is the "
+                      "sequential golden for atomics", UserWarning, stacklevel=3)
+    _run(call, policy.target)
     updated: TableT = result()
     if c is not None and c.idx.size:
-        if c.target == "a5" and c.table.device and c.idx.device and c.src.device:
-            fast_path.remember_device_call(table, idx, options, lambda operands: fast_path.DeviceScatter.of(
-                call, c.plan, operands), src)
-        else:
-            fast_path.remember_scatter(table, src, idx, options, _scatter_runner(c, call))
+        _keep_scatter(policy, key, c, call, table, src, idx)
     return updated
 
 
-def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, strict, dtype):
+def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPlan, table, src, idx) -> None:
+    """Keep the launches of a scatter that has just run the full path as ``call`` in its signature's entry: ``a5``
+    only (the sequential targets' scatters run tile by tile, as the full path does)."""
+    keeps = kept_launch.keeping_backend(policy) if policy.target == "a5" else None
+    if keeps == "multicore" and key is not None:
+        entry = SIGNATURES.get(key)
+        if entry is None or entry.kept is not None:
+            return
+        if call.guard_name == _BUMP:  # a PyTorch table's version bump: the kept launch bumps it itself
+            call = CallPlan(call.steps)
+        # a launch that checks the index range itself (the Conflict::Last claim's refused flags): no range pass
+        refuses = any(isinstance(spec, LaunchSpec) and "refused" in spec.arguments for spec in call.steps)
+        entry.kept = KeptLaunch.of(
+            call, {"table": c.table.obj.reshape(-1), "src": c.src.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
+            made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
+            indices=whole_indices(c.plan, checks_range=not refuses))
+    elif keeps == "gpu" and c.table.device and c.idx.device and c.src.device:
+        found = device_operands(policy, table, idx, src)
+        if found is None or SIGNATURES.get(found[0]) is not None or not _takes_whole(call, found[1]):
+            return
+        scan, ok = device_index_scan(call, c.plan)
+        kept = KeptLaunch.of_gpu(call, ("table", "idx", "src"), apart=(("table", "idx"), ("table", "src")),
+                                 scan=scan) if ok else None
+        if kept is not None:
+            entry = Entry(c.tile_rows, _weightless(c.plan), c.idx.cols)
+            entry.kept = kept
+            SIGNATURES.put(found[0], entry)
+
+
+def _takes_whole(call: CallPlan, pointers: dict) -> bool:
+    """Whether ``call`` is one launch taking each device operand whole: its view of each (both views of a float32
+    Max / Min's pair) starts at the operand's pointer and spans its bytes."""
+    if len(call.steps) != 1 or not isinstance(call.steps[0], LaunchSpec):
+        return False
+    arguments = call.steps[0].arguments
+    for name, operand in pointers.items():
+        views = arguments.get(name)
+        for view in views if isinstance(views, tuple) else (views,):
+            if not hasattr(view, "device_ctypes_pointer") or (
+                    view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != operand:
+                return False
+    return True
+
+
+def _cpu_row_scatter(policy: Policy, table, src, idx):
     """``(plan, result)`` of a whole-array Row scatter on the ``cpu`` target: the CPU simulator's MSCATTER walks
     element-wise, so row ``r`` becomes the elements ``idx[r] * C + c`` of the flat table, scattered in the same order
     (MSCATTER.md, CPU Reference Form). Row indices are checked as rows first (the CPU simulator ignores ScatterOOB:
     out-of-range rows are refused under ``strict``, else dropped)."""
-    op = "MSCATTER"
+    op, dtype = "MSCATTER", policy.dtype
     table_a = wrap(table, "table", dtype, two_d_only=True, op=op, target="cpu", written=True)
     idx_a = wrap(idx, "idx", op=op, target="cpu", rows_only=True)
     src_a = _check_src(op, "cpu", Coalesce.ROW, src, dtype, table_a, idx_a)
@@ -650,15 +715,15 @@ def _cpu_row_scatter(table, src, idx, *, atomic, oob, conflict, dyn_ubuf_size, s
         raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
                               f"table has {table_a.size} elements")
     bits = to_host(idx_a).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
-    check_indices(op, "cpu", table_a.rows, index_rule(ScatterOOB.UNDEFINED, strict), bits)
+    check_indices(op, "cpu", table_a.rows, index_rule(ScatterOOB.UNDEFINED, policy.strict), bits)
     rows = bits.astype(np.int64)
     keep = rows < table_a.rows
     host_src = to_host(src_a).reshape(src_a.rows, src_a.cols)[keep]
     elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
     if not elem_idx.size:
         return CallPlan(()), result
-    call, _, _ = _scatter(table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx, "elem",
-                          atomic, oob, conflict, "cpu", None, dyn_ubuf_size, strict, "auto", table_a.dtype.name)
+    elem = policy._replace(coalesce=Coalesce.ELEM, tile_rows=None, last_path=LastPath.AUTO, dtype=table_a.dtype)
+    call, _, _ = _scatter(elem, table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx)
     return _written_back(call, table_a), result
 
 

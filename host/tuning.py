@@ -3,7 +3,9 @@
 Each threshold picks between forms that give the same bits (one thread or all of them, a plain store or an
 atomic, the serial loop or the owner path, one owner array or a copy per worker); none changes a result. Each
 field says what it trades and where it was measured; the measurements themselves are in docs/performance.md
-("The thresholds"). The values are those measured on the 2-core development machine (AMD EPYC, 32 MB L3).
+("The thresholds"). The values are those measured on the 2-core development machine (AMD EPYC, 32 MB L3). The
+constants the kernels compile in are a table of their own, :mod:`simt_pto.kernels.tuning` (the kernels may not
+import the host).
 
 :func:`configure` replaces thresholds (a benchmark forcing one form, a test reaching a path at a small size) and
 :func:`tuned` does so for a ``with`` block. A kept plan was built under the table of its time, so both empty the

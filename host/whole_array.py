@@ -6,27 +6,31 @@ among its operands takes the Dask route of :mod:`.dask_tables`: the same semanti
 chunks live, and a Dask array as the result. Dask is told apart by its class's module, so a call that passes no
 Dask array never imports Dask.
 
-The options whose type no later step reads the same on both routes are checked here, before either route runs
-anything: ``strict`` is a bool (numpy's ``np.True_`` / ``np.False_`` too, as for the tile ops; a string such as
-``"False"`` or an int is a TypeError), ``last_path`` a string, ``tile_rows`` None or a positive int. The other
-options are checked by type where the call is validated, on both routes alike (``coalesce``, ``oob``, ``atomic``,
-``conflict`` and ``target``: :func:`simt_pto.enums.from_any`; ``dyn_ubuf_size``: :func:`simt_pto.ub.budget`;
-``dtype``, ``out``: :mod:`.arrays`).
+Every option is normalised here, once, before either route runs anything: the call's
+:class:`~simt_pto.call.Policy` (:func:`simt_pto.call.gather_policy` / ``scatter_policy``: ``strict`` a bool, numpy's
+``np.True_`` / ``np.False_`` too, a string such as ``"False"`` or an int is a TypeError; ``last_path`` one of its
+strings; ``tile_rows`` None or a positive int; ``coalesce``, ``oob``, ``atomic``, ``conflict`` and ``target`` by
+:func:`simt_pto.enums.from_any`; ``dyn_ubuf_size`` None or a non-negative int; ``dtype`` an element dtype). The
+in-memory route takes the policy as it is; the operands (and ``out``) are checked by :mod:`.arrays`.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from simt_pto.backend import first_use
-from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB, flag_from_any
+from simt_pto.call import gather_policy, scatter_policy
+from simt_pto.enums import Coalesce, GatherOOB, ScatterAtomicOp, ScatterConflict, ScatterOOB
 
-from . import in_memory, tiling
+from . import in_memory, kept_launch
 from .arrays import ArrayLike, DTypeArg
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 TableT = TypeVar("TableT")
+
+_GATHER_POLICY, _SCATTER_POLICY = gather_policy.memo, scatter_policy.memo
+"""The remembered normalisers themselves (``functools.lru_cache``: C code on a hit)."""
 
 
 def _dask_operand(*arrays: object) -> bool:
@@ -57,15 +61,20 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
 
     With a Dask array among the operands, :func:`simt_pto.host.dask_tables.gather`: the result is a Dask array
     chunked like ``idx``, with the same semantics, computed where the table's chunks are."""
-    if strict is not True:  # True, the default, needs no look
-        strict = flag_from_any(strict, "strict")
+    try:  # every option, once: a spelling normalised before is found in C, with no Python frame
+        policy = _GATHER_POLICY(coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
+    except TypeError:  # an unhashable option: normalised here, or refused with the normaliser's message
+        policy = gather_policy(coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
+    if out is None:  # a signature that has run: its kept launch, unless a per-call check sends it down the full path
+        gathered = kept_launch.gathered(policy, table, idx)
+        if gathered is not None:
+            return gathered
     if _dask_operand(table, idx, out):
         with first_use:  # imports Dask: only for a call that passes a Dask array
             from . import dask_tables
         return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
                                   dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
-    return in_memory.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
-                        dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
+    return in_memory.full_gather(policy, table, idx, out)
 
 
 def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row",
@@ -80,12 +89,13 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
 
     With a Dask array among the operands, :func:`simt_pto.host.dask_tables.scatter`: Dask arrays cannot be
     written, so the updated table is returned as a new Dask array, with the same semantics."""
-    if strict is not True:  # True, the default, needs no look
-        strict = flag_from_any(strict, "strict")
-    if type(last_path) is not str or last_path != "auto":  # "auto", the default, needs no look
-        in_memory.check_last_path(last_path)
-    if tile_rows is not None:
-        tiling.check_tile_rows(tile_rows)
+    options = (coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path, dtype)
+    try:  # every option, once (as in gather)
+        policy = _SCATTER_POLICY(*options)
+    except TypeError:
+        policy = scatter_policy(*options)
+    if kept_launch.scattered(policy, table, src, idx):  # a signature that has run (as in gather)
+        return table
     if _dask_operand(table, src, idx):
         with first_use:  # imports Dask: only for a call that passes a Dask array
             from . import dask_tables
@@ -93,9 +103,7 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
             table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
             tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
         return updated_dask
-    return in_memory.scatter(table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
-                         tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path,
-                         dtype=dtype)
+    return in_memory.full_scatter(policy, table, src, idx)
 
 
 __all__ = ["gather", "scatter"]

@@ -9,8 +9,8 @@ memory it writes for as long as it writes it, in one of three ways:
 * :meth:`TableWriters.enter_shared` (``write_shared``): a composing writer, any number at once. The A5 kernels on
   ``multicore`` (atomics, and the stores of Conflict::Last / Default), the ``(1, 1)`` scalar fallback's CPU atomic,
   the A2/A3 loops of atomic NONE (stores). It waits while a plain writer runs, or waits to run, on memory its table
-  shares (a plain launch is one thread's pass over at most 512K updates: about 1 ms in float32 and 4.5 ms in
-  float16 on the 2-core development machine).
+  shares (a plain launch is one thread's pass over at most ``HostTuning.plain_add_max_updates`` updates: a
+  few milliseconds).
 * :meth:`TableWriters.run_alone`: a plain writer that has an atomic form to fall back on (the A5 plain-store Elem
   kernel, ``LaunchSpec.multicore_plain_kernel``). It runs only if no other writer of memory its table shares is registered
   or waiting, and otherwise returns False at once (its caller then runs the atomic form, shared): it never waits.
@@ -60,13 +60,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-WAIT_SLICE_S = 20e-6
-"""A waiting writer polls this often (seconds): a plain writer lasts a few milliseconds at most, and the poll is the
-only wait there is (no condition variable to leave signalled)."""
+from simt_pto.kernels.tuning import WAIT_SLICE_S
 
 
 def _wait() -> None:
-    """One poll's pause of a waiting writer (:data:`WAIT_SLICE_S`)."""
+    """One poll's pause of a waiting writer (``WAIT_SLICE_S``, :mod:`simt_pto.kernels.tuning`): a plain writer lasts a
+    few milliseconds at most, and the poll is the only wait there is (no condition variable to leave signalled)."""
     time.sleep(WAIT_SLICE_S)
 
 
@@ -257,4 +256,4 @@ def _forget_writers() -> None:  # a forked child has none of the parent's thread
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_writers)
 
-__all__ = ["TableWriters", "WAIT_SLICE_S", "table_key", "table_writers", "write_shared"]
+__all__ = ["TableWriters", "table_key", "table_writers", "write_shared"]

@@ -14,7 +14,8 @@ from .enums import (BLayout, Coalesce, GatherExec, Layout, ScatterConflict, Scat
 from .errors import ConstraintError
 from .tensor import GlobalTensor
 from .tile import Tile
-from .plan import CallCache, Plan, check_oob, out_of_range  # noqa: F401  (re-exported: the validated call)
+from .call import Policy
+from .plan import SIGNATURES, Plan, check_oob, out_of_range  # noqa: F401  (re-exported: the validated call)
 from .policy import index_rule
 
 
@@ -172,47 +173,50 @@ def _table_geometry(op, target, tile, table, coalesce, tile_name):
 
 
 
-_PLANS = CallCache(maxsize=256)
-"""The shape half of validated VEC tile ops, by signature (:func:`_plan_key`): a plan without operands. A call of a
-signature seen before skips the type, dtype, layout, mode, geometry and budget rules, which read nothing else, and
-is checked only in what depends on its operands' memory and index values, as every call is."""
+_PLANS = SIGNATURES
+"""The shape half of validated VEC tile ops lives in the one signature cache, by signature (:func:`_plan_key`): a plan
+without operands. A call of a signature seen before skips the type, dtype, layout, mode, geometry and budget rules,
+which read nothing else, and is checked only in what depends on its operands' memory and index values, as every call
+is."""
 
 
 def _tile_key(t: Tile) -> tuple:
     return t.dtype.name, t.rows, t.cols, t.loc, t.blayout, t.slayout, t.fractal, t.valid_rows, t.valid_cols, t.addr
 
 
-def _plan_key(op, target, tile, table, idx, *policy) -> tuple | None:
+def _plan_key(policy: Policy, tile, table, idx, scratch_given: bool = False) -> tuple | None:
     """What the shape rules of a VEC tile op read: the tiles' types, shapes, layouts, valid extents and UB
     addresses, the table's dtype, shape, strides, layout, memory size (and for MSCATTER its writability), and the
-    policy arguments with their types (as :func:`~simt_pto.plan.typed`: ``True`` is no ``1``). None (validated every
-    time) for anything but exact Tile / GlobalTensor operands and a VEC tile. Built on every call of a tile op, so
-    written for speed: flat tuples, the types in one ``map``."""
+    normalised policy (:class:`~simt_pto.call.Policy`: ``"elem"`` and ``Coalesce.ELEM`` are one key). None (validated
+    every time) for anything but exact Tile / GlobalTensor operands and a VEC tile. Built on every call of a tile op,
+    so written for speed: flat tuples."""
     if type(tile) is not Tile or type(idx) is not Tile or type(table) is not GlobalTensor or tile.loc != TileType.VEC:
         return None
-    return (op, target, _tile_key(tile), _tile_key(idx), table.dtype.name, table.shape, table.stride, table.layout,
-            table.size, table.on_device, op == "MSCATTER" and table.writeable, policy, tuple(map(type, policy)))
+    return ("tile op", policy, scratch_given, _tile_key(tile), _tile_key(idx), table.dtype.name, table.shape,
+            table.stride, table.layout, table.size, table.on_device, policy.op == "MSCATTER" and table.writeable)
 
 
-def cached_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan | None:
+def cached_mgather(policy: Policy, dst, table, idx, scratch=None) -> Plan | None:
     """The validated plan without operands of this MGATHER's signature (what :func:`validated_mgather` re-points at
     each call), if a call of that signature has been validated; None otherwise. A runtime that keeps a launch per
     signature runs a repeated call from it (``simt_pto.host.dispatch.run_kept``), checking only what depends on
     this call's memory and index values."""
-    return _PLANS.get(_plan_key("MGATHER", target, dst, table, idx, coalesce, oob, exec_, scratch is None, strict,
-                                dyn_ubuf_size))
+    return _PLANS.get(_plan_key(policy, dst, table, idx, scratch is not None))
 
 
-def cached_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan | None:
+def cached_mscatter(policy: Policy, table, src, idx) -> Plan | None:
     """:func:`cached_mgather` for MSCATTER (the signature :func:`validated_mscatter` keeps)."""
-    return _PLANS.get(_plan_key("MSCATTER", target, src, table, idx, coalesce, atomic, oob, conflict, strict,
-                                dyn_ubuf_size))
+    return _PLANS.get(_plan_key(policy, src, table, idx))
 
 
-def validated_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, strict, dyn_ubuf_size) -> Plan:
+def validated_mgather(policy: Policy, dst, table, idx, scratch=None) -> Plan:
+    """Validate a tile MGATHER of ``policy`` (every rule of MGATHER.md "Tile Constraints" for its target) and resolve
+    it into its :class:`Plan`; a MAT destination takes the GM -> L1 path (:mod:`simt_pto.l1_gather`)."""
     op = "MGATHER"
+    target, coalesce, oob, exec_ = policy.target, policy.coalesce, policy.oob, policy.exec
+    strict, dyn_ubuf_size = policy.strict, policy.dyn_ubuf_size
     tiles = {"dst": dst, "idx": idx}
-    key = _plan_key(op, target, dst, table, idx, coalesce, oob, exec_, scratch is None, strict, dyn_ubuf_size)
+    key = _plan_key(policy, dst, table, idx, scratch is not None)
     shape = _PLANS.get(key)
     if shape is None:
         _check_types(op, dst, table, idx, "dst")
@@ -241,10 +245,14 @@ def validated_mgather(target, dst, table, idx, coalesce, oob, exec_, scratch, st
                       dst, idx, table)
 
 
-def validated_mscatter(target, table, src, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size) -> Plan:
+def validated_mscatter(policy: Policy, table, src, idx) -> Plan:
+    """Validate a tile MSCATTER of ``policy`` (every rule of MSCATTER.md "Tile Constraints", "Atomic Type Support"
+    for its target) and resolve it into its :class:`Plan`."""
     op = "MSCATTER"
+    target, coalesce, oob, atomic, conflict = policy.target, policy.coalesce, policy.oob, policy.atomic, policy.conflict
+    strict, dyn_ubuf_size = policy.strict, policy.dyn_ubuf_size
     tiles = {"src": src, "idx": idx}
-    key = _plan_key(op, target, src, table, idx, coalesce, atomic, oob, conflict, strict, dyn_ubuf_size)
+    key = _plan_key(policy, src, table, idx)
     shape = _PLANS.get(key)
     if shape is None:
         _check_types(op, src, table, idx, "src")

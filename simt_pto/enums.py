@@ -184,6 +184,24 @@ class ElementFormat(enum.IntEnum):
 
 TARGETS = ("cpu", "a2a3", "a5")
 
+
+class LastPath(str, enum.Enum):
+    """How a whole-array Conflict::Last scatter (atomic NONE, ``a5``) decides each slot's last writer: the
+    per-tile slot-centric kernels issued tile after tile, or the owner path (claim each slot for its largest flat
+    source position, then write it from that owner). Both give the sequential result bit for bit; ``AUTO`` picks
+    by cost. A ``str`` enum: a member equals its name as the ``last_path=`` argument spells it."""
+    AUTO = "auto"
+    SLOT = "slot"
+    OWNER = "owner"
+
+
+class OwnerLayout(str, enum.Enum):
+    """The owner state of the Conflict::Last owner path: ``DENSE``, one owner per table slot (O(slots) memory, no
+    sort), or ``COMPACT``, one owner per distinct slot reached (O(updates) memory, a sort on the host)."""
+    DENSE = "dense"
+    COMPACT = "compact"
+
+
 # What the public functions accept for an enum argument: a member, its integer value or its name (:func:`from_any`).
 CoalesceLike: TypeAlias = Coalesce | int | str
 GatherOOBLike: TypeAlias = GatherOOB | int | str

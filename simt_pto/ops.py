@@ -10,17 +10,13 @@ import contextlib
 
 from . import aliasing, constraints, torch_rules
 from .backend import imported
+from .call import mgather_policy, mscatter_policy
 from .enums import (Coalesce, CoalesceLike, GatherExec, GatherExecLike, GatherOOB, GatherOOBLike, ScatterAtomicOp,
-                    ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike, flag_from_any,
-                    from_any, target_from_any)
+                    ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike, ScatterOOB, ScatterOOBLike)
 from .errors import ConstraintError
 from .host import dispatch
 from .tensor import GlobalTensor
 from .tile import Tile
-
-
-def _strict(strict: bool) -> bool:
-    return flag_from_any(strict, "strict")  # the whole-array ops check theirs by the same rule
 
 
 def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesce: CoalesceLike = Coalesce.ROW,
@@ -36,14 +32,12 @@ def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesc
     are cast to uint32 first and out-of-range ones follow ``oob``. A ``MAT`` destination takes the
     GM -> L1 path (``idx`` a GM tensor; Elem needs ``scratch``). Returns ``dst``.
     """
-    target = target_from_any(target)
-    policy = (from_any(Coalesce, coalesce, "coalesce"), from_any(GatherOOB, oob, "oob"),
-              from_any(GatherExec, exec, "exec"), scratch, _strict(strict), dyn_ubuf_size)
+    policy = mgather_policy(coalesce, oob, target, exec, strict, dyn_ubuf_size)  # every option, once
     # a repeated call (a kernel's tile loop) runs on what its target keeps for its signature
-    signature = constraints.cached_mgather(target, dst, table, idx, *policy)
+    signature = constraints.cached_mgather(policy, dst, table, idx, scratch)
     if signature is not None and dispatch.run_kept(signature, dst, table, idx):
         return dst
-    dispatch.run_mgather(constraints.validated_mgather(target, dst, table, idx, *policy))
+    dispatch.run_mgather(constraints.validated_mgather(policy, dst, table, idx, scratch))
     return dst
 
 
@@ -62,15 +56,12 @@ def mscatter(table: GlobalTensor, src: Tile, idx: Tile, *, coalesce: CoalesceLik
 
     Returns ``table``.
     """
-    target = target_from_any(target)
-    policy = (from_any(Coalesce, coalesce, "coalesce"), from_any(ScatterAtomicOp, atomic, "atomic"),
-              from_any(ScatterOOB, oob, "oob"), from_any(ScatterConflict, conflict, "conflict"), _strict(strict),
-              dyn_ubuf_size)
-    with _torch_write(table, "table", "MSCATTER", target):
-        signature = constraints.cached_mscatter(target, table, src, idx, *policy)  # as in mgather
+    policy = mscatter_policy(coalesce, atomic, oob, conflict, target, strict, dyn_ubuf_size)  # every option, once
+    with _torch_write(table, "table", "MSCATTER", policy.target):
+        signature = constraints.cached_mscatter(policy, table, src, idx)  # as in mgather
         if signature is not None and dispatch.run_kept(signature, src, table, idx):
             return table
-        dispatch.run_mscatter(constraints.validated_mscatter(target, table, src, idx, *policy))
+        dispatch.run_mscatter(constraints.validated_mscatter(policy, table, src, idx))
     return table
 
 

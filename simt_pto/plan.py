@@ -49,8 +49,10 @@ class Plan:
     scratch: GlobalTensor | None = None
     strict: bool = True
     signature: Plan | None = field(default=None, compare=False, repr=False)
-    """The cached plan of this call's signature (:class:`CallCache`) this plan was re-pointed from, or None: a runtime
-    may keep what it built for a signature by it (the tile ops' launches, ``simt_pto.host.a5.KeptTileOp``)."""
+    """The cached plan of this call's signature (:data:`SIGNATURES`) this plan was re-pointed from, or None."""
+    kept: Any = field(default=None, compare=False, repr=False)
+    """On a signature's cached plan: what the runtime keeps for the signature once a call of it has run (the tile
+    op's kept launch, ``simt_pto.host.kept_launch.KeptLaunch``), or None."""
 
     @property
     def rows(self) -> int:
@@ -114,6 +116,9 @@ class CallCache:
         self.maxsize = maxsize
         self._entries: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
+        self.lookup = self._entries.get
+        """``lookup(key)``: the entry of a key known to be hashable, or None (the dict's own ``get``: no Python frame,
+        for the calls a kept launch serves)."""
         CallCache._all.add(self)
 
     @classmethod
@@ -157,6 +162,13 @@ class CallCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+SIGNATURES = CallCache(maxsize=1024)
+"""The one signature cache of the process: each call signature -> what validating it gave and what the runtime
+keeps for it. Tile ops: their key (``simt_pto.constraints``) -> the validated plan without operands, whose
+:attr:`Plan.kept` holds the kept launch. Whole arrays: their :class:`~simt_pto.call.Call` -> the entry of
+``simt_pto.host.in_memory`` (the rows per tile, the full tile's plan, the kept launch)."""
 
 
 def typed(value: object) -> tuple[type, object]:

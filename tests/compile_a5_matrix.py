@@ -43,6 +43,7 @@ import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
+from simt_pto.call import mgather_policy
 
 CCS = (80, 90)
 TOOLS = "simt_pto.host.tools.kernel_report"
@@ -176,8 +177,9 @@ def _l1_plan(kw, exec_):
     idx = GlobalTensor(np.zeros(rows if row else (rows, cols), dtype=idx_np))
     table = GlobalTensor(np.zeros((64, cols) if row else (64 * cols,), dtype=d.numpy), dtype=d)
     scratch = None if row else GlobalTensor(np.zeros(dst.rows * dst.cols, dtype=d.numpy), dtype=d)
-    return constraints.validated_mgather("a5", dst, table, idx, Coalesce[kw["coalesce"].upper()],
-                                    GatherOOB[kw["oob"].upper()], exec_, scratch, kw["strict"], None)
+    policy = mgather_policy(Coalesce[kw["coalesce"].upper()], GatherOOB[kw["oob"].upper()], "a5", exec_, kw["strict"],
+                            None)
+    return constraints.validated_mgather(policy, dst, table, idx, scratch)
 
 
 def _whole_array_launches(op, kw):

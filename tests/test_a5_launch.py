@@ -26,6 +26,7 @@ from simt_pto.kernels.a5 import KERNELS, simt
 from simt_pto.kernels.a5 import mgather as a5_mgather
 from simt_pto.kernels.a5 import mscatter as a5_mscatter
 from simt_pto.launch_spec import HostStep, KernelPolicy
+from simt_pto.call import mgather_policy, mscatter_policy
 from oracles import make_tile, round_up
 
 E = pto.enums
@@ -42,8 +43,8 @@ def gather_plan(R, C, coalesce="row", oob="undefined", dtype="int8", table_rows=
     else:
         idx = pto.Tile("int32", R, round_up(C, 8), valid=(R, C))
         table = pto.GlobalTensor(np.zeros(table_size, pto.dtypes.resolve(dtype).numpy))
-    return constraints.validated_mgather("a5", dst, table, idx, E.from_any(pto.Coalesce, coalesce),
-                                    E.from_any(pto.GatherOOB, oob), pto.GatherExec.SCALAR, None, strict, DYN_UB)
+    return constraints.validated_mgather(mgather_policy(coalesce, oob, "a5", pto.GatherExec.SCALAR, strict, DYN_UB),
+                                         dst, table, idx, None)
 
 
 def scatter_plan(R, C, coalesce="row", atomic="none", conflict="last", oob="undefined", dtype="int32",
@@ -55,9 +56,8 @@ def scatter_plan(R, C, coalesce="row", atomic="none", conflict="last", oob="unde
     else:
         idx = pto.Tile("int32", R, round_up(C, 8), valid=(R, C))
         table = pto.GlobalTensor(np.zeros(table_size, pto.dtypes.resolve(dtype).numpy))
-    return constraints.validated_mscatter("a5", table, src, idx, E.from_any(pto.Coalesce, coalesce),
-                                     E.from_any(pto.ScatterAtomicOp, atomic), E.from_any(pto.ScatterOOB, oob),
-                                     E.from_any(pto.ScatterConflict, conflict), strict, DYN_UB)
+    return constraints.validated_mscatter(mscatter_policy(coalesce, atomic, oob, conflict, "a5", strict, DYN_UB),
+                                          table, src, idx)
 
 
 def _only_launch(call):
@@ -171,9 +171,9 @@ def test_last_elem_sized_by_table_size(table_size, launch_warps):
 
 def test_last_elem_table_size_is_the_product_of_the_5d_shape():
     table = pto.GlobalTensor(np.zeros(2 * 3 * 4 * 5 * 6, np.float32), shape=(2, 3, 4, 5, 6))   # 720 slots
-    plan = constraints.validated_mscatter("a5", table, pto.Tile("float32", 2, 8), pto.Tile("int32", 2, 8),
-                                     pto.Coalesce.ELEM, pto.ScatterAtomicOp.NONE, pto.ScatterOOB.SKIP,
-                                     pto.ScatterConflict.LAST, True, None)
+    policy = mscatter_policy(pto.Coalesce.ELEM, pto.ScatterAtomicOp.NONE, pto.ScatterOOB.SKIP, pto.ScatterConflict.LAST,
+                             "a5", True, None)
+    plan = constraints.validated_mscatter(policy, table, pto.Tile("float32", 2, 8), pto.Tile("int32", 2, 8))
     g = resolve_mscatter(plan).geometry
     assert (g.work_items, g.launch_warps) == (720, 23)       # ceil(720 / 32) = 22.5 -> 23
 
@@ -305,8 +305,8 @@ def test_resolved_launch_runs_the_op():
     table_vals = np.arange(5 * 40, dtype=np.float32).reshape(5, 40)
     dst = pto.Tile("float32", 4, 40, valid=(3, 40))
     idx = make_tile("int32", 1, 8, valid=(1, 3), logical_bits=np.array([[4, 0, 2]], np.uint32))
-    plan = constraints.validated_mgather("a5", dst, pto.GlobalTensor(table_vals), idx, pto.Coalesce.ROW,
-                                    pto.GatherOOB.UNDEFINED, pto.GatherExec.SCALAR, None, True, None)
+    plan = constraints.validated_mgather(mgather_policy(pto.Coalesce.ROW, pto.GatherOOB.UNDEFINED, "a5", pto.GatherExec.SCALAR, True, None),
+                                         dst, pto.GlobalTensor(table_vals), idx, None)
     launch = resolve_mgather(plan)
     assert (launch.geometry.row_warps, launch.geometry.warps_per_row) == (3, 2)
     a5.run_plan(a5.mgather_launches(plan), "multicore")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -19,8 +20,9 @@ import pytest
 import simt_pto as pto
 from simt_pto import constraints
 from simt_pto.errors import ConstraintError, OutOfBoundsError
-from simt_pto.host import in_memory
-from simt_pto.plan import CallCache
+from simt_pto.host import in_memory, kept_launch
+from simt_pto.call import mgather_policy
+from simt_pto.plan import SIGNATURES, CallCache
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +72,7 @@ def test_a_cached_whole_array_gather_reads_the_new_arrays(target, coalesce):
         got = pto.gather(table, idx, coalesce=coalesce, target=target, tile_rows=16)
         want = table[idx] if coalesce == "row" else table.ravel()[idx]
         assert np.array_equal(got, want)
-    assert len(in_memory._VALIDATED) >= 1
+    assert any(isinstance(entry, kept_launch.Entry) for entry in SIGNATURES._entries.values())
 
 
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
@@ -95,9 +97,11 @@ def test_the_cache_keeps_no_callers_array():
     del table
     gc.collect()
     assert alive() is None
-    for entry in in_memory._VALIDATED._entries.values():
-        assert entry[1].table.array is None
-        assert entry[1].tile.data.strides == (0,) and entry[1].idx.data.strides == (0,)  # no storage of their own
+    for entry in SIGNATURES._entries.values():
+        plan = entry.plan if isinstance(entry, kept_launch.Entry) else entry
+        assert plan.table is None or plan.table.array is None
+        if isinstance(entry, kept_launch.Entry):
+            assert plan.tile.data.strides == (0,) and plan.idx.data.strides == (0,)  # no storage of their own
 
 
 def test_a_misaligned_table_of_a_cached_signature_moves_narrower_units():
@@ -209,7 +213,7 @@ def test_out_of_range_indices_of_a_cached_signature_are_refused_before_any_write
     assert not table.any()
 
 
-# -- the fast path of repeated gathers (host/fast_path.py) --------------------------------------------------------
+# -- the kept launches of repeated calls (host/kept_launch.py) -------------------------------------------------------
 
 @pytest.fixture
 def no_full_path(monkeypatch):
@@ -299,7 +303,7 @@ def test_a_repeated_last_scatter_reuses_the_owner_array_of_the_last_call_and_nev
     filled with the largest keys there are (every slot owned by a position past the end), it must change nothing:
     the reset marks every owner unowned first. Threads calling at once each get an owner array of their own."""
     from simt_pto import reference
-    from simt_pto.host import fast_path
+    from simt_pto.host import kept_launch
     slots, cols, n = 96, 4, 300
 
     def call(seed):
@@ -314,16 +318,16 @@ def test_a_repeated_last_scatter_reuses_the_owner_array_of_the_last_call_and_nev
     assert call(0)
     monkeypatch.setattr(in_memory, "_scatter", lambda *a, **k: pytest.fail("the call took the full path"))
     assert call(1)
-    (spare,) = fast_path._SPARE_OWNER._entries.values()
+    (spare,) = kept_launch._SPARE_OWNER._entries.values()
     spare.fill(np.iinfo(spare.dtype).max)  # a claim of every slot, by a position no update has
     assert call(2)
-    assert next(iter(fast_path._SPARE_OWNER._entries.values())) is spare  # the same array, taken and given back
+    assert next(iter(kept_launch._SPARE_OWNER._entries.values())) is spare  # the same array, taken and given back
     failures = []
     _run_in_threads(lambda k: failures.extend(seed for seed in range(10 * k, 10 * k + 10) if not call(seed)), 4)
     assert not failures
-    assert len(fast_path._SPARE_OWNER) == 1  # one spare however many calls ran at once
+    assert len(kept_launch._SPARE_OWNER) == 1  # one spare however many calls ran at once
     CallCache.clear_all()
-    assert len(fast_path._SPARE_OWNER) == 0  # and the caches' reset lets it go
+    assert len(kept_launch._SPARE_OWNER) == 0  # and the caches' reset lets it go
 
 
 def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
@@ -369,7 +373,7 @@ def test_the_caches_are_bounded():
     assert cache.get(["unhashable"]) is None and len(cache) == 4
     for rows in range(1, 300):  # more signatures than the whole-array cache keeps
         pto.gather(table_of(rows=4, cols=8), np.zeros(rows, np.int32), target="cpu")
-    assert len(in_memory._VALIDATED) <= in_memory._VALIDATED.maxsize
+    assert len(SIGNATURES) <= SIGNATURES.maxsize
 
 
 # -- tile ops --------------------------------------------------------------------------------------------------
@@ -385,8 +389,8 @@ def test_a_cached_tile_op_reads_and_writes_the_new_operands():
         dst, idx_tile = row_tiles()
         idx_tile.set(idx.reshape(1, 8))
         gt = pto.GlobalTensor(table)
-        plan = constraints.validated_mgather("a5", dst, gt, idx_tile, pto.Coalesce.ROW, pto.GatherOOB.UNDEFINED,
-                                        pto.GatherExec.SCALAR, None, True, None)
+        policy = mgather_policy(pto.Coalesce.ROW, pto.GatherOOB.UNDEFINED, "a5", pto.GatherExec.SCALAR, True, None)
+        plan = constraints.validated_mgather(policy, dst, gt, idx_tile)
         assert plan.tile is dst and plan.idx is idx_tile and plan.table is gt
         pto.mgather(dst, gt, idx_tile, coalesce="row", target="a5")
         assert np.array_equal(dst.valid_numpy(), table[idx])
@@ -702,19 +706,30 @@ class FakeDeviceArray:
             self.__cuda_array_interface__["stream"] = stream
 
 
+def _device_signature(table, idx, options, src=None):
+    """The call and operands :func:`~simt_pto.host.kept_launch.device_operands` reads of a whole-array call with
+    ``options`` (coalesce, then atomic: a scatter with ``src``)."""
+    from simt_pto.call import gather_policy, scatter_policy
+    from simt_pto.host.kept_launch import device_operands
+    if src is None:
+        return device_operands(gather_policy(options[0], "undefined", "a5", None, None, True, None), table, idx)
+    policy = scatter_policy(options[0], options[1], "undefined", "last", "a5", None, None, True, "auto", None)
+    return device_operands(policy, table, idx, src)
+
+
 def test_a_device_signature_holds_what_validation_reads_and_not_the_address():
-    from simt_pto.host.fast_path import _device_signature
     options = ("elem", "add")
     table, idx, src = FakeDeviceArray((64, 8)), FakeDeviceArray((100,), "<i4", 1 << 24), FakeDeviceArray((100,))
     key, operands = _device_signature(table, idx, options, src)
-    assert operands == ((1 << 20, 64 * 8 * 4), (1 << 24, 400), (1 << 20, 400))
+    assert operands == {"table": (1 << 20, 64 * 8 * 4), "src": (1 << 20, 400), "idx": (1 << 24, 400)}
     moved = _device_signature(FakeDeviceArray((64, 8), pointer=(1 << 20) + 4096), idx, options, src)
-    assert moved[0] == key and moved[1][0] == ((1 << 20) + 4096, 2048)
+    assert moved[0] == key and moved[1]["table"] == ((1 << 20) + 4096, 2048)
     changed = [FakeDeviceArray((64, 9)), FakeDeviceArray((64, 8), "<i4"), FakeDeviceArray((64, 8), read_only=True),
                FakeDeviceArray((64, 8), pointer=(1 << 20) + 4)]  # the last: another Row move unit / element format
     assert all(_device_signature(t, idx, options, src)[0] != key for t in changed)
     assert _device_signature(table, idx, ("elem", "max"), src)[0] != key
-    assert _device_signature(table, idx, options)[0] != key  # a gather of the same arrays
+    assert _device_signature(table, idx, ("elem", "add"))[0] != key  # a gather of the same arrays
+    assert _device_signature(table, idx, (pto.Coalesce.ELEM, pto.ScatterAtomicOp.ADD), src)[0] == key  # one call
 
 
 @pytest.mark.parametrize("table, idx", [
@@ -725,14 +740,13 @@ def test_a_device_signature_holds_what_validation_reads_and_not_the_address():
     (np.zeros((8, 8), np.float32), FakeDeviceArray((4,), "<i4")),                    # host table
 ])
 def test_device_calls_a_runner_cannot_serve_have_no_signature(table, idx):
-    from simt_pto.host.fast_path import _device_signature
     assert _device_signature(table, idx, ("elem",)) is None
 
 
 def test_a_device_scatter_runner_checks_overlap_and_indices_before_it_launches(monkeypatch):
-    from simt_pto.host import fast_path
-    monkeypatch.setattr(fast_path, "_on_gpu", lambda: True)
-    monkeypatch.setattr(fast_path, "_synchronize", lambda: None)
+    from simt_pto.host import kept_launch
+    from simt_pto.host.kept_launch import KeptLaunch
+    monkeypatch.setattr(kept_launch, "imported", lambda name: types.SimpleNamespace(synchronize=lambda: None))
     launched = []
 
     class Scan:
@@ -742,13 +756,16 @@ def test_a_device_scatter_runner_checks_overlap_and_indices_before_it_launches(m
             return self.refuse
 
     scan = Scan()
-    runner = fast_path.DeviceScatter(lambda *pointers: launched.append(pointers), scan)
-    table = object()
+    kept = KeptLaunch(((lambda *pointers: launched.append(pointers), ("table", "idx", "src")),),
+                      apart=(("table", "idx"), ("table", "src")), scan=scan, device=True)
+
+    def run(table_at, idx_at, src_at):
+        return kept.run_device({"table": (table_at, 4096), "idx": (idx_at, 400), "src": (src_at, 400)}, None)
     table_at = 1 << 20
-    assert runner(table, ((table_at, 4096), (table_at + 4096, 400), (table_at + 8192, 400))) is table
+    assert run(table_at, table_at + 4096, table_at + 8192) is True
     assert launched == [(table_at, table_at + 4096, table_at + 8192)]
     for idx_at, src_at in ((table_at + 4092, table_at + 8192), (table_at + 8192, table_at - 399)):
-        assert runner(table, ((table_at, 4096), (idx_at, 400), (src_at, 400))) is None  # one byte shared
+        assert run(table_at, idx_at, src_at) is None  # one byte shared
     scan.refuse = True
-    assert runner(table, ((table_at, 4096), (table_at + 4096, 400), (table_at + 8192, 400))) is None
+    assert run(table_at, table_at + 4096, table_at + 8192) is None
     assert len(launched) == 1

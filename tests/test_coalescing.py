@@ -4,14 +4,15 @@ Expected numbers are worked out by hand in the comments beside them, from the ke
 (kernels/a5/mgather.py, mscatter.py) and the launch geometry formulas (MGATHER.md / MSCATTER.md, "Performance
 Considerations - A5"): a request is one memory instruction of one warp over its active lanes; GM sectors are
 32 bytes, segments 128 bytes; tables start at GM address 0 unless ``base_offset_bytes`` says otherwise.
-The last tests replay small calls on the CUDA simulator with every array access recorded and check that the
-analyzer predicts exactly those (block, warp, lane, element) accesses; the analyzer replays a launch's
-hardware form where the emulator launches another (``LaunchSpec.hardware``).
+Unless a test says ``call="tile"`` (or gives a tile-only option), the analyzer replays the launches of the
+whole-array call (``pto.gather_plan`` / ``pto.scatter_plan``), in the hardware's form where the emulator moves rows
+in wider units (``LaunchSpec.hardware``). The last tests replay small calls on the CUDA simulator, tile ops and
+whole-array plans, with every array access recorded and check that the analyzer predicts exactly those (block,
+warp, lane, element) accesses.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import threading
 
@@ -21,6 +22,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import constraints
 from simt_pto.enums import from_any
+from simt_pto.call import mgather_policy, mscatter_policy
 
 analyze = pto.coalescing.analyze
 I32 = np.int32
@@ -271,38 +273,129 @@ def test_last_requests_per_warp_follow_the_geometry():
 
 
 def test_scalar_fallback():
-    # The (1, 1) Elem case runs on the scalar pipe: one one-lane access per tile.
-    r = analyze("mgather", "elem", np.array([[7]], I32), 64, (1, 1), "float32")
+    # The (1, 1) Elem tile op runs on the scalar pipe: one one-lane access per tile.
+    r = analyze("mgather", "elem", np.array([[7]], I32), 64, (1, 1), "float32", call="tile")
     assert (r.kernel, r.geometry) == ("MGatherScalarImpl", None)
     assert gm(r.gm_loads) == (1, 1, 1, 4, 32)
 
 
-def test_the_analyzer_replays_the_hardware_launch_where_the_emulator_launches_another(monkeypatch):
-    """A launch the emulator widens (the whole-array Row gather moves each row in units of up to 8 bytes) records
-    the hardware's element moves in ``LaunchSpec.hardware``: the analyzer counts those, and its report says so."""
-    from simt_pto import geometry
-    from simt_pto.host import a5
-    from simt_pto.launch_spec import CallPlan
+def test_a_whole_array_row_gather_is_replayed_as_the_hardware_moves_its_elements():
+    """The whole-array Row gather moves each row in units of up to 8 bytes; its plan (``pto.gather_plan``) records
+    the hardware's element moves in ``LaunchSpec.hardware``, and the analyzer counts those."""
     idx = np.array([3, 0, 7, 7, 1], I32)
-    want = analyze("mgather", "row", idx, (8, 64), None, "float32")
-    assert want.launch == "as launched"
-    real = a5.mgather_launches
+    # the plan, built here too: a float32 row of 64 (256 B) on an 8-byte boundary moves as 32 uint64 units
+    (launch,) = pto.gather_plan(np.zeros((8, 64), np.float32), idx, target="a5", backend="multicore").launches
+    assert (launch.arguments["valid_cols"], launch.hardware.arguments["valid_cols"]) == (32, 64)
+    r = analyze("mgather", "row", idx, (8, 64), None, "float32")
+    assert (r.call, r.launch) == ("whole", "hardware (element moves)") and r.as_dict()["launch"] == r.launch
+    assert "(hardware (element moves))" in r.format().splitlines()[0]
+    # The hardware: 5 rows of 64 float32, kRowWarps = 5, kWarpsPerRow = max(1, min(32 // 5, ceil(64 / 32))) = 2:
+    # 10 warps. Warp (row r, segment s) reads 32 lanes x 4 B = 128 B from byte 256 idx[r] + 128 s: one request,
+    # 1 segment, 4 sectors. 10 requests, 40 sectors, 10 segments, 10 x 128 = 1280 B requested and moved. (The
+    # emulator's uint64 launch would make 5 requests of 32 x 8 B = 256 B: 8 sectors each.)
+    assert (r.geometry.row_warps, r.geometry.warps_per_row, r.blocks) == (5, 2, 1)
+    assert gm(r.gm_loads) == (10, 40, 10, 1280, 1280) and r.gm_loads.histogram() == {4: 10}
+    # dst: the call's out array, rows of 256 B one after another: 128 B = 4 blocks per request, unit stride.
+    assert (r.stream("dst").requests, r.stream("dst").sectors, r.stream("dst").strides["unit"]) == (10, 40, 10)
+    # A table 4 bytes past an 8-byte boundary moves in float32 units: the launch is the hardware's own. Each 128 B
+    # then spans bytes 4 + 256 idx[r] + 128 s .. + 127: 5 sectors, 2 segments; 50 sectors, 20 segments, 1600 B moved.
+    r4 = analyze("mgather", "row", idx, (8, 64), None, "float32", base_offset_bytes=4)
+    assert r4.launch == "as launched" and r4.geometry == r.geometry
+    assert gm(r4.gm_loads) == (10, 50, 20, 1280, 1600) and r4.gm_loads.histogram() == {5: 10}
 
-    def widened(plan):  # what the emulator would launch: each pair of float32 moved as one uint64
-        (spec,) = real(plan).launches
-        a = spec.arguments
-        units = a["valid_cols"] // 2
-        geo = geometry.row_geometry(a["valid_rows"], units)
-        wide = spec.with_args(dst=a["dst"].view(np.uint64), dst_rs=a["dst_rs"] // 2, table=a["table"].view(np.uint64),
-                              valid_cols=units, row_warps=geo.row_warps, warps_per_row=geo.warps_per_row)
-        return CallPlan((dataclasses.replace(wide, geometry=geo, hardware=spec),))
 
-    monkeypatch.setattr(a5, "mgather_launches", widened)
-    got = analyze("mgather", "row", idx, (8, 64), None, "float32")
-    assert got.launch == "hardware (element moves)" and got.as_dict()["launch"] == got.launch
-    assert "(hardware (element moves))" in got.format().splitlines()[0]
-    assert got.geometry == want.geometry
-    assert [s.as_dict() for s in got.streams] == [s.as_dict() for s in want.streams]
+def test_the_call_replayed_is_the_whole_array_one_unless_a_tile_op_option_is_given():
+    idx = np.arange(4, dtype=I32)
+    whole = analyze("mgather", "row", idx, (8, 32), dtype="float32")
+    assert whole.call == "whole" and whole.plan[0].startswith("launch simt_mgather_row_kernel")
+    for option in (dict(tile_layout="col_major"), dict(idx_layout="row"), dict(tile_padded=(8, 32))):
+        assert analyze("mgather", "row", idx, (8, 32), (4, 32), "float32", **option).call == "tile"
+        with pytest.raises(ValueError, match="call='tile'"):
+            analyze("mgather", "row", idx, (8, 32), (4, 32), "float32", call="whole", **option)
+    tile = analyze("mgather", "row", idx, (8, 32), dtype="float32", call="tile")
+    assert tile.call == "tile" and tile.launch == "as launched"
+    assert gm(tile.gm_loads) == gm(whole.gm_loads) == (4, 16, 4, 512, 512)
+    with pytest.raises(ValueError, match="call must be"):
+        analyze("mgather", "row", idx, (8, 32), call="both")
+    with pytest.raises(ValueError, match="slot-centric"):
+        analyze("mscatter", "row", idx, (8, 32), call="tile", last_path="owner")
+    with pytest.raises(ValueError, match="mscatter only"):
+        analyze("mgather", "row", idx, (8, 32), last_path="owner")
+
+
+@pytest.mark.parametrize("kw, names", [
+    (dict(last_path="auto"), "simt_mscatter_elem_serial_kernel: the multicore backend's serial"),
+    (dict(last_path="owner", owner="compact"), "simt_mscatter_compact_owner_claim_kernel: the compact owner path"),
+])
+def test_a_launch_kind_the_analyzer_does_not_model_is_refused_by_name(kw, names):
+    with pytest.raises(ValueError, match=names):
+        analyze("mscatter", "elem", np.array([[5, 6, 5, 40]], I32), 64, (1, 4), "int32", **kw)
+
+
+def test_the_whole_array_slot_path_spreads_the_slots_over_blocks():
+    # Row Conflict::Last, 2048 table rows of 8 float32, idx [5, 1500, 5] (one tile): last_geometry(2048) = 32 warps of
+    # 1024 threads. The whole-array launch has grid ceil(2048 / 1024) = 2: thread g = b * 1024 + tid owns slot g.
+    # Reverse scans of the 3 indices: slot 5 stops at row 2 (1 read), slot 1500 at row 1 (2), every other slot reads
+    # all 3, so every warp makes 3 broadcast requests: 64 x 3 = 192; lanes 2046 x 3 + 1 + 2 = 6141.
+    idx = np.array([5, 1500, 5], I32)
+    r = analyze("mscatter", "row", idx, (2048, 8), None, "float32")
+    assert (r.kernel, r.blocks, r.launches) == ("simt_mscatter_row_last_kernel", 2, 1)
+    scan = r.stream("idx")
+    assert (scan.requests, scan.lanes) == (192, 6141) and scan.per_warp.tolist() == [[3] * 32, [3] * 32]
+    # Stores: slot 5 (block 0, warp 0, lane 5) and slot 1500 (block 1, thread 476: warp 14, lane 28), each its 8
+    # columns, one request of one lane per column: 16 requests, 16 sectors, 16 x 4 = 64 B requested, 512 B moved.
+    assert gm(r.gm_stores) == (16, 16, 16, 64, 512)
+    want = np.zeros((2, 32), int)
+    want[0, 0] = want[1, 14] = 8
+    assert r.stream("table").per_warp.tolist() == want.tolist()
+    # The tile op launches one block: each thread owns slots tid and tid + 1024, 2 x 3 scan steps per warp.
+    t = analyze("mscatter", "row", idx, (2048, 8), None, "float32", call="tile")
+    assert t.blocks == 1 and t.stream("idx").per_warp.tolist() == [[6] * 32] and gm(t.gm_stores) == gm(r.gm_stores)
+
+
+def test_the_owner_path_row_by_hand():
+    # Row Conflict::Last, owner path with one owner per table row: table 4 rows x 8 float32, idx [2, 0, 2].
+    r = analyze("mscatter", "row", np.array([2, 0, 2], I32), (4, 8), None, "float32", last_path="owner",
+                owner="dense")
+    assert r.kernel == ("simt_mscatter_owner_reset_kernel -> simt_mscatter_row_owner_claim_kernel -> "
+                        "simt_mscatter_row_owner_write_kernel")
+    assert (r.launches, r.launch) == (3, "hardware (element moves)")  # a 32 B row moves as 4 uint64 units
+    # Reset: 4 int32 owners, one request of 4 lanes, bytes 0..15: 1 sector, 16 B requested.
+    assert gm(r.stream("owner reset")) == (1, 1, 1, 16, 32)
+    # Claim: one warp, lane i takes source row 2 - i: idx bytes 8, 4, 0 (one UB block), atomic max on owner[2],
+    # owner[0], owner[2] (bytes 8, 0, 8): one request, 1 sector, 2 distinct addresses (8 B); two lanes on owner[2].
+    assert (r.stream("idx").requests, r.stream("idx").sectors, r.stream("idx").lanes) == (1, 1, 3)
+    claim = r.stream("owner claim")
+    assert gm(claim) == (1, 1, 1, 8, 32) and (claim.max_lanes_per_address, claim.serialized_lanes) == (2, 1)
+    # Write, as the hardware moves elements: tile_rows 3 (the call's tiles), so rows 0..2 in block 0 (kRowWarps 3,
+    # one warp a row), row 3 in block 1. Each row's warp reads its owner, all lanes on one address: 4 requests,
+    # 4 sectors. Rows 0 (owner: source row 1) and 2 (source row 2) copy 8 float32 = 32 B: table bytes 0..31 and
+    # 64..95, one sector each; src rows 1 and 2, one UB block each.
+    assert gm(r.stream("owner")) == (4, 4, 4, 16, 128)
+    assert r.stream("owner").per_warp.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert gm(r.stream("table")) == (2, 2, 2, 64, 64)
+    assert r.stream("table").per_warp.tolist() == [[1, 0, 1], [0, 0, 0]]
+    assert (r.stream("src").requests, r.stream("src").sectors, r.stream("src").strides["unit"]) == (2, 2, 2)
+
+
+def test_the_owner_path_elem_by_hand():
+    # Elem Conflict::Last, owner path: 64 int32 slots, idx [[5, 6, 5, 40]] (the slot kernel's case above).
+    r = analyze("mscatter", "elem", np.array([[5, 6, 5, 40]], I32), 64, (1, 4), "int32", last_path="owner",
+                owner="dense")
+    assert r.kernel.endswith("simt_mscatter_elem_owner_write_kernel") and r.launch == "as launched"
+    # Reset: 64 int32 owners, 2 requests of 32 lanes x 4 B: 4 sectors, 1 segment each.
+    assert gm(r.stream("owner reset")) == (2, 8, 2, 256, 256)
+    # Claim: lane i takes position 3 - i: idx bytes 12, 8, 4, 0 (one block); atomics on slots 40, 5, 6, 5 (bytes
+    # 160, 20, 24, 20): one request, sectors 5 and 0, segments 1 and 0, 3 distinct addresses = 12 B.
+    claim = r.stream("owner claim")
+    assert gm(claim) == (1, 2, 2, 12, 64) and (claim.lanes, claim.max_lanes_per_address) == (4, 2)
+    assert (r.stream("idx").requests, r.stream("idx").sectors) == (1, 1)
+    # Write: every slot's owner read (2 requests of 128 B); slots 5, 6 (owners 2, 1) in request 0 store bytes 20, 24
+    # (1 sector), slot 40 (owner 3) in request 1 byte 160: the same table stores as the slot kernel's.
+    assert gm(r.stream("owner")) == (2, 8, 2, 256, 256)
+    assert gm(r.stream("table")) == (2, 2, 2, 12, 64) and r.stream("table").lanes == 3
+    # src: positions 2, 1 (bytes 8, 4) then 3 (byte 12): 2 requests, one block each.
+    assert (r.stream("src").requests, r.stream("src").sectors, r.stream("src").lanes) == (2, 2, 3)
 
 
 # -- agreement with the kernels as they run (CUDA simulator, every access recorded) -----------------------------
@@ -394,18 +487,17 @@ def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape,
     data, idx, table = _tiles(op, coalesce, dtype, table_shape, tile, idx_vals, kw, rng)
     co = from_any(pto.Coalesce, coalesce)
     if op == "mgather":
-        plan = constraints.validated_mgather("a5", data, table, idx, co, from_any(pto.GatherOOB, kw.get("oob", "undefined")),
-                                        pto.GatherExec.SCALAR, None, True, None)
+        policy = mgather_policy(co, kw.get("oob", "undefined"), "a5", pto.GatherExec.SCALAR, True, None)
+        plan = constraints.validated_mgather(policy, data, table, idx)
         (launch,) = mgather_launches(plan).launches
     else:
-        plan = constraints.validated_mscatter("a5", table, data, idx, co,
-                                         from_any(pto.ScatterAtomicOp, kw.get("atomic", "none")),
-                                         from_any(pto.ScatterOOB, kw.get("oob", "undefined")),
-                                         from_any(pto.ScatterConflict, kw.get("conflict", "last")), True, None)
+        policy = mscatter_policy(co, kw.get("atomic", "none"), kw.get("oob", "undefined"), kw.get("conflict", "last"), "a5",
+                                 True, None)
+        plan = constraints.validated_mscatter(policy, table, data, idx)
         (launch,) = mscatter_launches(plan).launches
     log = _recorded_run(launch)
     arg = idx_vals[:, None] if coalesce == "row" and kw.get("idx_layout") == "col" else idx_vals
-    report = analyze(op, coalesce, arg, table_shape, tile, dtype, keep_lanes=True, **kw)
+    report = analyze(op, coalesce, arg, table_shape, tile, dtype, keep_lanes=True, call="tile", **kw)
     assert report.kernel == launch.kernel and report.geometry == launch.geometry
     assert report.launch == "as launched" and launch.hardware is None
     recorded = {}
@@ -423,6 +515,84 @@ def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape,
         assert len(got) == stream.lanes
     assert sum(len(v) for k, v in recorded.items() if k[0] in ("idx", "dst", "src")) == \
         sum(s.lanes for s in report.streams if s.space == "ub")
+
+
+WHOLE_CASES = [
+    # op, coalesce, dtype, table shape, index shape, tile_rows, kwargs
+    ("mgather", "row", "float32", (20, 40), (12,), 5, dict(oob="clamp")),  # widened: the hardware's launch
+    ("mgather", "elem", "int8", (6, 40), (6, 12), 4, dict(oob="zero")),
+    ("mscatter", "row", "int32", (30, 20), (9,), 4, dict(atomic="add", oob="skip")),
+    ("mscatter", "row", "uint16", (16, 8), (10,), 4, dict(oob="skip")),  # slot-centric, 3 launches
+    ("mscatter", "elem", "float32", (5, 8), (4, 5), 2, dict(oob="wrap")),  # slot-centric, 2 launches
+    ("mscatter", "row", "float32", (12, 8), (10,), None, dict(last_path="owner", owner="dense", oob="wrap")),
+    ("mscatter", "elem", "int32", (5, 8), (3, 7), None, dict(last_path="owner", owner="dense")),
+]
+
+_WHOLE_ARGS = {
+    # stream -> (argument, access) per kernel family; the simulator's atomics read then write the element
+    "gather": {"table": ("table", "ld"), "idx": ("idx", "ld"), "dst": ("dst", "st")},
+    "scatter": {"table": ("table", "st"), "idx": ("idx", "ld"), "src": ("src", "ld")},
+    "reset": {"owner reset": ("owner", "st")},
+    "claim": {"idx": ("idx", "ld"), "owner claim": ("owner", "st")},
+    "write": {"owner": ("owner", "ld"), "table": ("table", "st"), "src": ("src", "ld")},
+}
+
+
+def _family(kernel):
+    for part in ("reset", "claim", "write"):
+        if f"_{part}_" in kernel:
+            return part
+    return "gather" if "mgather" in kernel else "scatter"
+
+
+@pytest.mark.parametrize("op, coalesce, dtype, table_shape, idx_shape, tile_rows, kw", WHOLE_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{'-'.join(f'{v}' for v in c[6].values())}" for c in WHOLE_CASES])
+def test_analyzer_matches_the_simulated_whole_array_launches(op, coalesce, dtype, table_shape, idx_shape, tile_rows,
+                                                             kw, rng, simulator_backend):
+    """Every launch of the whole-array plan (its hardware form where the emulator widens), run on the simulator with
+    every access recorded: the analyzer predicts exactly those (block, warp, lane, element) accesses. A tile's
+    slot-centric launch takes its tile's slice of the call's arrays: its blocks and offsets follow the tiles'."""
+    d = pto.dtypes.resolve(dtype)
+    row = coalesce == "row"
+    capacity = table_shape[0] if row else table_shape[0] * table_shape[1]
+    high = capacity + capacity // 3 if kw.get("oob", "undefined") != "undefined" else capacity
+    idx = rng.integers(0, high, idx_shape).astype(I32)
+    idx.flat[-1] = idx.flat[0]  # at least one repeat
+    table = np.zeros(table_shape, d.numpy)
+    options = dict(coalesce=coalesce, oob=kw.get("oob", "undefined"), target="a5", tile_rows=tile_rows,
+                   backend="multicore")
+    if op == "mgather":
+        call = pto.gather_plan(table, idx, **options)
+    else:
+        src = rng.integers(0, 100, idx_shape + ((table_shape[1],) if row else ())).astype(d.numpy)
+        call = pto.scatter_plan(table, src, idx, atomic=kw.get("atomic", "none"), last_path=kw.get("last_path", "slot"),
+                                owner=kw.get("owner"), **options)
+    report = analyze(op, coalesce, idx, table_shape, None if tile_rows is None else (tile_rows, table_shape[1] if row
+                     else idx_shape[-1]), dtype, keep_lanes=True, **kw)
+    assert report.call == "whole" and report.launches == len(call.launches)
+    recorded: dict = {}
+    block0 = first_row = 0  # the slot-centric launches: blocks and index rows of the tiles before
+    for launch in call.launches:
+        spec = launch.hardware or launch
+        slot_centric = spec.kernel.endswith("_last_kernel")
+        if slot_centric:  # the tile's rows begin first_row rows into the call's index and source
+            offsets = {"idx": first_row * (1 if row else spec.arguments["valid_cols"]),
+                       "src": first_row * spec.arguments["src_rs"]}
+        for arg, kind, b, ty, tx, k in _recorded_run(spec):
+            for stream, want in _WHOLE_ARGS[_family(spec.kernel)].items():
+                if want == (arg, kind):
+                    if slot_centric:
+                        k += offsets.get(arg, 0)
+                    recorded.setdefault(stream, []).append((b + (block0 if slot_centric else 0), ty, tx, k))
+        if slot_centric:
+            block0, first_row = block0 + spec.grid, first_row + spec.arguments["valid_rows"]
+    assert {s.name for s in report.streams if s.lanes} == set(recorded)
+    for stream in report.streams:
+        trace = stream.lane_trace()
+        trace[:, 3] //= stream.itemsize
+        got = sorted(map(tuple, trace.tolist()))
+        assert got == sorted(recorded.get(stream.name, [])), f"{stream.name}: {len(got)} accesses predicted"
+        assert len(got) == stream.lanes
 
 
 # -- the command line ------------------------------------------------------------------------------------------
@@ -462,3 +632,22 @@ def test_cli_text_and_errors(tmp_path, capsys):
     assert status == 0 and "simt_mscatter_row_kernel" in out and "GM atomics" in out
     status, _, err = _cli(["--op", "mscatter", "--idx", str(path), "--table", "50x32"], capsys)
     assert status == 2 and "out of range" in err
+
+
+def test_cli_call_and_last_path(tmp_path, capsys):
+    path = tmp_path / "idx.npy"
+    np.save(path, np.array([2, 0, 2], dtype=I32))
+    argv = ["--op", "mscatter", "--idx", str(path), "--table", "4x8"]
+    status, out, _ = _cli([*argv, "--last-path", "owner", "--json"], capsys)
+    report = json.loads(out)
+    assert status == 0 and report["call"] == "whole" and report["launches"] == 3
+    assert [line.split()[1] for line in report["plan"] if line.startswith("launch")] == [
+        "simt_mscatter_owner_reset_kernel", "simt_mscatter_row_owner_claim_kernel",
+        "simt_mscatter_row_owner_write_kernel"]
+    assert {"owner reset", "owner claim", "owner"} <= {s["name"] for s in report["streams"]}
+    status, out, _ = _cli([*argv, "--call", "tile"], capsys)
+    assert status == 0 and "tile op, one tile:" in out and "simt_mscatter_row_last_kernel" in out
+    status, _, err = _cli([*argv, "--call", "tile", "--last-path", "owner"], capsys)
+    assert status == 2 and "slot-centric" in err
+    status, _, err = _cli([*argv, "--coalesce", "elem", "--last-path", "auto"], capsys)
+    assert status == 2 and "simt_mscatter_elem_serial_kernel" in err

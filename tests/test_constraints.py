@@ -16,7 +16,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import constraints
-from simt_pto.enums import from_any
+from simt_pto.call import mgather_policy, mscatter_policy
 from conftest import ALL_DTYPE_NAMES, SPEC_ELEMENT_DTYPES, min_cols
 
 TARGETS = ("cpu", "a2a3", "a5")
@@ -29,9 +29,8 @@ def gather(target, dst, table, idx, coalesce="row", oob="undefined", exec="scala
     if target == "cpu":
         return pto.mgather(dst, table, idx, coalesce=coalesce, oob=oob, target="cpu", exec=exec, scratch=scratch,
                            strict=strict, dyn_ubuf_size=dyn_ubuf_size)
-    return constraints.validated_mgather(target, dst, table, idx, from_any(pto.Coalesce, coalesce),
-                                    from_any(pto.GatherOOB, oob), from_any(pto.GatherExec, exec), scratch, strict,
-                                    dyn_ubuf_size)
+    return constraints.validated_mgather(mgather_policy(coalesce, oob, target, exec, strict, dyn_ubuf_size), dst,
+                                         table, idx, scratch)
 
 
 def scatter(target, table, src, idx, coalesce="row", atomic="none", oob="undefined", conflict="last", strict=True,
@@ -39,9 +38,8 @@ def scatter(target, table, src, idx, coalesce="row", atomic="none", oob="undefin
     if target == "cpu":
         return pto.mscatter(table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict,
                             target="cpu", strict=strict, dyn_ubuf_size=dyn_ubuf_size)
-    return constraints.validated_mscatter(target, table, src, idx, from_any(pto.Coalesce, coalesce),
-                                     from_any(pto.ScatterAtomicOp, atomic), from_any(pto.ScatterOOB, oob),
-                                     from_any(pto.ScatterConflict, conflict), strict, dyn_ubuf_size)
+    return constraints.validated_mscatter(mscatter_policy(coalesce, atomic, oob, conflict, target, strict, dyn_ubuf_size),
+                                          table, src, idx)
 
 
 def call(op, target, kw):

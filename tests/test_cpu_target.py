@@ -17,6 +17,7 @@ from simt_pto import constraints
 from simt_pto.enums import from_any
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.policy import index_rule
+from simt_pto.call import mgather_policy
 from conftest import SPEC_ELEMENT_DTYPES, as_bits, min_cols, random_values, sentinel_bits, uint32_of
 
 CPU_DTYPES = SPEC_ELEMENT_DTYPES["cpu"]
@@ -148,8 +149,8 @@ def test_out_of_bounds_check_on_every_target(target):
     idx = pto.Tile.from_array(np.array([[5, 6]], np.int32), 1, 8)
 
     def plan(oob, strict=True):
-        return constraints.validated_mgather(target, pto.Tile("float32", 2, 8), table, idx, pto.Coalesce.ROW,
-                                        from_any(pto.GatherOOB, oob), pto.GatherExec.SCALAR, None, strict, None)
+        return constraints.validated_mgather(mgather_policy(pto.Coalesce.ROW, oob, target, pto.GatherExec.SCALAR, strict, None),
+                                             pto.Tile("float32", 2, 8), table, idx, None)
 
     with pytest.raises(pto.OutOfBoundsError, match=rf"MGATHER on {target}: 1 index\(es\) out of range \[0, 6\)"):
         plan("undefined")

@@ -305,11 +305,11 @@ def test_numpy_indices_out_of_range_are_refused_before_anything_is_built(client,
     idx = bad_indices(rng, 150)
     src = random_values(rng, (60, 4), "float32")
     args = (idx,) if op == "gather" else (src, idx)
-    with pytest.raises(pto.OutOfBoundsError) as in_memory:
+    with pytest.raises(pto.OutOfBoundsError) as local:
         getattr(in_memory, op)(table.copy(), *args)
     with pytest.raises(pto.OutOfBoundsError) as distributed:
         getattr(dask_tables, op)(dtable, *args)
-    assert str(distributed.value) == str(in_memory.value)
+    assert str(distributed.value) == str(local.value)
     assert "4 index(es) out of range [0, 150)" in str(distributed.value)
 
 
@@ -321,13 +321,13 @@ def test_dask_indices_out_of_range_are_refused_at_compute_time_with_the_same_err
     idx = bad_indices(rng, cap)
     src = source(rng, table, coalesce, idx)
     args = (idx,) if op == "gather" else (src, idx)
-    with pytest.raises(pto.OutOfBoundsError) as in_memory:
+    with pytest.raises(pto.OutOfBoundsError) as local:
         getattr(in_memory, op)(table.copy(), *args, coalesce=coalesce)
     dargs = (to_dask(idx, 13),) if op == "gather" else (to_dask(src, 13), to_dask(idx, 13))
     result = getattr(dask_tables, op)(dtable, *dargs, coalesce=coalesce)  # builds; nothing runs yet
     with pytest.raises(pto.OutOfBoundsError) as distributed:
         result.compute()
-    assert str(distributed.value) == str(in_memory.value)
+    assert str(distributed.value) == str(local.value)
     assert (distributed.value.count, distributed.value.positions) == (4, [7, 30, 31, 50])
 
 
@@ -366,12 +366,12 @@ def test_calls_the_in_memory_op_refuses_are_refused_with_its_error(rng, case):
     op, arguments, kwargs = REFUSED[case]
     table = random_values(rng, (40, 4), "float32")
     src, idx = np.zeros((5, 4), np.float32), np.zeros(5, np.int32)
-    with pytest.raises((pto.ConstraintError, TypeError)) as in_memory:
+    with pytest.raises((pto.ConstraintError, TypeError)) as local:
         getattr(in_memory, op)(*arguments(table, src, idx), **kwargs)
     t, *rest = arguments(table, src, idx)
-    with pytest.raises(in_memory.type) as distributed:
+    with pytest.raises(local.type) as distributed:
         getattr(dask_tables, op)(da.from_array(t, chunks=(10,) + t.shape[1:]), *rest, **kwargs)
-    assert str(distributed.value) == str(in_memory.value)
+    assert str(distributed.value) == str(local.value)
 
 
 def test_tables_cut_along_columns_and_numpy_tables_under_a_scatter_are_refused(rng):

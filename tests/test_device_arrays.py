@@ -188,14 +188,14 @@ def test_torch_bfloat16_tensors_are_read_as_bfloat16():
 def device_runs(monkeypatch):
     """How many calls the fast path's device runners served (returned a result rather than sending the call to
     the full path)."""
-    from simt_pto.host import fast_path
+    from simt_pto.host.kept_launch import KeptLaunch
     counts = {"gather": 0, "scatter": 0}
-    for name, runner in (("gather", fast_path.DeviceGather), ("scatter", fast_path.DeviceScatter)):
-        def counted(self, *args, _run=runner.__call__, _name=name):
-            result = _run(self, *args)
-            counts[_name] += result is not None
-            return result
-        monkeypatch.setattr(runner, "__call__", counted)
+
+    def counted(self, pointers, template, _run=KeptLaunch.run_device):
+        result = _run(self, pointers, template)
+        counts["gather" if "dst" in self.made else "scatter"] += result is not None
+        return result
+    monkeypatch.setattr(KeptLaunch, "run_device", counted)
     return counts
 
 

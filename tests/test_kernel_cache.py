@@ -67,10 +67,23 @@ def test_unwatched_code_keeps_numbas_own_stamp(tmp_path):
 def test_package_kernels_are_watched():
     kernels = Path(cache.__file__).parent
     for module in ("a2a3/mgather.py", "a2a3/mscatter.py", "a2a3/walk.py", "a5/mgather.py", "a5/mscatter.py",
-                   "a5/device.py", "cube_l1_walk.py"):
+                   "a5/device.py", "cube_l1_walk.py", "tuning.py"):
         assert cache.watched(kernels / module)
     assert cache.watched(Path(simt_pto.__file__).parent / "enums.py")  # policy constants frozen at compile
     assert not cache.watched(Path(subprocess.__file__))
+
+
+def test_the_digest_covers_the_kernels_tuning_table(monkeypatch):
+    """The constants the kernels compile in live in kernels/tuning.py: a change to that file's content (as this
+    process imported it) changes the source digest every kernel's cache entry is stamped with."""
+    from simt_pto.kernels import tuning
+    before = cache.source_digest()
+    path = str(Path(tuning.__file__).resolve())
+    assert cache._at_import.get(path) is not None  # taken at the first stamp after its import, as for any module
+    monkeypatch.setitem(cache._at_import, path, "0" * 64)  # the table as if it had held other values
+    assert cache.source_digest() != before
+    monkeypatch.undo()
+    assert cache.source_digest() == before
 
 
 def test_locators_are_installed_for_cpu_and_cuda_caches(simulator_backend):

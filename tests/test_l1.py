@@ -21,6 +21,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import constraints
 from simt_pto import l1_gather as l1mod
+from simt_pto.call import mgather_policy
 from oracles import (GATHER_POLICIES, NUMPY_TYPES, GuardedTable, bits_type, case_rng, gather_elem, random_bits,
                      sentinel, slot)
 
@@ -338,8 +339,8 @@ def test_simt_launch_geometry_and_dispatch():
     assert l1_elem_geometry(16, 32).work_items == 512
     case = ElemCase("float16", "clamp")
     tile, _, scratch = case.fresh()
-    simt = constraints.validated_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
-                                            pto.GatherOOB.CLAMP, pto.GatherExec.SIMT, scratch, True, None)
+    simt = constraints.validated_mgather(mgather_policy(pto.Coalesce.ELEM, pto.GatherOOB.CLAMP, "a5", pto.GatherExec.SIMT, True, None),
+                                         tile, case.table.tensor, case.idx, scratch)
     call = mgather_l1_launches(simt)
     (launch,) = call.launches
     assert launch.kernel == "simt_mgather_l1_elem_kernel"
@@ -347,8 +348,8 @@ def test_simt_launch_geometry_and_dispatch():
     assert isinstance(call.steps[-1], HostStep) and "copy_gm_to_cbuf" in call.steps[-1].name  # the AIC's copy
     (routed,) = mgather_launches(simt).launches                   # the one A5 dispatch routes L1 plans
     assert (routed.kernel, routed.policy, routed.geometry) == (launch.kernel, launch.policy, launch.geometry)
-    scalar = constraints.validated_mgather("a5", tile, case.table.tensor, case.idx, pto.Coalesce.ELEM,
-                                              pto.GatherOOB.CLAMP, pto.GatherExec.SCALAR, scratch, True, None)
+    scalar = constraints.validated_mgather(mgather_policy(pto.Coalesce.ELEM, pto.GatherOOB.CLAMP, "a5", pto.GatherExec.SCALAR, True, None),
+                                           tile, case.table.tensor, case.idx, scratch)
     scalar_call = mgather_l1_launches(scalar)                    # the cube core's scalar walk: no launch
     assert scalar_call.launches == () and len(scalar_call.steps) == 1
 

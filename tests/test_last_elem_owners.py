@@ -10,7 +10,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import geometry
-from simt_pto.host import a5_whole_array, fast_path, in_memory, tuning
+from simt_pto.host import a5_whole_array, in_memory, kept_launch, tuning
 from simt_pto.plan import CallCache
 
 from conftest import as_bits, random_values
@@ -39,7 +39,7 @@ def _case(rng, dtype, oob, shape=(12, 10)):
 def test_the_elem_owner_path_gives_the_serial_bits(rng, dtype, oob):
     """Elem kernels over int32 position owners, the full path and then the signature's kept launches: the serial
     loop's bits."""
-    CallCache.clear_all()  # a signature that has run keeps its launches (host/fast_path.py): this one builds them
+    CallCache.clear_all()  # a signature that has run keeps its launches (host/kept_launch.py): this one builds them
     table, src, idx = _case(rng, dtype, oob)
     want = serial_last(as_bits(table), as_bits(src), idx, "elem", oob)
     plan = in_memory.scatter_plan(table.copy(), src, idx, coalesce="elem", oob=oob, last_path="owner", owner="dense")
@@ -48,7 +48,7 @@ def test_the_elem_owner_path_gives_the_serial_bits(rng, dtype, oob):
         "simt_mscatter_owner_reset_kernel", "simt_mscatter_elem_owner_claim_kernel",
         "simt_mscatter_elem_owner_write_kernel"]
     assert reset.arguments["owner"].dtype == np.int32
-    for _ in range(2):  # the full path, then the kept launches (host/fast_path.py)
+    for _ in range(2):  # the full path, then the kept launches (host/kept_launch.py)
         got = table.copy()
         pto.scatter(got, src, idx, coalesce="elem", oob=oob, conflict="last", last_path="owner")
         np.testing.assert_array_equal(as_bits(got), want)
@@ -67,7 +67,7 @@ def test_the_owner_path_on_the_workers(rng, monkeypatch, tune, dtype, claim):
     worker (``copies``, :func:`a5_whole_array._claim_copies`). Against the reference's last writer per slot (indices with
     repeats, the table's last slots untouched), the full path and then the kept launches."""
     from simt_pto import reference
-    from simt_pto.kernels.a5.device import CLAIM_PREFETCH_MIN_SLOTS
+    from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
     from simt_pto.kernels.a5.simt import multicore_workers
     CallCache.clear_all()
     if claim == "shared":
@@ -151,7 +151,7 @@ def test_the_private_claim_refuses_an_index_past_the_table_before_any_write(rng,
 
     def no_range_pass(*args):
         raise AssertionError("the kept launches ran a range pass before the claim")
-    monkeypatch.setattr(fast_path, "indices_below", no_range_pass)
+    monkeypatch.setattr(kept_launch, "all_below", no_range_pass)
     assert first == refusal() == refusal()
 
 

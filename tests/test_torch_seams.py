@@ -17,7 +17,9 @@ from conftest import TARGETS, requires_cuda
 
 torch = pytest.importorskip("torch", reason="the PyTorch seams need torch (pip install torch)")
 
-from simt_pto.host import fast_path  # noqa: E402  (after the skip: nothing here runs without torch)
+from simt_pto.call import scatter_policy  # noqa: E402  (after the skip: nothing here runs without torch)
+from simt_pto.host import in_memory, kept_launch  # noqa: E402
+from simt_pto.plan import SIGNATURES  # noqa: E402
 
 
 def conj_imag():
@@ -290,31 +292,35 @@ class CudaLike(torch.Tensor):
                     data=(self.data_ptr(), False), version=2)
 
 
-def test_the_rules_hold_on_the_device_fast_path():
-    """The GPU fast path (:class:`~simt_pto.host.fast_path.DeviceScatter`), its runner stood in for by one that
-    records its calls: an inference tensor outside inference mode is refused before the runner runs; a written
-    table's version goes up once the runner has written; a lazy view never takes the fast path."""
-    options = ("row", "none", "undefined", "last", "a5", None, None, True, "auto", None)
+def test_the_rules_hold_on_the_device_fast_path(monkeypatch):
+    """The GPU's kept launch (:meth:`~simt_pto.host.kept_launch.KeptLaunch.run_device`), stood in for by one that
+    records its calls: an inference tensor outside inference mode is refused before it runs; a written table's
+    version goes up once it has written; a lazy view never takes the kept launch."""
+    policy = scatter_policy("row", "none", "undefined", "last", "a5", None, None, True, "auto", None)
     ran = []
 
-    def runner(table, operands):
-        ran.append(table)
-        return table
+    class Recording:
+        def run_device(self, pointers, template):
+            ran.append(template)
+            return True
     with torch.inference_mode():
         frozen = torch.zeros(4, 2).as_subclass(CudaLike)
     table = torch.zeros(4, 2).as_subclass(CudaLike)
     idx, src = torch.tensor([1], dtype=torch.int32).as_subclass(CudaLike), torch.ones(1, 2).as_subclass(CudaLike)
-    key, _ = fast_path._device_signature(table, idx, options, src)  # (one signature: the types, dtypes and shapes)
-    fast_path._RUNNERS.put(key, runner)
+    key, _ = kept_launch.device_operands(policy, table, idx, src)  # (one signature: the types, dtypes and shapes)
+    entry = kept_launch.Entry(1, None, 1)
+    entry.kept = Recording()
+    SIGNATURES.put(key, entry)
+    monkeypatch.setattr(kept_launch, "keeping_backend", lambda policy: "gpu")
     try:
         with pytest.raises(pto.ConstraintError, match="table was made under torch.inference_mode"):
-            fast_path.scatter(frozen, src, idx, options)
+            in_memory.scatter_with(policy, frozen, src, idx)
         assert ran == []
-        assert fast_path.scatter(table, src, idx, options) is table and ran == [table] and table._version == 1
+        assert in_memory.scatter_with(policy, table, src, idx) is table and ran == [table] and table._version == 1
     finally:
-        fast_path._RUNNERS.take(key)
+        SIGNATURES.take(key)
     lazy = torch._neg_view(torch.zeros(4, 2)).as_subclass(CudaLike)
-    assert lazy.is_neg() and fast_path._device_signature(lazy, idx, options, src) is None
+    assert lazy.is_neg() and kept_launch.device_operands(policy, lazy, idx, src) is None
 
 
 @requires_cuda

@@ -1,8 +1,10 @@
 """The host's thresholds are one public table (``simt_pto.host.tuning``): a change takes effect at the next call of
 a signature already planned, a ``with tuned(...)`` block puts the table back, and a value that is no threshold is
-refused. None changes a result: every form a threshold picks gives the same bits."""
+refused. None changes a result: every form a threshold picks gives the same bits. The kernels' tuned constants are
+one table too (``simt_pto.kernels.tuning``), the only place under kernels/ that assigns one."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import pathlib
 import re
@@ -12,6 +14,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto.host import a5_whole_array, tuning
+from simt_pto.kernels import tuning as kernels_tuning
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -81,3 +84,67 @@ def test_the_planner_reads_the_table_not_module_constants():
         assert not shouting.search(path.read_text()), path.name
     for path in sorted((ROOT / "bench").glob("*.py")):
         assert not re.search(r"\b(a5|a5_whole_array|in_memory|tiling)\.[A-Z_]{6,} = ", path.read_text()), path.name
+
+
+# Module-level numbers under kernels/ that are facts of the hardware or of a number format, not tuned choices: they
+# stay beside the code that uses them.
+KERNEL_FACTS = {
+    "a5/intrinsics.py": {"_CACHE_LINE"},  # the x86-64 cache line (64 bytes), the step of the line prefetch
+    "softfloat.py": {"F16_EXP_BITS", "F16_MAN_BITS",  # IEEE binary16's exponent and significand widths (5, 10)
+                     "BF16_EXP_BITS", "BF16_MAN_BITS",  # bfloat16's (8, 7)
+                     "F16_SUBNORMAL_UNIT"},  # 2^-24, binary16's smallest subnormal
+}
+
+
+def _number(node: ast.expr | None) -> bool:
+    """Whether an expression is built of number literals alone (``4``, ``20e-6``, ``1 << 16``, ``2.0 ** -24``)."""
+    if isinstance(node, ast.BinOp):
+        return _number(node.left) and _number(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _number(node.operand)
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _module_numbers(path: pathlib.Path) -> dict[str, ast.expr]:
+    """The module-level UPPER_CASE names (``_`` prefix allowed) a file assigns a number to."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, ast.AnnAssign):
+            pairs = [(node.target, node.value)]
+        else:
+            continue
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and re.fullmatch(r"_?[A-Z][A-Z0-9_]*", target.id) and _number(value):
+                found[target.id] = value
+    return found
+
+
+def test_the_kernels_tuned_constants_live_in_one_table():
+    """kernels/tuning.py is the only place under kernels/ that assigns a tuned number: a kernel module takes the
+    constant by name from it (and Numba freezes it in at compile time as before); the facts above stay put."""
+    folder = ROOT / "kernels"
+    found = {path.relative_to(folder).as_posix(): set(_module_numbers(path))
+             for path in sorted(folder.rglob("*.py")) if _module_numbers(path)}
+    table = found.pop("tuning.py")
+    assert found == KERNEL_FACTS
+    assert {"CHUNKS_PER_WORKER", "ROWS_AHEAD", "SERIAL_PREFETCH_AHEAD", "CLAIM_PREFETCH_AHEAD", "CLAIM_PREFETCH_MIN_SLOTS",
+            "SCAN_BLOCK", "SCAN_MAX_BLOCKS", "WAIT_SLICE_S"} <= table
+
+
+def test_the_kernels_table_is_plain_numbers_one_line_each_and_imports_nothing():
+    """Plain ints and floats (what Numba freezes as a global), each with a one-line docstring (what it trades, where
+    it was measured); the table imports nothing, so every target may read it and none reaches another through it."""
+    path = ROOT / "kernels" / "tuning.py"
+    tree = ast.parse(path.read_text())
+    assert not [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    for name in _module_numbers(path):
+        value = getattr(kernels_tuning, name)
+        assert type(value) in (int, float) and value > 0, name
+    body = tree.body
+    for at, node in enumerate(body):
+        if isinstance(node, ast.Assign):
+            doc = body[at + 1] if at + 1 < len(body) else None
+            assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), node.targets[0].id
+            assert isinstance(doc.value.value, str) and "\n" not in doc.value.value, node.targets[0].id

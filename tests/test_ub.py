@@ -14,7 +14,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import constraints, ub
-from simt_pto.enums import from_any
+from simt_pto.call import mgather_policy, mscatter_policy
 
 KB = 1024
 A5_SAFE = 131072            # 128 KB
@@ -24,11 +24,11 @@ A2A3_UB = 196608            # 192 KB
 
 def plan(op, target, tile, idx, table, coalesce="row", dyn_ubuf_size=None):
     if op == "MGATHER":
-        return constraints.validated_mgather(target, tile, table, idx, from_any(pto.Coalesce, coalesce),
-                                        pto.GatherOOB.CLAMP, pto.GatherExec.SCALAR, None, True, dyn_ubuf_size)
-    return constraints.validated_mscatter(target, table, tile, idx, from_any(pto.Coalesce, coalesce),
-                                     pto.ScatterAtomicOp.NONE, pto.ScatterOOB.CLAMP, pto.ScatterConflict.LAST, True,
-                                     dyn_ubuf_size)
+        policy = mgather_policy(coalesce, pto.GatherOOB.CLAMP, target, pto.GatherExec.SCALAR, True, dyn_ubuf_size)
+        return constraints.validated_mgather(policy, tile, table, idx)
+    policy = mscatter_policy(coalesce, pto.ScatterAtomicOp.NONE, pto.ScatterOOB.CLAMP, pto.ScatterConflict.LAST, target,
+                             True, dyn_ubuf_size)
+    return constraints.validated_mscatter(policy, table, tile, idx)
 
 
 def row_working_set(total_bytes, extra_idx_cols=0, **tile_kw):

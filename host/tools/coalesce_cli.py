@@ -3,9 +3,12 @@
     simt-pto coalesce --op mgather --coalesce elem --idx idx.npy --table 65536x64 --dtype float16 [--tile RxC]
                       [--atomic add] [--json]
 
-Prints, per warp-level memory instruction of the A5 kernel that call launches, the GM segments and sectors
+Prints, per warp-level memory instruction of the A5 launches that call makes, the GM segments and sectors
 touched, bytes requested vs moved, efficiency and the UB access regularity (``--json``: the report as JSON,
-with ``gm_loads`` / ``gm_stores`` / ``gm_atomics`` summaries). Nothing runs on a GPU.
+with ``gm_loads`` / ``gm_stores`` / ``gm_atomics`` summaries). Nothing runs on a GPU. The call is the whole-array
+one (``simt_pto.gather`` / ``scatter``, every launch its plan makes) unless ``--call tile`` or a tile-only option
+(``--tile-layout``, ``--idx-layout``, a Row ``--tile`` whose cols are not the table's) asks for the tile op's launch,
+replayed per tile (:func:`simt_pto.host.tools.coalescing.analyze`).
 """
 from __future__ import annotations
 
@@ -36,13 +39,19 @@ def _shape(text: str) -> tuple[int, ...]:
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "coalesce", help="predict the memory coalescing of an A5 MGATHER / MSCATTER call (no GPU needed)",
-        description="Predict the memory coalescing of the A5 kernel one MGATHER / MSCATTER call launches, from its "
+        description="Predict the memory coalescing of the A5 kernels one MGATHER / MSCATTER call launches, from its "
                     "indices alone (nothing runs on a GPU). For each warp-level memory instruction the report gives "
                     "the global-memory segments and sectors touched, the bytes requested and moved, the efficiency, "
-                    "and how regular the UB accesses are.",
+                    "and how regular the UB accesses are. By default the call is the whole-array one "
+                    "(simt_pto.gather / simt_pto.scatter on a5): the report replays every launch its plan makes, as "
+                    "the hardware makes it where the emulator moves rows in wider units. --call tile replays the "
+                    "tile op's launch (simt_pto.mgather / simt_pto.mscatter) once per tile instead; --tile-layout, "
+                    "--idx-layout and a Row --tile whose cols are not the table's describe a tile op and select it.",
         epilog="Example: simt-pto coalesce --op mgather --coalesce elem --idx idx.npy --table 65536x64 "
                "--dtype float16. With --json the report is one JSON object, with gm_loads / gm_stores / "
-               "gm_atomics summaries.")
+               "gm_atomics summaries. A whole-array Conflict::Last scatter is replayed on its slot-centric path "
+               "unless --last-path owner (one owner per table slot) is given; the multicore backend's serial "
+               "loop (--last-path auto, Elem) and the compact owner path are not modelled and are refused by name.")
     p.add_argument("--op", required=True, choices=("mgather", "mscatter"), help="the instruction")
     p.add_argument("--coalesce", default="row", choices=("row", "elem"),
                    help="row: whole rows; elem: single elements (default row)")
@@ -50,14 +59,26 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="the indices (.npy): Row 1-D row indices; Elem 1-D or 2-D element indices")
     p.add_argument("--table", required=True, type=_shape, metavar="ROWSxCOLS", help="the GM table's shape")
     p.add_argument("--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--call", choices=("whole", "tile"),
+                   help="whole: every launch of the whole-array call; tile: the tile op's launch, once per tile "
+                        "(default: tile when --tile-layout, --idx-layout or a Row --tile whose cols are not the "
+                        "table's is given, else whole)")
     p.add_argument("--tile", type=_shape, metavar="RxC",
                    help="valid shape of one dst / src tile (default: 256 rows Row, 4096 positions Elem, "
-                        "halved until the tiles fit the UB budget)")
-    p.add_argument("--tile-layout", choices=("row_major", "col_major"), help="the dst / src tile's BLayout")
+                        "halved until the tiles fit the UB budget); a whole call takes R as its tile_rows")
+    p.add_argument("--tile-layout", choices=("row_major", "col_major"),
+                   help="the dst / src tile's BLayout (a tile op only)")
     p.add_argument("--idx-layout", choices=("row", "col", "row_major", "col_major"),
-                   help="Row: [1, R] RowMajor (row) or [R, 1] ColMajor (col); Elem: the index tile's BLayout")
+                   help="Row: [1, R] RowMajor (row) or [R, 1] ColMajor (col); Elem: the index tile's BLayout "
+                        "(a tile op only)")
     p.add_argument("--atomic", default="none", choices=("none", "add", "max", "min"), help="MSCATTER atomic op")
     p.add_argument("--conflict", default="last", choices=("last", "default"), help="MSCATTER conflict policy")
+    p.add_argument("--last-path", default="slot", choices=("slot", "owner", "auto"),
+                   help="whole-array Conflict::Last: the slot-centric kernels, one launch per tile (default); the "
+                        "owner path; or what the multicore backend chooses")
+    p.add_argument("--owner", choices=("dense", "compact"),
+                   help="--last-path owner: one owner per table slot (dense, modelled) or per distinct slot "
+                        "(compact, not modelled); default: the call's choice")
     p.add_argument("--oob", default="undefined",
                    help="GatherOOB (undefined, clamp, wrap, zero) or ScatterOOB (undefined, skip, clamp, wrap)")
     p.add_argument("--no-strict", dest="strict", action="store_false",
@@ -92,7 +113,8 @@ def run(args) -> int:
         report = coalescing.analyze(
             args.op, args.coalesce, idx, args.table, args.tile, args.dtype, atomic=args.atomic,
             conflict=args.conflict, oob=args.oob, strict=args.strict, base_offset_bytes=args.base_offset,
-            tile_layout=args.tile_layout, idx_layout=args.idx_layout, dyn_ubuf_size=args.dyn_ubuf_size)
+            tile_layout=args.tile_layout, idx_layout=args.idx_layout, dyn_ubuf_size=args.dyn_ubuf_size,
+            call=args.call, last_path=args.last_path, owner=args.owner)
     except (ConstraintError, OutOfBoundsError, ValueError, TypeError) as exc:
         parser.error(" ".join(str(exc).split()))
     if args.json:

@@ -1,24 +1,47 @@
-"""Coalescing analyzer: the memory requests an A5 MGATHER / MSCATTER launch issues, without a GPU.
+"""Coalescing analyzer: the memory requests of the A5 launches of one MGATHER / MSCATTER call, without a GPU.
 
-:func:`analyze` validates the call with :func:`simt_pto.constraints.validated_mgather` /
-:func:`~simt_pto.constraints.validated_mscatter`, takes its launch from the one A5 dispatch
-(:func:`simt_pto.host.a5.mgather_launches` / :func:`~simt_pto.host.a5.mscatter_launches`: a
-:class:`~simt_pto.launch_spec.LaunchSpec`; nothing is launched), and replays that kernel's lane -> address
-mapping (kernels/a5/mgather.py, mscatter.py) with numpy, reading the launch's arguments by name (strides,
-``idx_step``, the capacity, ``row_warps`` / ``warps_per_row``) and its policy (the element format).
+:func:`analyze` replays one of two calls (its ``call`` argument):
+
+* ``"whole"``: the whole-array call, :func:`simt_pto.gather_plan` / :func:`simt_pto.scatter_plan` on ``a5`` (built
+  for the ``multicore`` backend: validated as :func:`simt_pto.gather` / :func:`simt_pto.scatter` validate it, not
+  run) over a zero table whose data starts ``base_offset_bytes`` past a 128-byte boundary, so that the plan is the
+  one a table at that address gets (the Row copy's move unit and a 16-bit float Add's word form depend on it).
+  Every launch of the plan (``CallPlan.launches``) is replayed, in order: the one multi-block launch of the
+  tiles (block ``b`` runs tile ``b``), the slot-centric Conflict::Last launch of each tile, or the owner path's
+  reset, claim and write;
+* ``"tile"``: the tile op, :func:`simt_pto.mgather` / :func:`simt_pto.mscatter` on one tile
+  (:func:`simt_pto.constraints.validated_mgather` / :func:`~simt_pto.constraints.validated_mscatter`, then
+  :func:`simt_pto.host.a5.mgather_launches` / :func:`~simt_pto.host.a5.mscatter_launches`), replayed for every
+  tile of the index, each tile in the same UB tile: what only a tile op has (an explicit ``tile_padded``,
+  ``tile_layout``, ``idx_layout``; the ``(1, 1)`` Elem scalar fallback).
+
+A launch is a :class:`~simt_pto.launch_spec.LaunchSpec` (nothing is launched); the analyzer replays its kernel's
+lane -> address mapping (kernels/a5/mgather.py, mscatter.py, device.py) with numpy, reading the launch's
+arguments by name (strides, ``idx_step``, the capacity, ``tile_rows``, ``row_warps`` / ``warps_per_row``, the
+owner array) and its policy (the element format).
 
 It models the hardware's launch: where the emulator launches something else (the whole-array Row gather and the
 owner write move each row in units of up to 8 bytes), a launch records the hardware's one in
 ``LaunchSpec.hardware`` and the analyzer replays that; the report says which one it replayed
-(:attr:`CoalescingReport.launch`).
+(:attr:`CoalescingReport.launch`). A launch kind it does not model (the ``multicore`` backend's serial
+Conflict::Last loop and its per-worker owner copies, the compact owner path) is refused with a ValueError that
+names it: no other launch's numbers stand in for it.
 
 * Row: warp ``ty`` owns rows ``ty % kRowWarps, + kRowWarps, ...`` and column segment ``ty // kRowWarps``;
   lane ``tx`` walks columns ``seg * 32 + tx`` in steps of ``kWarpsPerRow * 32``. Every lane of the warp
   reads ``idx[r * idxStep]`` (one broadcast UB read per row); a masked row (Zero / Skip) issues no GM access.
 * Elem: thread ``tid = ty * 32 + tx`` walks flat positions ``tid, tid + launchThreads, ...``.
-* Conflict::Last: thread ``tid`` owns slots ``tid, tid + launchThreads, ...``; its reverse scan reads only
-  UB (one broadcast read per step, stopping at the first hit); a found slot then writes its row
-  (Row: ``validCols`` stores, one per column) or its element (Elem).
+* Conflict::Last, slot-centric: a flat grid-stride walk over the table's slots, thread ``g = b * threads + tid``
+  owning slots ``g, g + grid threads, ...``; its reverse scan reads only UB (one broadcast read per step, stopping
+  at the first hit); a found slot then writes its row (Row: ``validCols`` stores, one per column) or its element.
+* Conflict::Last, owner path (dense: one owner per table slot): the reset stores every owner (a flat grid-stride
+  walk); the claim walks the source positions from the last down, one index read and, in range, one atomic max
+  on ``owner[slot]`` per lane; the write walks the table (Row: the Row walk over its rows, one broadcast owner
+  read per row and warp, then the owned row's columns; Elem: a flat walk over its slots, one owner read per lane,
+  then the owned slot's source load and table store). The owner array is GM scratch (streams "owner reset",
+  "owner claim", "owner"). The plan is the ``multicore`` backend's: an owner pass over few items is one block of
+  one warp there (:class:`simt_pto.host.tuning.HostTuning`), and that is the launch replayed (the same requests
+  a full grid would issue, from other warps).
 
 A **request** is one memory instruction of one warp, counting its active lanes only (lanes whose loop
 or ``if`` condition failed are inactive). For each request the analyzer counts the distinct 32-byte
@@ -27,12 +50,15 @@ spec's Performance Considerations) and, for UB tiles, the distinct 32-byte UB bl
 stride. ``bytes_requested`` counts each distinct address of a request once (a broadcast is served
 once), ``bytes_moved = sectors * 32`` and ``efficiency = bytes_requested / bytes_moved`` (<= 1).
 
-An index longer than one tile is split into tiles of ``tile_shape`` rows: tile ``b`` runs as block ``b``
-of one launch with the tile's geometry, the kernels' multi-block form (rows ``[b * tile_rows, ...)``), so a
-partial last tile keeps the full tile's geometry. Conflict::Last is sized by the table, not the tile:
-there each tile is one call (one launch, one block as ``mscatter_launches`` gives it; ``simt_pto.host.in_memory``
-may spread a call's slots over several blocks: the same requests, issued by other warps). The ``(1, 1)`` Elem case is the scalar fallback
-(``MGatherScalarImpl`` / ``MScatterScalarImpl``): one one-lane access per tile, no SIMT launch.
+Addresses: the table's start at ``base_offset_bytes``, every other array at 0. A whole call's index, source and
+destination are the call's flat arrays, addressed as its kernels address them (block ``b``'s rows at ``b *
+tile_rows``; a tile's slot-centric launch at its tile's rows); they are counted as UB streams, as the tile op's
+tiles are (the hardware stages a tile in UB; on a CUDA GPU the emulator keeps them in global memory,
+:meth:`CoalescingReport.emulated`). A tile call's index longer than one tile is split into tiles of ``tile_shape``
+rows: tile ``b`` runs as block ``b`` of one launch with the tile's geometry, each at the tile's own UB address, so a
+partial last tile keeps the full tile's geometry; under Conflict::Last (sized by the table, not the tile) each
+tile is one launch of one block, as ``mscatter_launches`` gives it. The ``(1, 1)`` Elem tile is the scalar
+fallback (``MGatherScalarImpl`` / ``MScatterScalarImpl``): one one-lane access per tile, no SIMT launch.
 
 Not modelled: caches (every request counts its sectors as moved), timing, and data-dependent retries.
 float32 atomic Max / Min issue two predicated atomics (non-negative values on the int32 view, negative
@@ -54,6 +80,7 @@ import numpy.typing as npt
 from simt_pto import constraints, ub
 from simt_pto import dtypes as _dt
 from simt_pto.backend import first_use
+from simt_pto.call import mgather_policy, mscatter_policy
 from simt_pto.enums import (BLayout, BLayoutLike, Coalesce, CoalesceLike, ElementFormat, GatherExec, GatherOOB,
                             GatherOOBLike, ScatterAtomicOp, ScatterAtomicOpLike, ScatterConflict, ScatterConflictLike,
                             ScatterOOB, ScatterOOBLike, from_any)
@@ -284,14 +311,19 @@ class Summary(_Traffic):
 class CoalescingReport:
     """What :func:`analyze` found for one call. ``gm_loads`` / ``gm_stores`` (atomics included) /
     ``gm_atomics`` total the GM streams; :meth:`stream` gives one stream by name ("table", "idx", "dst",
-    "src", "table word"); :meth:`emulated` totals GM and UB together, as the emulator's arrays all live in
-    GPU global memory when it runs on a CUDA GPU."""
+    "src", "table word", and on the owner path "owner reset", "owner claim", "owner"); :meth:`emulated` totals
+    GM and UB together, as the emulator's arrays all live in GPU global memory when it runs on a CUDA GPU.
+
+    ``kernel`` names the kernels replayed, in launch order (``" -> "`` between kernels; a kernel launched once per
+    tile is named once); ``geometry`` is the last one's (the launch that writes the result); ``blocks`` counts the
+    blocks of every launch (a tile call: one per tile); ``plan`` is what the call launches, one line a step
+    (:meth:`simt_pto.launch_spec.CallPlan.describe`; a tile call: one tile's)."""
 
     op: str
     coalesce: Coalesce
     kernel: str
     geometry: LaunchGeometry | None  # None for the scalar fallback
-    blocks: int                 # blocks (Last, scalar: calls), one per tile
+    blocks: int
     launches: int
     dtype: _dt.DType
     table_shape: tuple[int, int]
@@ -308,8 +340,11 @@ class CoalescingReport:
     notes: list[str] = field(default_factory=list)
     launch: str = "as launched"
     """Which launch the report replays: ``"as launched"`` (the emulator launches what the hardware would), or
-    ``"hardware (element moves)"`` (the emulator's own launch differs, :attr:`LaunchSpec.hardware`); for the
-    scalar fallback, ``"scalar pipe (no SIMT launch)"``."""
+    ``"hardware (element moves)"`` (the emulator's own launch differs, :attr:`LaunchSpec.hardware`, for at least
+    one launch of the call); for the scalar fallback, ``"scalar pipe (no SIMT launch)"``."""
+    call: str = "whole"
+    """What was replayed (:data:`CALLS`): ``"whole"``, the whole-array call's launches; ``"tile"``, the tile op's."""
+    plan: list[str] = field(default_factory=list)
 
     def stream(self, name: str) -> Stream:
         for s in self.streams:
@@ -354,7 +389,8 @@ class CoalescingReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "op": self.op, "coalesce": self.coalesce.name.lower(), "kernel": self.kernel, "launch": self.launch,
+            "op": self.op, "call": self.call, "coalesce": self.coalesce.name.lower(), "kernel": self.kernel,
+            "launch": self.launch, "plan": list(self.plan),
             "geometry": self.geometry.as_dict() if self.geometry is not None else None,
             "blocks": self.blocks, "launches": self.launches, "dtype": self.dtype.name,
             "table_shape": list(self.table_shape), "tile_shape": list(self.tile_shape),
@@ -381,6 +417,8 @@ class CoalescingReport:
             f"  table {'x'.join(map(str, self.table_shape))} {self.dtype} (GM base offset {self.base_offset_bytes} B); "
             f"tile {self.tile_shape[0]}x{self.tile_shape[1]} {self.tile_layout.name}; idx {idx_desc}; "
             f"{self.rows}x{self.cols} index positions",
+            f"  {'whole-array call' if self.call == 'whole' else 'tile op, one tile'}:",
+            *[f"    {line}" for line in self.plan],
         ]
         if g is not None:
             extra = (f", kRowWarps {g.row_warps}, kWarpsPerRow {g.warps_per_row}" if g.scheme == "row" else
@@ -499,28 +537,49 @@ def _remap(raw, capacity, rule):
 ShapeLike: TypeAlias = int | str | Sequence[int]
 """A ``(rows, cols)`` shape for :func:`analyze`: a tuple, ``"64x32"``, or one int (a single row)."""
 
+CALLS = ("whole", "tile")
+"""What :func:`analyze` replays: ``"whole"``, the launches of the whole-array call (:func:`simt_pto.gather_plan` /
+:func:`simt_pto.scatter_plan` on ``a5``); ``"tile"``, the tile op's launch (:func:`simt_pto.mgather` /
+:func:`simt_pto.mscatter`), once per tile."""
+
 
 def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: ShapeLike,
             tile_shape: ShapeLike | None = None, dtype: _dt.DTypeLike = "float32", *,
             atomic: ScatterAtomicOpLike = "none", conflict: ScatterConflictLike = "last",
             oob: GatherOOBLike | ScatterOOBLike = "undefined", strict: bool = True, base_offset_bytes: int = 0,
             tile_layout: BLayoutLike | None = None, idx_layout: BLayoutLike | None = None,
-            tile_padded: ShapeLike | None = None, dyn_ubuf_size: int | None = None,
-            keep_lanes: bool = False) -> CoalescingReport:
-    """Replay the A5 kernel of one MGATHER / MSCATTER call and count its memory requests (see the module doc).
+            tile_padded: ShapeLike | None = None, dyn_ubuf_size: int | None = None, call: str | None = None,
+            last_path: str = "slot", owner: str | None = None, keep_lanes: bool = False) -> CoalescingReport:
+    """Replay the A5 launches of one MGATHER / MSCATTER call and count their memory requests (see the module doc).
 
     * ``op``: "mgather" or "mscatter"; ``coalesce``: "row" or "elem" (any :func:`~simt_pto.enums.from_any` form).
     * ``idx``: the indices. Row: 1-D (or ``[1, N]`` / ``[N, 1]``) row indices. Elem: ``[R, C]`` element indices;
       a 1-D one is ``[N, 1]`` (``[R, 1]`` ColMajor tiles), or rows of the tile's cols when ``tile_shape`` is given.
     * ``table_shape``: ``(TableRows, Cols)`` (Elem also a flat size); ``dtype`` the element type.
-    * ``tile_shape``: the valid ``(R, C)`` of one dst / src tile (default, as ``simt_pto.host.in_memory``: 256 rows
-      (Row) or 4096 positions (Elem), halved until the tiles fit the UB budget); ``tile_padded`` its padded
-      ``(Rows, Cols)`` (default: the least padding the 32-byte rule allows); ``tile_layout`` "row_major" (default)
-      or "col_major".
-    * ``idx_layout``: Row: "row" (a ``[1, R]`` RowMajor index tile, default) or "col" (``[R, 1]`` ColMajor;
-      the default for an ``[N, 1]`` array); Elem: the index tile's BLayout (default: the tile's).
-    * ``atomic`` / ``conflict`` / ``oob`` / ``strict`` / ``dyn_ubuf_size``: as for :func:`simt_pto.mscatter` /
-      :func:`simt_pto.mgather`; the call is validated as the API validates it (ConstraintError, OutOfBoundsError).
+    * ``call``: ``"whole"`` replays the launches of the whole-array call (:func:`simt_pto.gather_plan` /
+      :func:`simt_pto.scatter_plan`, ``target="a5"``, built for the ``multicore`` backend), ``"tile"`` the tile
+      op's launch (:func:`simt_pto.mgather` / :func:`simt_pto.mscatter`) for each tile. None (default):
+      ``"tile"`` when an option only a tile op has is given (``tile_padded``, ``tile_layout``, ``idx_layout``, or a
+      Row ``tile_shape`` whose cols are not the table's: a whole-array call's tiles hold whole table rows), else
+      ``"whole"``. ``call="whole"`` with one of those options is a ValueError.
+    * ``tile_shape``: the valid ``(R, C)`` of one dst / src tile (default, as :func:`simt_pto.gather` cuts them:
+      256 rows (Row) or 4096 positions (Elem), halved until the tiles fit the UB budget). A whole call takes
+      ``R`` as its ``tile_rows`` and cuts its own cols (Row: the table's; Elem: the index's last axis, or 1 where it
+      cuts the index as one flat run: a ``tile_shape`` of other cols is then a ValueError). Tile call only:
+      ``tile_padded``, the tile's padded ``(Rows, Cols)`` (default: the least padding the 32-byte rule allows);
+      ``tile_layout`` "row_major" (default) or "col_major"; ``idx_layout``: Row: "row" (a ``[1, R]`` RowMajor index
+      tile, default) or "col" (``[R, 1]`` ColMajor; the default for an ``[N, 1]`` array); Elem: the index tile's
+      BLayout (default: the tile's). A whole call reports the same default layouts: its flat arrays hold the
+      indices and elements in the same places.
+    * ``atomic`` / ``conflict`` / ``oob`` / ``strict`` / ``dyn_ubuf_size``: as for :func:`simt_pto.scatter` /
+      :func:`simt_pto.mscatter` (and the gathers); the call is validated as the API validates it
+      (ConstraintError, OutOfBoundsError).
+    * ``last_path`` / ``owner`` (whole call, MSCATTER Conflict::Last with atomic none): the path the call takes, as
+      :func:`simt_pto.scatter_plan` takes them. ``last_path`` defaults to ``"slot"`` here: the slot-centric
+      kernels, one launch per tile, as the tile op launches them. ``"owner"`` replays the owner path with one
+      owner per table slot (``owner="dense"``, or None where the call chooses it); ``"auto"`` replays what the
+      ``multicore`` backend chooses, which for an Elem call is mostly its serial loop, a launch kind the analyzer
+      does not model (ValueError, as for the compact owner path).
     * ``base_offset_bytes``: the GM table's start address modulo any larger alignment (a multiple of the
       element size, as CUDA requires natural alignment), e.g. 16 for a table 16 bytes past a 128-byte line.
     * ``keep_lanes``: keep every lane access (``Stream.lane_trace``), for small cases.
@@ -536,17 +595,62 @@ def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: Sh
     idx_arr = np.asarray(idx)
     if op == "MGATHER" and atomic != ScatterAtomicOp.NONE:
         raise ValueError("coalescing.analyze: atomic applies to mscatter only")
+    if op == "MGATHER" and (last_path != "slot" or owner is not None):
+        raise ValueError(f"coalescing.analyze: last_path / owner apply to mscatter only, got last_path={last_path!r}, "
+                         f"owner={owner!r}")
     base_offset_bytes = int(base_offset_bytes)
     if base_offset_bytes < 0 or base_offset_bytes % dtype.itemsize:
         raise ValueError(f"coalescing.analyze: base_offset_bytes must be a non-negative multiple of the element size "
                          f"({dtype.itemsize} B for {dtype}), got {base_offset_bytes}")
     table_shape = _shape2(table_shape, "table_shape")
     tile_shape = None if tile_shape is None else _shape2(tile_shape, "tile_shape")
+    call = _call_kind(call, coalesce, tile_shape, table_shape[1], tile_padded=tile_padded, tile_layout=tile_layout,
+                      idx_layout=idx_layout)
+    if call == "tile" and (last_path != "slot" or owner is not None):
+        raise ValueError(f"coalescing.analyze: a tile op's Conflict::Last is slot-centric; last_path / owner apply to "
+                         f"call='whole', got last_path={last_path!r}, owner={owner!r}")
     raw, C = _index_matrix(coalesce, idx_arr, tile_shape, table_shape[1])
     if raw.size == 0:
         raise ValueError("coalescing.analyze: no indices")
+    if call == "whole":
+        replay = _whole_call(op, coalesce, raw, table_shape, tile_shape, dtype, atomic=atomic, conflict=conflict,
+                             oob=oob, strict=strict, base=base_offset_bytes, dyn_ubuf_size=dyn_ubuf_size,
+                             last_path=last_path, owner=owner, keep=keep_lanes)
+        # the layouts of the tiles as the call cuts them (an Elem index may be one flat run)
+        tile_layout, idx_layout = _default_layouts(coalesce, idx_arr, replay.ctx.slot.shape[0], replay.tile_shape[1])
+    else:
+        tile_layout, idx_layout = _default_layouts(coalesce, idx_arr, raw.shape[0], C, tile_layout, idx_layout)
+        replay = _tile_call(op, coalesce, raw, C, table_shape, tile_shape, dtype, atomic=atomic, conflict=conflict,
+                            oob=oob, strict=strict, base=base_offset_bytes, dyn_ubuf_size=dyn_ubuf_size,
+                            tile_layout=tile_layout, idx_layout=idx_layout, tile_padded=tile_padded, keep=keep_lanes)
+    ctx = replay.ctx
+    return CoalescingReport(op, coalesce, replay.kernel, replay.geometry, replay.blocks, replay.launches, dtype,
+                            table_shape, replay.tile_shape, tile_layout, idx_layout, base_offset_bytes, atomic, conflict,
+                            oob, ctx.slot.shape[0], replay.tile_shape[1], ctx.ordered(), ctx.notes(), replay.replayed,
+                            call, replay.plan)
+
+
+def _call_kind(call, coalesce, tile_shape, table_cols, **tile_options) -> str:
+    """``call`` as :data:`CALLS` names it (None: as :func:`analyze` documents)."""
+    tile_only = [name for name, value in tile_options.items() if value is not None]
+    if coalesce == Coalesce.ROW and tile_shape is not None and tile_shape[1] != table_cols:
+        tile_only.append(f"tile_shape {tile_shape} (a whole-array Row call's tiles hold whole rows of "
+                         f"{table_cols} cols)")
+    if call is None:
+        return "tile" if tile_only else "whole"
+    if call not in CALLS:
+        raise ValueError(f"coalescing.analyze: call must be 'whole', 'tile' or None, got {call!r}")
+    if call == "whole" and tile_only:
+        raise ValueError(f"coalescing.analyze: {', '.join(tile_only)} describe a tile op's tiles; a whole-array call "
+                         "(call='whole') cuts its own: pass call='tile'")
+    return call
+
+
+def _default_layouts(coalesce, idx_arr, rows, cols, tile_layout=None, idx_layout=None) -> tuple[BLayout, BLayout]:
+    """``(tile_layout, idx_layout)``: as given, else the defaults :func:`analyze` documents for a ``rows x cols``
+    index view."""
     if tile_layout is None:
-        tile_layout = BLayout.COL_MAJOR if coalesce == Coalesce.ELEM and C == 1 and raw.shape[0] > 1 else \
+        tile_layout = BLayout.COL_MAJOR if coalesce == Coalesce.ELEM and cols == 1 and rows > 1 else \
             BLayout.ROW_MAJOR
     tile_layout = _layout(tile_layout, "tile_layout")
     if idx_layout is None:
@@ -555,14 +659,35 @@ def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: Sh
                           else BLayout.ROW_MAJOR)
         else:
             idx_layout = tile_layout
-    idx_layout = _layout(idx_layout, "idx_layout")
+    return tile_layout, _layout(idx_layout, "idx_layout")
+
+
+@dataclass
+class _Replay:
+    """What :func:`_tile_call` / :func:`_whole_call` replayed: the walks' context (streams, indices) and the
+    report's description of the launches."""
+
+    ctx: _Ctx
+    kernel: str
+    geometry: LaunchGeometry | None
+    blocks: int
+    launches: int
+    tile_shape: tuple[int, int]
+    replayed: str
+    plan: list[str]
+
+
+# -- the tile op ------------------------------------------------------------------------------------------
+
+def _tile_call(op, coalesce, raw, C, table_shape, tile_shape, dtype, *, atomic, conflict, oob, strict, base,
+               dyn_ubuf_size, tile_layout, idx_layout, tile_padded, keep) -> _Replay:
+    """The tile op's launch (one tile, validated and dispatched as :func:`simt_pto.mgather` /
+    :func:`simt_pto.mscatter` do it; every tile shares its geometry), replayed for each tile of ``raw``."""
     n_rows = raw.shape[0]
     budget = ub.budget(op, "a5", dyn_ubuf_size)
     R = (tiling.default_tile_rows(coalesce, n_rows, C, tiling.tile_bytes(coalesce, C, dtype, tile_layout, idx_layout),
                                   budget)
          if tile_shape is None else min(tile_shape[0], n_rows))
-
-    # The call, validated and dispatched as the API does it (one tile; every tile shares its geometry).
     if tile_padded is None:
         data = tiling.data_tile(dtype, R, C, tile_layout)
     else:
@@ -572,83 +697,204 @@ def analyze(op: str, coalesce: CoalesceLike, idx: npt.ArrayLike, table_shape: Sh
     with first_use:  # the A5 dispatch loads the kernels package: at the first analysis, not at import
         from simt_pto.host import a5
     if op == "MGATHER":
-        plan = constraints.validated_mgather("a5", data, table, idx_tile, coalesce, oob, GatherExec.SCALAR, None,
-                                        bool(strict), dyn_ubuf_size)
-        launches = a5.mgather_launches(plan).launches
+        policy = mgather_policy(coalesce, oob, "a5", GatherExec.SCALAR, strict, dyn_ubuf_size)
+        plan = constraints.validated_mgather(policy, data, table, idx_tile)
+        call = a5.mgather_launches(plan)
     else:
-        plan = constraints.validated_mscatter("a5", table, data, idx_tile, coalesce, atomic, oob, conflict,
-                                         bool(strict), dyn_ubuf_size)
-        launches = a5.mscatter_launches(plan).launches
+        policy = mscatter_policy(coalesce, atomic, oob, conflict, "a5", strict, dyn_ubuf_size)
+        plan = constraints.validated_mscatter(policy, table, data, idx_tile)
+        call = a5.mscatter_launches(plan)
+    launches = call.launches
     # the whole index, as the whole-array call refuses it (the API checks one tile at a time)
     check_indices(op, "a5", plan.capacity, plan.rule,
                   raw[:, 0].astype(np.uint32) if coalesce == Coalesce.ROW else raw.astype(np.uint32))
     slot, in_range = _remap(raw, plan.capacity, plan.rule)
-
     blocks = _ceil_div(n_rows, R)
-    if not launches:  # the (1, 1) Elem case: the scalar pipe
-        spec, replayed = None, "scalar pipe (no SIMT launch)"
-    elif launches[0].hardware is not None:
-        spec, replayed = launches[0].hardware, "hardware (element moves)"
+    spec = launches[0] if launches else None  # none: the (1, 1) Elem case, the scalar pipe
+    if spec is not None and spec.hardware is not None:  # (a tile op launches what the hardware would)
+        spec, replayed = spec.hardware, "hardware (element moves)"
     else:
-        spec, replayed = launches[0], "as launched"
+        replayed = "as launched" if spec is not None else "scalar pipe (no SIMT launch)"
+    fmt = spec.policy.fmt if spec is not None else None
+    ctx = _Ctx(op, coalesce, dtype, atomic, fmt, base, slot, in_range, keep, whole=False,
+               data_base=plan.tile.addr or 0, idx_base=plan.idx.addr or 0)
     geo = spec.geometry if spec is not None else None
-    warps = geo.launch_warps if geo is not None else 1
-    ctx = _Ctx(op=op, plan=plan, spec=spec, R=R, C=C, n_rows=n_rows, blocks=blocks, warps=warps,
-               isz=dtype.itemsize, base=base_offset_bytes, slot=slot, in_range=in_range, keep=keep_lanes)
     if spec is None:
+        ctx.begin_scalar(plan, (blocks, 1))
         kernel, launch_count = ("MGatherScalarImpl" if op == "MGATHER" else "MScatterScalarImpl"), blocks
-        _walk_elem(ctx)
+        _walk_elem(ctx, R, n_rows, C, 1)
     elif geo.scheme == "row":
+        ctx.begin(spec, (blocks, geo.launch_warps))
         kernel, launch_count = spec.kernel, 1
-        _walk_row(ctx)
+        r = np.arange(n_rows) % R  # every tile in the one UB tile
+        _walk_row(ctx, R, n_rows, C, head=(_idx_stream(ctx), ctx.idx_base + r * ctx.idx_step * 4),
+                  table_row=slot[:, 0], ok=in_range[:, 0], data_row=r, data_always=op == "MGATHER")
     elif geo.scheme == "elem":
+        ctx.begin(spec, (blocks, geo.launch_warps))
         kernel, launch_count = spec.kernel, 1
-        _walk_elem(ctx)
+        _walk_elem(ctx, R, n_rows, C, geo.launch_warps)
     else:
+        ctx.begin(spec, (blocks, geo.launch_warps))
         kernel, launch_count = spec.kernel, blocks
-        _walk_last(ctx)
-    return CoalescingReport(op, coalesce, kernel, geo, blocks, launch_count, dtype, table_shape, (R, C), tile_layout,
-                            idx_layout, base_offset_bytes, atomic, conflict, oob, n_rows, C, ctx.ordered(),
-                            ctx.notes(), replayed)
+        for b in range(blocks):  # one launch per tile, each of the one block mscatter_launches gives it
+            _walk_last(ctx, first_row=b * R, rows=min(R, n_rows - b * R), cols=C, block0=b)
+    return _Replay(ctx, kernel, geo, blocks, launch_count, (R, C), replayed, call.describe())
+
+
+# -- the whole-array call ---------------------------------------------------------------------------------
+
+_WHOLE_WALKS = {
+    "simt_mgather_row_kernel": "row", "simt_mscatter_row_kernel": "row",
+    "simt_mgather_elem_kernel": "elem", "simt_mscatter_elem_kernel": "elem",
+    "simt_mscatter_row_last_kernel": "last", "simt_mscatter_elem_last_kernel": "last",
+    "simt_mscatter_owner_reset_kernel": "owner reset",
+    "simt_mscatter_row_owner_claim_kernel": "owner claim", "simt_mscatter_elem_owner_claim_kernel": "owner claim",
+    "simt_mscatter_row_owner_write_kernel": "owner write", "simt_mscatter_elem_owner_write_kernel": "owner write",
+}
+"""The kernels a whole-array call launches that the analyzer replays, and which walk replays each."""
+
+_NOT_MODELLED = {
+    "simt_mscatter_elem_serial_kernel":
+        "the multicore backend's serial Conflict::Last loop (one CPU thread in source order, no SIMT walk)",
+    "simt_mscatter_elem_private_owner_claim_kernel": "the multicore backend's per-worker owner copies",
+    "simt_mscatter_elem_private_owner_write_kernel": "the multicore backend's per-worker owner copies",
+    "simt_mscatter_compact_owner_claim_kernel": "the compact owner path (one owner per distinct slot)",
+    "simt_mscatter_row_compact_owner_write_kernel": "the compact owner path (one owner per distinct slot)",
+    "simt_mscatter_elem_compact_owner_write_kernel": "the compact owner path (one owner per distinct slot)",
+}
+"""Kernels a whole-array call may launch that the analyzer does not model, and what they are."""
+
+
+def _table_at(shape, dtype, base_offset_bytes) -> np.ndarray:
+    """A zero table of ``shape`` and ``dtype`` whose first element lies ``base_offset_bytes`` past a 128-byte
+    boundary (modulo 128): a slice of a larger byte buffer, viewed as the dtype."""
+    nbytes = shape[0] * shape[1] * dtype.itemsize
+    memory = np.zeros(nbytes + SEGMENT, dtype=np.uint8)
+    start = (base_offset_bytes - memory.ctypes.data) % SEGMENT
+    return memory[start:start + nbytes].view(dtype.numpy).reshape(shape)
+
+
+def _whole_call(op, coalesce, raw, table_shape, tile_shape, dtype, *, atomic, conflict, oob, strict, base,
+                dyn_ubuf_size, last_path, owner, keep) -> _Replay:
+    """Every launch of the whole-array call (:func:`simt_pto.gather_plan` / :func:`simt_pto.scatter_plan`, ``a5``,
+    ``multicore``) on a zero table at ``base`` (:func:`_table_at`), replayed in order."""
+    with first_use:  # the whole-array ops load the kernels package: at the first analysis, not at import
+        from simt_pto.host.in_memory import gather_plan, scatter_plan
+    row = coalesce == Coalesce.ROW
+    table = _table_at(table_shape, dtype, base)
+    idx = (raw[:, 0] if row else raw).astype(np.uint32)
+    options = dict(coalesce=coalesce, oob=oob, target="a5", tile_rows=None if tile_shape is None else tile_shape[0],
+                   dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype.name, backend="multicore")
+    if op == "MGATHER":
+        call = gather_plan(table, idx, **options)
+    else:
+        src = np.zeros((idx.size, table_shape[1]) if row else idx.shape, dtype=dtype.numpy)
+        call = scatter_plan(table, src, idx, atomic=atomic, conflict=conflict, last_path=last_path, owner=owner,
+                            **options)
+    # the tiles the call is cut into (what it was validated with): the report's tile shape, the index's 2-D view
+    tiles = tiling.full_tiles(op, "a5", coalesce, dtype, _dt.resolve("uint32"), raw.shape[0],
+                              table_shape[1] if row else raw.shape[1], options["tile_rows"], dyn_ubuf_size)
+    if tile_shape is not None and tiles.cols != tile_shape[1]:
+        raise ValueError(f"coalescing.analyze: the whole-array call cuts this {raw.shape[0]}x{raw.shape[1]} Elem index "
+                         f"as one flat run (tiles of {tiles.cols} col), not in rows of the tile_shape's "
+                         f"{tile_shape[1]}: pass call='tile' for that tile")
+    if not row:
+        raw = raw.reshape(-1, tiles.cols)
+    launches = call.launches
+    unknown = [spec.kernel for spec in launches if spec.kernel not in _WHOLE_WALKS]
+    if unknown:
+        what = "; ".join(f"{name}: {_NOT_MODELLED.get(name, 'no walk of it')}" for name in dict.fromkeys(unknown))
+        raise ValueError(f"coalescing.analyze: the whole-array call launches a kernel the analyzer does not model "
+                         f"({what}); for Conflict::Last pass last_path='slot', or last_path='owner' with "
+                         "owner='dense'")
+    rule = next(spec.policy.rule for spec in launches if spec.policy.rule is not None)
+    capacity = next(spec.arguments.get("table_rows", spec.arguments.get("table_size")) for spec in launches
+                    if "table_rows" in spec.arguments or "table_size" in spec.arguments)
+    slot, in_range = _remap(raw, capacity, rule)
+    fmt = next((spec.policy.fmt for spec in launches if spec.policy.fmt is not None), None)
+    ctx = _Ctx(op, coalesce, dtype, atomic, fmt, base, slot, in_range, keep, whole=True)
+    replayed = [spec.hardware or spec for spec in launches]
+    last_blocks = sum(spec.grid for spec in replayed if _WHOLE_WALKS[spec.kernel] == "last")
+    first_row = block0 = 0  # the slot-centric launches: the next tile's first index row and first block
+    owners = None
+    for spec in replayed:
+        walk = _WHOLE_WALKS[spec.kernel]
+        a, warps = spec.arguments, spec.geometry.launch_warps
+        ctx.begin(spec, (last_blocks if walk == "last" else spec.grid, warps))
+        if walk == "row":
+            rows = np.arange(a["valid_rows"])
+            _walk_row(ctx, a["tile_rows"], a["valid_rows"], a["valid_cols"],
+                      head=(_idx_stream(ctx), ctx.idx_base + rows * ctx.idx_step * 4), table_row=slot[:, 0],
+                      ok=in_range[:, 0], data_row=rows, data_always=op == "MGATHER")
+        elif walk == "elem":
+            _walk_elem(ctx, a["tile_rows"], a["valid_rows"], a["valid_cols"], warps)
+        elif walk == "last":
+            _walk_last(ctx, first_row=first_row, rows=a["valid_rows"], cols=a["valid_cols"], block0=block0)
+            first_row, block0 = first_row + a["valid_rows"], block0 + spec.grid
+        elif walk == "owner reset":
+            _walk_owner_reset(ctx)
+        elif walk == "owner claim":
+            _walk_owner_claim(ctx)
+        else:
+            owners = _owners(ctx) if owners is None else owners
+            if row:
+                table_rows = np.arange(a["table_rows"])
+                _walk_row(ctx, a["tile_rows"], a["table_rows"], a["valid_cols"],
+                          head=(ctx.stream("owner", "gm", "load", a["owner"].itemsize),
+                                table_rows * a["owner"].itemsize),
+                          table_row=table_rows, ok=owners >= 0, data_row=owners, data_always=False)
+            else:
+                _walk_elem_owner_write(ctx, owners)
+    hardware = any(spec.hardware is not None for spec in launches)
+    return _Replay(ctx, " -> ".join(dict.fromkeys(spec.kernel for spec in launches)), replayed[-1].geometry,
+                   sum(spec.grid for spec in replayed), len(launches), (tiles.tile_rows, tiles.cols),
+                   "hardware (element moves)" if hardware else "as launched", call.describe())
 
 
 # -- the walks ------------------------------------------------------------------------------------------
 
 class _Ctx:
-    """What the walks share: the plan, the tile, the remapped indices, and the streams being filled."""
+    """What the walks share: the call's remapped indices, the launch being walked (its arguments by name, its
+    blocks x warps) and the streams being filled. ``whole``: the launches are a whole-array call's, whose flat
+    arrays are addressed by the call's rows (a tile call's by the tile's)."""
 
-    def __init__(self, *, op, plan, spec, R, C, n_rows, blocks, warps, isz, base, slot, in_range, keep):
-        self.op, self.plan, self.R, self.C, self.n_rows, self.blocks, self.warps = op, plan, R, C, n_rows, blocks, warps
-        self.isz, self.base, self.slot, self.in_range, self.keep = isz, base, slot, in_range, keep
-        self.geo = spec.geometry if spec is not None else None
-        self.data_base = plan.tile.addr or 0
-        self.idx_base = plan.idx.addr or 0
-        if spec is None:  # the scalar fallback reads the plan's tiles itself
-            self.rs, self.cs = plan.tile.strides
-            self.idx_step, (self.irs, self.ics) = plan.idx_step, plan.idx.strides
-            self.capacity, fmt = plan.capacity, ElementFormat.NATIVE
-        else:  # what the kernel is passed, by its parameter names (kernels/a5/mgather.py, mscatter.py)
-            a = spec.arguments
-            data = "dst" if op == "MGATHER" else "src"
-            self.rs, self.cs = a[f"{data}_rs"], a[f"{data}_cs"]
-            self.idx_step, self.irs, self.ics = a.get("idx_step"), a.get("idx_rs"), a.get("idx_cs")
-            self.capacity = a["table_rows"] if "table_rows" in a else a["table_size"]
-            self.row_warps, self.warps_per_row = a.get("row_warps"), a.get("warps_per_row")
-            fmt = spec.policy.fmt if spec.policy.fmt is not None else ElementFormat.NATIVE
+    def __init__(self, op, coalesce, dtype, atomic, fmt, base, slot, in_range, keep, *, whole, data_base=0,
+                 idx_base=0):
+        self.op, self.coalesce, self.dtype, self.isz = op, coalesce, dtype, dtype.itemsize
+        self.base, self.slot, self.in_range, self.keep, self.whole = base, slot, in_range, keep, whole
+        self.data_base, self.idx_base = data_base, idx_base
+        fmt = ElementFormat.NATIVE if fmt is None else fmt
         self.cas = fmt in (ElementFormat.F16, ElementFormat.BF16, ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE)
         self.signed_split = fmt == ElementFormat.F32_ORDER
-        self.atomic = plan.atomic != ScatterAtomicOp.NONE
+        self.atomic = atomic != ScatterAtomicOp.NONE
         self._streams: dict[str, Stream] = {}
+
+    def begin(self, spec, shape) -> None:
+        """Walk ``spec`` next, as ``shape`` = (blocks, warps) of the streams it opens; what the kernel is passed,
+        by its parameter names (kernels/a5/mgather.py, mscatter.py)."""
+        self.spec, self.shape, a = spec, shape, spec.arguments
+        self.args = a
+        data = "dst" if self.op == "MGATHER" else "src"
+        self.rs, self.cs = a.get(f"{data}_rs"), a.get(f"{data}_cs")
+        self.idx_step, self.irs, self.ics = a.get("idx_step"), a.get("idx_rs"), a.get("idx_cs")
+        self.capacity = a.get("table_rows", a.get("table_size"))
+
+    def begin_scalar(self, plan, shape) -> None:
+        """Walk the scalar fallback next: it reads the plan's tiles itself."""
+        self.spec, self.shape, self.args = None, shape, {}
+        self.rs, self.cs = plan.tile.strides
+        self.idx_step, (self.irs, self.ics) = plan.idx_step, plan.idx.strides
+        self.capacity = plan.capacity
 
     def stream(self, name, space, kind, itemsize) -> Stream:
         if name not in self._streams:
-            self._streams[name] = Stream(name, space, kind, itemsize, (self.blocks, self.warps), self.keep)
+            self._streams[name] = Stream(name, space, kind, itemsize, self.shape, self.keep)
         return self._streams[name]
 
     def notes(self) -> list[str]:
         out = []
         if self.cas:
-            out.append(f"{self.plan.dtype} atomic Add: a CAS loop on the table's aligned 32-bit words; one word load "
+            out.append(f"{self.dtype} atomic Add: a CAS loop on the table's aligned 32-bit words; one word load "
                        "and the first CAS per lane counted")
         if self.signed_split:
             out.append("float32 atomic Max / Min: two predicated atomics (int32 view for values >= 0, uint32 view "
@@ -677,10 +923,14 @@ class _Ctx:
             self.stream("table", "gm", kind, self.isz).add(self.base + elem * self.isz, active, block, warp)
 
     def ub_data(self, r, c, active, block, warp):
-        """The dst UB store (gather) / src UB load (scatter) of tile position ``(r, c)``."""
+        """The dst UB store (gather) / src UB load (scatter) of data position ``(r, c)``."""
         name, kind = ("dst", "store") if self.op == "MGATHER" else ("src", "load")
         addr = (self.data_base + (r * self.rs + c * self.cs) * self.isz).reshape(-1, WARP)
         self.stream(name, "ub", kind, self.isz).add(addr, active, block, warp)
+
+
+def _idx_stream(ctx: _Ctx) -> Stream:
+    return ctx.stream("idx", "ub", "load", 4)
 
 
 def _row_steps(warps_per_row, C):
@@ -696,123 +946,201 @@ def _row_steps(warps_per_row, C):
     return seg, c0[:, None] + np.arange(WARP)[None, :]
 
 
-def _walk_row(ctx: _Ctx) -> None:
-    """``simt_mgather_row_kernel`` / ``simt_mscatter_row_kernel``: per (row, warp) one broadcast index read by all
-    32 lanes, then per column step one request over lanes ``c < validCols`` (GM: only if the row is in range)."""
-    R, C, N = ctx.R, ctx.C, ctx.n_rows
-    rw, wpr = ctx.row_warps, ctx.warps_per_row
+def _walk_row(ctx: _Ctx, R, N, C, *, head, table_row, ok, data_row, data_always) -> None:
+    """The Row walk (kernels/a5/device.walk_rows) of ``simt_mgather_row_kernel``, ``simt_mscatter_row_kernel`` and
+    ``simt_mscatter_row_owner_write_kernel``: block ``b`` takes rows ``[b * R, ...)`` of ``N``. Per (row, warp) one
+    read all 32 lanes make of one address (``head``: its stream and each row's byte address: the row's index, or
+    its owner), then per column step one request over the lanes with ``c < C``: the GM access of table row
+    ``table_row[gr]`` (only if ``ok[gr]``) and the data access of row ``data_row[gr]`` (if ``ok[gr]``, or always
+    with ``data_always``: a gather writes T(0) into a masked row)."""
+    rw, wpr = ctx.args["row_warps"], ctx.args["warps_per_row"]
     seg, cols = _row_steps(wpr, C)
     steps = len(seg)
     col_active = cols < C
-    slots, ok = ctx.slot[:, 0], ctx.in_range[:, 0]
-    idx_stream = ctx.stream("idx", "ub", "load", 4)
+    head_stream, head_addr = head
     per_chunk = max(1, _CHUNK_LANES // ((steps + wpr) * WARP))
     for g0 in range(0, N, per_chunk):
         gr = np.arange(g0, min(N, g0 + per_chunk))
         b, r = gr // R, gr % R
-        # The index read: every warp of the row (one per column segment), all 32 lanes on one UB address.
+        # The head read: every warp of the row (one per column segment), all 32 lanes on one address.
         rr, bb = np.repeat(r, wpr), np.repeat(b, wpr)
         warp = rr % rw + np.tile(np.arange(wpr), len(gr)) * rw
-        addr = np.broadcast_to((ctx.idx_base + rr * ctx.idx_step * 4)[:, None], (len(rr), WARP))
-        idx_stream.add(addr, np.ones(addr.shape, dtype=bool), bb, warp)
+        addr = np.broadcast_to(np.repeat(head_addr[gr], wpr)[:, None], (len(rr), WARP))
+        head_stream.add(addr, np.ones(addr.shape, dtype=bool), bb, warp)
         # The column loop: request (row, step) covers lanes with c < validCols.
         block = np.broadcast_to(b[:, None], (len(gr), steps)).reshape(-1)
         warp = ((r % rw)[:, None] + seg[None, :] * rw).reshape(-1)
         act = np.broadcast_to(col_active[None], (len(gr), steps, WARP))
         gm_act = (act & ok[gr][:, None, None]).reshape(-1, WARP)
-        elem = (slots[gr][:, None, None] * C + cols[None]).reshape(-1, WARP)
+        elem = (table_row[gr][:, None, None] * C + cols[None]).reshape(-1, WARP)
         ctx.gm_table(elem, gm_act, block, warp)
-        ub_act = act.reshape(-1, WARP) if ctx.op == "MGATHER" else gm_act  # Zero rows still write T(0)
-        ctx.ub_data(r[:, None, None], cols[None], ub_act, block, warp)
+        ctx.ub_data(data_row[gr][:, None, None], cols[None], act.reshape(-1, WARP) if data_always else gm_act,
+                    block, warp)
 
 
-def _walk_elem(ctx: _Ctx) -> None:
-    """``simt_mgather_elem_kernel`` / ``simt_mscatter_elem_kernel`` (and the one-lane scalar fallback): thread
-    ``tid`` takes flat positions ``tid + j * launchThreads`` of its block's ``rows x validCols`` region."""
-    R, C, N, W = ctx.R, ctx.C, ctx.n_rows, ctx.warps
+def _walk_elem(ctx: _Ctx, R, N, C, W) -> None:
+    """``simt_mgather_elem_kernel`` / ``simt_mscatter_elem_kernel`` (and the one-lane scalar fallback, ``W`` 1): block
+    ``b`` takes rows ``[b * R, ...)`` of ``N``; thread ``tid`` takes flat positions ``tid + j * launchThreads`` of its
+    block's ``rows x C`` region (kernels/a5/device.walk_elems)."""
     threads = W * WARP
+    blocks = _ceil_div(N, R)
     iters = _ceil_div(R * C, threads)
     p = (np.arange(iters)[:, None, None] * threads + np.arange(W)[None, :, None] * WARP
          + np.arange(WARP)[None, None, :]).reshape(-1, WARP)
     warp_of = np.tile(np.arange(W), iters)
     r_in, c = p // C, p % C
     per_chunk = max(1, _CHUNK_LANES // p.size)
-    idx_stream = ctx.stream("idx", "ub", "load", 4)
-    for b0 in range(0, ctx.blocks, per_chunk):
-        b = np.arange(b0, min(ctx.blocks, b0 + per_chunk))
+    idx_stream = _idx_stream(ctx)
+    for b0 in range(0, blocks, per_chunk):
+        b = np.arange(b0, min(blocks, b0 + per_chunk))
         total = np.minimum(R, N - b * R) * C
         active = (p[None] < total[:, None, None]).reshape(-1, WARP)
         gr = np.minimum(b[:, None, None] * R + r_in[None], N - 1).reshape(-1, WARP)
         cc = np.broadcast_to(c[None], (len(b),) + c.shape).reshape(-1, WARP)
         block = np.repeat(b, len(warp_of))
         warp = np.tile(warp_of, len(b))
-        rr = np.broadcast_to(r_in[None], (len(b),) + r_in.shape).reshape(-1, WARP)
+        # a whole call's arrays hold every tile (the kernel's rows); a tile call's tile holds one
+        rr = gr if ctx.whole else np.broadcast_to(r_in[None], (len(b),) + r_in.shape).reshape(-1, WARP)
         idx_stream.add(ctx.idx_base + (rr * ctx.irs + cc * ctx.ics) * 4, active, block, warp)
         ok = active & ctx.in_range[gr, cc]
         ctx.gm_table(ctx.slot[gr, cc], ok, block, warp)
         ctx.ub_data(rr, cc, active if ctx.op == "MGATHER" else ok, block, warp)
 
 
-def _walk_last(ctx: _Ctx) -> None:
-    """``simt_mscatter_row_last_kernel`` / ``simt_mscatter_elem_last_kernel``, one call per tile: thread ``tid``
-    owns slots ``tid + j * launchThreads``; its reverse scan reads the index tile from the last position down to
-    the slot's last writer (all of it when there is none): one broadcast UB read per step, lanes dropping out as
-    they hit. A found slot then stores its row (Row: one request per column) or element (Elem)."""
-    plan, R, C, N, W = ctx.plan, ctx.R, ctx.C, ctx.n_rows, ctx.warps
-    cap, row_mode = ctx.capacity, plan.coalesce == Coalesce.ROW
-    threads = W * WARP
-    slots = np.arange(_ceil_div(cap, threads) * threads).reshape(-1, WARP)  # row j * W + w: slots of warp w, step j
-    warp_of = np.tile(np.arange(W), len(slots) // W)
+def _walk_last(ctx: _Ctx, *, first_row, rows, cols, block0) -> None:
+    """One tile's ``simt_mscatter_row_last_kernel`` / ``simt_mscatter_elem_last_kernel`` launch: index rows
+    ``[first_row, first_row + rows)``, a flat grid-stride walk over the table's slots (kernels/a5/device.walk_grid):
+    thread ``g = b * threads + tid`` owns slots ``g, g + grid threads, ...``; its reverse scan reads the tile's
+    indices from the last position down to the slot's last writer (all of them when there is none): one broadcast
+    UB read per step, lanes dropping out as they hit. A found slot then stores its row (Row: one request per
+    column) or element (Elem). The launch's blocks are blocks ``block0, ...`` of the streams."""
+    C, W, G = cols, ctx.spec.geometry.launch_warps, ctx.spec.grid
+    cap, row_mode = ctx.capacity, ctx.coalesce == Coalesce.ROW
+    warps = G * W
+    # request i: step i // warps of the grid's warp i % warps, its lanes on slots 32 i, ..., 32 i + 31
+    slots = np.arange(_ceil_div(cap, warps * WARP) * warps * WARP).reshape(-1, WARP)
+    grid_warp = np.arange(len(slots)) % warps
+    block_of, warp_of = block0 + grid_warp // W, grid_warp % W
     lane_active = slots < cap
     safe = np.minimum(slots, cap - 1)
-    idx_stream = ctx.stream("idx", "ub", "load", 4)
-    for b in range(ctx.blocks):
-        rows = min(R, N - b * R)
-        part = ctx.slot[b * R: b * R + rows]
-        ok = ctx.in_range[b * R: b * R + rows]
-        if row_mode:
-            npos, writer_slot, writer_ok = rows, part[:, 0], ok[:, 0]
-        else:
-            npos, writer_slot, writer_ok = rows * C, part.reshape(-1), ok.reshape(-1)
-        owner = np.full(cap, -1, dtype=np.int64)
-        np.maximum.at(owner, writer_slot[writer_ok], np.arange(npos, dtype=np.int64)[writer_ok])
-        own = np.where(lane_active, owner[safe], -1)
-        scan = np.where(lane_active, np.where(own >= 0, npos - own, npos), 0)  # index reads of each lane
-        steps = scan.max(axis=1)
-        second = np.partition(scan, WARP - 2, axis=1)[:, WARP - 2]  # steps with >= 2 lanes still scanning
-        per_warp = np.zeros((ctx.blocks, W), dtype=np.int64)
-        per_warp[b] = np.bincount(warp_of, weights=steps, minlength=W).astype(np.int64)
-        trace = _scan_trace(ctx, b, scan, warp_of, npos) if ctx.keep else None
-        idx_stream.add_broadcast(int(steps.sum()), int(scan.sum()), int(second.sum()), per_warp, trace)
-        found = own >= 0
-        groups = np.nonzero(found.any(axis=1))[0]
-        if row_mode:
-            cols = np.arange(C)
-            per_chunk = max(1, _CHUNK_LANES // (C * WARP))
-            for g0 in range(0, len(groups), per_chunk):
-                g = groups[g0: g0 + per_chunk]
-                act = np.broadcast_to(found[g][:, None, :], (len(g), C, WARP)).reshape(-1, WARP)
-                block = np.full(len(g) * C, b)
-                warp = np.repeat(warp_of[g], C)
-                elem = (slots[g][:, None, :] * C + cols[None, :, None]).reshape(-1, WARP)
-                ctx.gm_table(elem, act, block, warp)
-                ctx.ub_data(own[g][:, None, :], cols[None, :, None], act, block, warp)
-        else:
-            block = np.full(len(groups), b)
-            o = own[groups]
-            ctx.gm_table(slots[groups], found[groups], block, warp_of[groups])
-            ctx.ub_data(o // C, o % C, found[groups], block, warp_of[groups])
+    part = ctx.slot[first_row: first_row + rows]
+    ok = ctx.in_range[first_row: first_row + rows]
+    if row_mode:
+        npos, writer_slot, writer_ok = rows, part[:, 0], ok[:, 0]
+    else:
+        npos, writer_slot, writer_ok = rows * C, part.reshape(-1), ok.reshape(-1)
+    owner = np.full(cap, -1, dtype=np.int64)
+    np.maximum.at(owner, writer_slot[writer_ok], np.arange(npos, dtype=np.int64)[writer_ok])
+    own = np.where(lane_active, owner[safe], -1)
+    scan = np.where(lane_active, np.where(own >= 0, npos - own, npos), 0)  # index reads of each lane
+    steps = scan.max(axis=1)
+    second = np.partition(scan, WARP - 2, axis=1)[:, WARP - 2]  # steps with >= 2 lanes still scanning
+    per_warp = np.zeros(ctx.shape, dtype=np.int64)
+    np.add.at(per_warp, (block_of, warp_of), steps)
+    shift = first_row if ctx.whole else 0  # a whole call's launch takes its tile's slice of the call's arrays
+    trace = _scan_trace(ctx, scan, block_of, warp_of, npos, shift) if ctx.keep else None
+    _idx_stream(ctx).add_broadcast(int(steps.sum()), int(scan.sum()), int(second.sum()), per_warp, trace)
+    found = own >= 0
+    groups = np.nonzero(found.any(axis=1))[0]
+    if row_mode:
+        col = np.arange(C)
+        per_chunk = max(1, _CHUNK_LANES // (C * WARP))
+        for g0 in range(0, len(groups), per_chunk):
+            g = groups[g0: g0 + per_chunk]
+            act = np.broadcast_to(found[g][:, None, :], (len(g), C, WARP)).reshape(-1, WARP)
+            block, warp = np.repeat(block_of[g], C), np.repeat(warp_of[g], C)
+            elem = (slots[g][:, None, :] * C + col[None, :, None]).reshape(-1, WARP)
+            ctx.gm_table(elem, act, block, warp)
+            ctx.ub_data(shift + own[g][:, None, :], col[None, :, None], act, block, warp)
+    else:
+        o = own[groups]
+        ctx.gm_table(slots[groups], found[groups], block_of[groups], warp_of[groups])
+        ctx.ub_data(shift + o // C, o % C, found[groups], block_of[groups], warp_of[groups])
 
 
-def _scan_trace(ctx, b, scan, warp_of, npos):
+def _scan_trace(ctx, scan, block_of, warp_of, npos, shift):
     """Every index read of the reverse scans, as lane-trace rows (``keep_lanes`` only)."""
     req, lane = np.nonzero(scan)
     counts = scan[req, lane]
     rep = np.repeat(np.arange(len(req)), counts)
     step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
     pos = npos - 1 - step
-    if ctx.plan.coalesce == Coalesce.ROW:
-        addr = ctx.idx_base + pos * ctx.idx_step * 4
+    if ctx.coalesce == Coalesce.ROW:
+        addr = ctx.idx_base + (shift + pos) * ctx.idx_step * 4
     else:
-        addr = ctx.idx_base + ((pos // ctx.C) * ctx.irs + (pos % ctx.C) * ctx.ics) * 4
-    return np.stack([np.full(len(rep), b), warp_of[req][rep], lane[rep], addr], axis=1)
+        addr = ctx.idx_base + ((shift + pos // ctx.args["valid_cols"]) * ctx.irs
+                               + (pos % ctx.args["valid_cols"]) * ctx.ics) * 4
+    return np.stack([block_of[req][rep], warp_of[req][rep], lane[rep], addr], axis=1)
+
+
+# -- the owner path (whole-array Conflict::Last) -------------------------------------------------------------
+
+def _flat_requests(spec, count):
+    """The requests of a flat grid-stride launch over ``count`` items (kernels/a5/device.walk_grid: thread
+    ``g = b * threads + ty * 32 + tx`` takes items ``g, g + grid threads, ...``): request ``i`` is step
+    ``i // (grid x warps)`` of the grid's warp ``i % (grid x warps)``, its lanes on items ``32 i, ..., 32 i + 31``.
+    Yields ``(items, active, block, warp)`` in chunks."""
+    W = spec.geometry.launch_warps
+    warps = spec.grid * W
+    requests = _ceil_div(count, warps * WARP) * warps
+    per_chunk = max(1, _CHUNK_LANES // WARP)
+    for i0 in range(0, requests, per_chunk):
+        i = np.arange(i0, min(requests, i0 + per_chunk))
+        items = i[:, None] * WARP + np.arange(WARP)[None, :]
+        grid_warp = i % warps
+        yield items, items < count, grid_warp // W, grid_warp % W
+
+
+def _walk_owner_reset(ctx: _Ctx) -> None:
+    """``simt_mscatter_owner_reset_kernel``: ``owner[s] = -1`` for every owner, a flat walk."""
+    owner = ctx.args["owner"]
+    stream = ctx.stream("owner reset", "gm", "store", owner.itemsize)
+    for items, active, block, warp in _flat_requests(ctx.spec, owner.size):
+        stream.add(items * owner.itemsize, active, block, warp)
+
+
+def _walk_owner_claim(ctx: _Ctx) -> None:
+    """``simt_mscatter_row_owner_claim_kernel`` / ``simt_mscatter_elem_owner_claim_kernel``: a flat walk over the
+    source positions from the last down (item ``i`` is position ``n - 1 - i``; Row: source rows): each lane reads
+    its index, then, in range, claims ``owner[slot]`` with an atomic max."""
+    a = ctx.args
+    if ctx.coalesce == Coalesce.ROW:
+        total, cols, slot, ok = a["valid_rows"], 1, ctx.slot[:, 0], ctx.in_range[:, 0]
+    else:
+        cols = a["valid_cols"]
+        total, slot, ok = a["valid_rows"] * cols, ctx.slot.reshape(-1), ctx.in_range.reshape(-1)
+    oisz = a["owner"].itemsize
+    claim = ctx.stream("owner claim", "gm", "atomic", oisz)
+    for items, active, block, warp in _flat_requests(ctx.spec, total):
+        p = np.where(active, total - 1 - items, 0)
+        at = p * ctx.idx_step if ctx.coalesce == Coalesce.ROW else (p // cols) * ctx.irs + (p % cols) * ctx.ics
+        _idx_stream(ctx).add(ctx.idx_base + at * 4, active, block, warp)
+        claim.add(slot[p] * oisz, active & ok[p], block, warp)
+
+
+def _owners(ctx: _Ctx) -> np.ndarray:
+    """Each table slot's owner after the claim: its largest in-range source position (Elem: flat; Row: the source
+    row), -1 for none."""
+    if ctx.coalesce == Coalesce.ROW:
+        slot, ok = ctx.slot[:, 0], ctx.in_range[:, 0]
+    else:
+        slot, ok = ctx.slot.reshape(-1), ctx.in_range.reshape(-1)
+    owners = np.full(ctx.capacity, -1, dtype=np.int64)
+    np.maximum.at(owners, slot[ok], np.arange(slot.size, dtype=np.int64)[ok])
+    return owners
+
+
+def _walk_elem_owner_write(ctx: _Ctx, owners) -> None:
+    """``simt_mscatter_elem_owner_write_kernel``: a flat walk over the table's slots; each lane reads its slot's
+    owner, and an owned slot loads the source element at the owner's position and stores it."""
+    a = ctx.args
+    cap, cols, oisz = a["table_size"], a["valid_cols"], a["owner"].itemsize
+    owner_stream = ctx.stream("owner", "gm", "load", oisz)
+    for items, active, block, warp in _flat_requests(ctx.spec, cap):
+        owner_stream.add(items * oisz, active, block, warp)
+        s = np.minimum(items, cap - 1)
+        p = owners[s]
+        found = active & (p >= 0)
+        ctx.gm_table(s, found, block, warp)
+        q = np.maximum(p, 0)
+        ctx.ub_data(q // cols, q % cols, found, block, warp)

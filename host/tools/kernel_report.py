@@ -53,6 +53,7 @@ from simt_pto.backend import MissingExtraError, cuda_mode, require_numba_cuda, s
 from simt_pto.errors import ConstraintError
 from simt_pto.host import tiling
 from simt_pto.tensor import GlobalTensor
+from simt_pto.call import mgather_policy, mscatter_policy
 
 from .arguments import positive_int
 
@@ -140,14 +141,11 @@ def build_plan(op, coalesce, *, atomic=None, oob=None, conflict=None, dtype="flo
         for name, value in (("atomic", atomic), ("conflict", conflict)):
             if value is not None and not (name == "atomic" and _is_none_atomic(value)):
                 raise ValueError(f"{name} applies to mscatter only")
-        return constraints.validated_mgather("a5", data, table, idx, coalesce,
-                                        from_any(GatherOOB, "undefined" if oob is None else oob, "oob"),
-                                        GatherExec.SCALAR, None, strict, None)
-    return constraints.validated_mscatter(
-        "a5", table, data, idx, coalesce,
-        from_any(ScatterAtomicOp, "none" if atomic is None else atomic, "atomic"),
-        from_any(ScatterOOB, "undefined" if oob is None else oob, "oob"),
-        from_any(ScatterConflict, "last" if conflict is None else conflict, "conflict"), strict, None)
+        policy = mgather_policy(coalesce, "undefined" if oob is None else oob, "a5", GatherExec.SCALAR, strict, None)
+        return constraints.validated_mgather(policy, data, table, idx)
+    policy = mscatter_policy(coalesce, "none" if atomic is None else atomic, "undefined" if oob is None else oob,
+                             "last" if conflict is None else conflict, "a5", strict, None)
+    return constraints.validated_mscatter(policy, table, data, idx)
 
 
 def _is_none_atomic(value) -> bool:

@@ -14,6 +14,7 @@ import numba
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
+from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROWS_AHEAD, SERIAL_PREFETCH_AHEAD
 from .intrinsics import (atomic_cas, atomic_max, block_range, copy_run, lane_span, prefetch, prefetch_read,
                          warp_range)
 
@@ -103,10 +104,6 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
             for j in range(c, span_end(c, lanes, stop)):
                 dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]
             c += step
-
-
-ROWS_AHEAD = 8
-"""A CPU warp prefetches the table row this many rows ahead of the one it copies."""
 
 
 def prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes):
@@ -244,17 +241,13 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
                     visit(args, row0, base, p, span_end(p, lanes, total), total, lanes, store)
 
 
-SERIAL_PREFETCH_AHEAD = 32
-"""The plain-store Elem walk prefetches the destination of the position this many positions ahead."""
-
-
 def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
     """The Elem scatter of blocks ``[launch[0], launch[1])`` by one CPU thread (``simt_mscatter_elem_serial_kernel``):
     the positions of :func:`walk_elems` in source order (block by block, row-major: the order one thread visits them
     there), ``table[remap(idx)] op= src`` at each by the store rule ``store``; with ``prefetches`` (a
     read-modify-write, which waits for its load; a plain store does not) the destination
-    :data:`SERIAL_PREFETCH_AHEAD` positions on is prefetched first (dense tiles). ``args`` as for
-    :func:`scatter_elems`."""
+    :data:`~simt_pto.kernels.tuning.SERIAL_PREFETCH_AHEAD` positions on is prefetched first (dense tiles). ``args``
+    as for :func:`scatter_elems`."""
     (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words,
      shift) = args
     row0 = launch[0] * tile_rows
@@ -395,13 +388,6 @@ def source_element(src, src_rs, src_cs, valid_cols, p):
     return src[unsigned_offset(at)]
 
 
-CLAIM_PREFETCH_AHEAD = 64
-"""A CPU worker prefetches the owner this many positions ahead of the one it claims (the positions it visits next)."""
-CLAIM_PREFETCH_MIN_SLOTS = 1 << 16
-"""... from this many owners on (512 KB of keys); below, they stay in the core's L2 cache and the prefetch is only
-instructions."""
-
-
 def elem_owner_slot(idx, idx_rs, idx_cs, table_size, valid_cols, contiguous, rule, p):
     """``(slot, in_range)``: the remapped index of flat source position ``p`` (:func:`claim_elem_owner`)."""
     if contiguous:
@@ -416,11 +402,11 @@ def claim_elem_owner(args, item):
     position ``p = total - 1 - item``. The walk visits positions in falling order, so the first claim of a slot is
     usually its largest: on the CPU the rest find a larger owner already there and stay plain reads (``atomic_max``
     reads first), not locked read-modify-writes. Contiguous index tiles (the whole-array call's) are addressed by
-    ``p`` alone; a CPU worker with a large owner array prefetches the owner it claims :data:`CLAIM_PREFETCH_AHEAD`
-    positions later (random reads wait for their misses; a locked one stalls the worker). ``alone``: nothing else
-    claims meanwhile (a CPU launch of one block runs on one thread), so the max is a plain read and store. ``args =
-    (owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, prefetches, alone, rule)``, the three
-    flags loop-invariant."""
+    ``p`` alone; a CPU worker with a large owner array (``prefetches``) prefetches the owner it claims
+    :data:`~simt_pto.kernels.tuning.CLAIM_PREFETCH_AHEAD` positions later (random reads wait for their misses; a
+    locked one stalls the worker). ``alone``: nothing else claims meanwhile (a CPU launch of one block runs on one
+    thread), so the max is a plain read and store. ``args = (owner, idx, idx_rs, idx_cs, table_size, valid_cols,
+    total, contiguous, prefetches, alone, rule)``, the three flags loop-invariant."""
     owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, prefetches, alone, rule = args
     p = total - 1 - item
     _, lanes = lane_span()

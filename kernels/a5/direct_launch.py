@@ -2,12 +2,11 @@
 
 Numba's launch (``kernel[grid, block](*args)``) types every argument, looks up the overload and packs the arguments
 on every call, and each device array of another library first becomes a Numba device array
-(``cuda.as_cuda_array``). With the typing and plan building of a whole-array call around it, that was about 0.5 ms a
-call on the GPU machines (an H100, an H200): 24 times the 22 µs kernel of a 128K-row gather on the H200, and 0.12x to
-0.30x of PyTorch's speed on the same calls on the H100. A :class:`DirectLaunch` does that work once, for a launch
+(``cuda.as_cuda_array``). With the typing and plan building of a whole-array call around it, that host work is many
+times a small kernel (docs/gpu.md, "Measured on a GPU"). A :class:`DirectLaunch` does that work once, for a launch
 that has just run through Numba: it keeps the compiled kernel and Numba's own packing of the arguments
 (``_Kernel._prepare_args``), and a later launch puts only its operands' data pointers in place of the first call's
-(their sizes are part of the call signature that selects the runner, :mod:`simt_pto.host.fast_path`).
+(their sizes are part of the call signature that selects the kept launch, :mod:`simt_pto.host.kept_launch`).
 
 This reads numba-cuda's launch internals (those of numba-cuda 0.30.4, with ``cuda.core``'s ``launch``): where they
 differ, :func:`direct_launch` returns None and the caller keeps Numba's launch. Launches go to the default stream,
@@ -95,7 +94,8 @@ class IndexScan:
         or None (:func:`direct_launch`). Runs once, through Numba, so that the overload exists."""
         cuda = imported("numba.cuda")
         with first_use:
-            from .index_check import SCAN_BLOCK, flag_out_of_range, scan_grid
+            from simt_pto.kernels.tuning import SCAN_BLOCK
+            from .index_check import flag_out_of_range, scan_grid
         flag = _flag()
         flag[0] = 0
         grid = scan_grid(idx.size)

@@ -5,15 +5,14 @@ import numba
 from numba import cuda
 
 from simt_pto.kernels.cache import cuda_jit
-
-SCAN_BLOCK = 1024
-"""Threads of a block of an index scan (``count_out_of_range``, ``flag_out_of_range``)."""
+from simt_pto.kernels.tuning import SCAN_BLOCK, SCAN_MAX_BLOCKS  # SCAN_BLOCK is also imported from here by host/in_memory.py
 
 
 def scan_grid(size: int) -> int:
-    """Blocks of an index scan over ``size`` indices: one per :data:`SCAN_BLOCK`, at most 1024 (the threads then
-    stride)."""
-    return max(1, min(1024, -(-size // SCAN_BLOCK)))
+    """Blocks of an index scan (``count_out_of_range``, ``flag_out_of_range``; blocks of ``SCAN_BLOCK`` threads) over
+    ``size`` indices: one per ``SCAN_BLOCK``, at most ``SCAN_MAX_BLOCKS`` (the threads then stride;
+    :mod:`simt_pto.kernels.tuning`)."""
+    return max(1, min(SCAN_MAX_BLOCKS, -(-size // SCAN_BLOCK)))
 
 
 @cuda_jit(cache=True)

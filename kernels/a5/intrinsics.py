@@ -129,6 +129,7 @@ def _cpu_cas(typingctx, ary, idx, old, new):
 
 
 _CACHE_LINE = 64
+"""Bytes of an x86-64 cache line, the step of the line prefetch: a fact of the hardware, not a tuned value."""
 
 
 def _llvm_prefetch(builder, address, write: int) -> None:

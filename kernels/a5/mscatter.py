@@ -20,7 +20,8 @@ import functools
 
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
-from .device import (CLAIM_PREFETCH_MIN_SLOTS, claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
+from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
+from .device import (claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
                      claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner,
                      scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)

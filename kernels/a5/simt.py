@@ -34,12 +34,9 @@ from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store, writers
 from simt_pto.kernels.store import bind
+from simt_pto.kernels.tuning import CHUNKS_PER_WORKER
 from . import device, intrinsics
 from .mscatter import PLAIN_STORE_KERNELS
-
-CHUNKS_PER_WORKER = 4
-"""CPU launches split a grid into this many block ranges per worker (load balance for uneven blocks)."""
-
 
 @functools.cache
 def namespace(family: str) -> dict:
@@ -438,8 +435,8 @@ def _simulate(config, grid: int, warps: int, args) -> None:
 def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
-    looked up once, here: what a repeated call of one signature runs (the whole-array fast path,
-    :mod:`simt_pto.host.fast_path`; the tile ops, ``simt_pto.host.a5.KeptTileOp``). None when ``spec`` holds an
+    looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
+    whole arrays and tile ops alike). None when ``spec`` holds an
     array outside ``operands`` (a launch whose other arrays belong to its call)."""
     names = [name for name, _ in spec.args]
     if any(name not in operands and isinstance(value, (np.ndarray, tuple)) for name, value in spec.args):
@@ -476,12 +473,6 @@ def _single_launch(call: CallPlan) -> LaunchSpec | None:
     if len(call.steps) != 1 or call.guard_name is not None or not isinstance(call.steps[0], LaunchSpec):
         return None
     return call.steps[0]
-
-
-def single_multicore_launcher(call: CallPlan, operands: tuple[str, ...]):
-    """:func:`multicore_launcher` of a plan that is one launch and nothing else (no host step, no guard), or None."""
-    spec = _single_launch(call)
-    return None if spec is None else multicore_launcher(spec, operands)
 
 
 def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
@@ -528,5 +519,5 @@ def host_store(atomic: int, fmt: int):
 
 
 __all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "multicore_launcher", "multicore_workers", "family",
-           "forget_compiled", "host_store", "kernel_source", "launch", "namespace", "single_multicore_launcher",
+           "forget_compiled", "host_store", "kernel_source", "launch", "namespace",
            "trace_multicore_launches", "write_shared"]

@@ -1,0 +1,457 @@
+"""The kept launch: what a repeated call of one signature runs, bound once, with each call's operands put in place.
+
+A call's validation and plan read its signature only (:class:`simt_pto.call.Call` for a whole array, the tile op's
+key in :mod:`simt_pto.constraints`): its operands' kinds, shapes, dtypes and policy. Once a call of a signature has
+run, :meth:`KeptLaunch.of` keeps its launches (the ``multicore`` backend's compiled kernels with every argument but
+the operands bound, :func:`simt_pto.kernels.a5.simt.multicore_launcher`; on the GPU backend the packed launch,
+:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`; the A2/A3 row walk) in the signature's entry of the one
+signature cache (:data:`simt_pto.plan.SIGNATURES`). A later call of the signature hands its own operands to
+:meth:`KeptLaunch.run` (host memory) or :meth:`KeptLaunch.run_device` (device pointers), which checks what depends
+on those operands and nothing else, before anything is written:
+
+* overlap: the operands the full path requires apart (:mod:`simt_pto.aliasing`) share no byte;
+* alignment: a 16-bit float Add's table starts on a 4-byte boundary where its launch takes whole words;
+* the index values: narrowed as the full path narrows them (:func:`~.arrays.checked_indices`) and, under a policy
+  that leaves out-of-range indices undefined, in range (on the device, by the device scan; where a launch checks the
+  range itself, as the Conflict::Last claim does with its ``refused`` flags, right after that launch, before any
+  launch writes the table).
+
+A call that fails a check gets False (or None) and nothing written: the caller takes the full path, which raises its
+one refusal. :func:`whole_operands` turns a whole-array call's operands (numpy, PyTorch CPU tensors, JAX and other
+DLPack / array-interface producers, device arrays) into its :class:`~simt_pto.call.Call` and the memory the launches
+take, applying torch's rules of :mod:`simt_pto.torch_rules` as the full path does.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ctypes
+import sys
+
+import numpy as np
+
+from simt_pto import backend as _backend
+from simt_pto import torch_rules
+from simt_pto.aliasing import ranges_overlap
+from simt_pto.backend import first_use, imported
+from simt_pto.call import Call, Operand, Policy
+from simt_pto.launch_spec import CallPlan, LaunchSpec
+from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
+
+from .arrays import JAX, NUMPY, TORCH, checked_indices, new_device_array
+
+_UINT32 = np.dtype(np.uint32)
+
+
+class KeptLaunch:
+    """The launches of one call signature, bound once (in the manner of a prepared statement: every argument but the
+    operands fixed), run on each later call's own operands.
+
+    * ``steps``: ``(launch, views)`` in order; ``launch(*arrays)`` takes the arrays named by ``views`` (host:
+      ``(name, dtype)`` pairs, each array viewed as that dtype; device: names, each given as a data pointer).
+    * ``made``: arrays each call makes afresh: ``name -> (size, dtype)`` (a gather's output; the Conflict::Last
+      owners, from a one-array pool (:data:`_SPARE_OWNER`), and ``refused`` flags, zeroed).
+    * ``apart``: pairs of operand names that may share no byte.
+    * ``indices``: ``indices(arrays)``: puts the index bits the launches take in ``arrays["idx"]`` and says whether
+      the call may run (False: an index the full path refuses, or one it must look at).
+    * ``checked_by``: the step after which the ``refused`` flags are read (a launch that checks the range itself).
+    * ``aligned_to``: the table's start address must be a multiple of it (a 16-bit float Add's whole-word form).
+    * ``scan``: on the device, the index scan (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`) or None.
+    """
+
+    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers")
+
+    def __init__(self, steps: tuple, *, made: dict | None = None, apart: tuple = (), indices: Callable | None = None,
+                 checked_by: int | None = None, aligned_to: int = 1, scan: Any = None, device: bool = False):
+        self.steps, self.made, self.apart, self.indices = steps, made or {}, apart, indices
+        self.checked_by, self.aligned_to, self.scan, self.device = checked_by, aligned_to, scan, device
+        # how each made array is made: the owners from the pool (every launch's reset marks them unowned), the
+        # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
+        self._makers = tuple((name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
+                              size, dtype) for name, (size, dtype) in self.made.items())
+
+    # -- binding ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def of(cls, call: CallPlan, operands: dict[str, np.ndarray], *, made: tuple[str, ...] = (),
+           apart: tuple = (), indices: Callable | None = None, aligned_to: int = 1) -> KeptLaunch | None:
+        """The kept launches of ``call``, a plan that has just run on the ``multicore`` backend over the host arrays
+        ``operands`` (by the names its launches give them; each launch must take each operand whole), or None for a
+        plan that cannot be repeated so: a host step or a guard, an array argument that is neither an operand nor
+        ``made`` (``"dst"``, ``"owner"``, ``"refused"``), a float32 Max / Min's pair of table views."""
+        if call.guard_name is not None or not call.steps:
+            return None
+        with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
+            from simt_pto.kernels.a5 import simt
+        sizes: dict[str, tuple[int, np.dtype]] = {}
+        steps, checked_by = [], None
+        for spec in call.steps:
+            if not isinstance(spec, LaunchSpec):  # a host step
+                return None
+            views = []
+            for name, value in spec.args:
+                if isinstance(value, tuple):  # the float32 Max / Min (int32, uint32) pair
+                    return None
+                if not isinstance(value, np.ndarray):
+                    continue
+                if name in operands:
+                    whole = operands[name]
+                    if value.nbytes != whole.nbytes or _address(value) != _address(whole):
+                        return None
+                elif name in made and sizes.setdefault(name, (value.size, value.dtype)) == (value.size, value.dtype):
+                    if name == "refused" and checked_by is None:
+                        checked_by = len(steps)  # the launch that sets the flags
+                else:
+                    return None
+                views.append((name, np.dtype(value.dtype)))
+            launch = simt.multicore_launcher(spec, tuple(name for name, _ in views))
+            if launch is None:
+                return None
+            steps.append((launch, tuple(views)))
+        return cls(tuple(steps), made=sizes, apart=apart, indices=indices, checked_by=checked_by,
+                   aligned_to=aligned_to)
+
+    @classmethod
+    def of_gpu(cls, call: CallPlan, operands: tuple[str, ...], *, made: dict | None = None, apart: tuple = (),
+               scan: Any = None) -> KeptLaunch | None:
+        """The kept launch of ``call``, one launch that has just run on the GPU backend, taking the device arrays
+        named ``operands`` as data pointers (:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`), or None."""
+        with first_use:
+            from simt_pto.kernels.a5 import simt
+        launch = simt.single_gpu_launcher(call, operands)
+        return None if launch is None else cls(((launch, operands),), made=made, apart=apart, scan=scan, device=True)
+
+    # -- running ---------------------------------------------------------------------------------------------
+
+    def run(self, arrays: dict[str, np.ndarray]) -> bool:
+        """Run the kept launches on ``arrays`` (the call's operands by name, host memory; the ``made`` arrays are
+        added, a gather's output among them) and return True; False, having written nothing the caller owns, for a
+        call whose checks send it to the full path."""
+        for a, b in self.apart:
+            if np.may_share_memory(arrays[a], arrays[b]):  # numpy's bounds check, in C (aliasing.may_overlap's)
+                return False
+        if self.aligned_to > 1 and _address(arrays["table"]) % self.aligned_to:
+            return False
+        if self.indices is not None and not self.indices(arrays):
+            return False
+        for name, make, size, dtype in self._makers:
+            arrays[name] = make(size, dtype)
+        if self.checked_by is None:
+            for launch, views in self.steps:
+                launch(*[arrays[name].view(dtype) for name, dtype in views])
+        else:
+            for at, (launch, views) in enumerate(self.steps):
+                launch(*[arrays[name].view(dtype) for name, dtype in views])
+                if at == self.checked_by and arrays["refused"].any():
+                    return False  # an index past the table: the full path refuses the call (only owners written)
+        if "owner" in self.made:
+            _keep_owner(arrays["owner"])
+        return True
+
+    def run_device(self, pointers: dict[str, tuple[int, int]], template: Any) -> Any | None:
+        """Run the kept launch on device operands (``name -> (data pointer, bytes)``); a gather's output is a new
+        device array of ``template``'s library, returned (a scatter returns True). None: the call takes the full
+        path (operands that share bytes, an index the device scan finds out of range), nothing written."""
+        for a, b in self.apart:
+            (at_a, size_a), (at_b, size_b) = pointers[a], pointers[b]
+            if ranges_overlap((at_a, at_a + size_a), (at_b, at_b + size_b)):
+                return None
+        if self.scan is not None and self.scan.out_of_range(pointers["idx"][0]):
+            return None
+        out = None
+        if "dst" in self.made:
+            size, dtype = self.made["dst"]
+            out = new_device_array(template, size)
+            pointers = {**pointers, "dst": (out.__cuda_array_interface__["data"][0], 0)}
+        (launch, names), = self.steps
+        launch(*[pointers[name][0] for name in names])
+        imported("numba.cuda").synchronize()  # the GPU backend: numba.cuda is in real mode; the call returns when done
+        return True if out is None else out
+
+
+# -- a whole-array call: its kept launch, from the API boundary ---------------------------------------------------
+
+class Entry:
+    """What the signature cache (:data:`simt_pto.plan.SIGNATURES`) holds for one whole-array :class:`Call`: the
+    rows per tile, the plan of one full tile without the call's arrays (its table without memory; its tiles over no
+    storage), the tile view's columns (:mod:`.in_memory` validates and fills these), and, once a call of the
+    signature has run, its kept launch with, for a gather, the result's ``(size, dtype, shape)``."""
+
+    __slots__ = ("tile_rows", "plan", "tile_cols", "kept", "out")
+
+    def __init__(self, tile_rows: int, plan: Plan | None, tile_cols: int):
+        self.tile_rows, self.plan, self.tile_cols = tile_rows, plan, tile_cols
+        self.kept: KeptLaunch | None = None
+        self.out: tuple | None = None
+
+
+def keeping_backend(policy: Policy) -> str | None:
+    """Where a call of ``policy`` keeps its launches: ``"multicore"`` for ``a2a3`` (its row walk runs on the host
+    alike) and for ``a5`` on that backend, ``"gpu"`` for ``a5`` on the GPU; None for the ``cpu`` target, the
+    simulator, and an A5 backend not chosen yet (the full path chooses it). Reads the backend the process has
+    resolved without resolving it (:func:`simt_pto.backend.a5_backend` runs on the full path)."""
+    if policy.target == "a5":
+        resolved = _backend._resolved  # (no call: what the repeated call's path reads of the backend)
+        return resolved if resolved == "multicore" or resolved == "gpu" else None
+    return "multicore" if policy.target == "a2a3" else None
+
+
+def gathered(policy: Policy, table, idx) -> Any | None:
+    """The result of a whole-array gather whose signature has run, from its kept launch (an array of the table's
+    kind); None when the call takes the full path: no kept launch, or a check it fails (the full path then raises
+    its refusal)."""
+    keeps = keeping_backend(policy)
+    if keeps == "multicore":
+        found = whole_operands(policy, table, idx)
+        if found is None:
+            return None
+        key, arrays = found
+        entry = SIGNATURES.lookup(key)
+        if entry is None or entry.kept is None or not entry.kept.run(arrays):
+            return None
+        size, dtype, shape = entry.out
+        result = arrays["dst"].view(dtype).reshape(shape)
+        kind = key.operands[0].kind
+        if kind == NUMPY:
+            return result
+        if kind == TORCH:  # (the caller's table is a tensor: torch is imported already)
+            return sys.modules["torch"].from_numpy(result)
+        return sys.modules["jax.numpy"].asarray(result)  # (likewise jax)
+    if keeps == "gpu":
+        found = device_operands(policy, table, idx)
+        entry = None if found is None else SIGNATURES.lookup(found[0])
+        if entry is not None:
+            result = entry.kept.run_device(found[1], table)
+            return None if result is None else result.reshape(entry.out[2])
+    return None
+
+
+def scattered(policy: Policy, table, src, idx) -> bool:
+    """Whether a whole-array scatter whose signature has run was run by its kept launch (``a5`` only: the
+    sequential targets' scatters run tile by tile); False, with nothing written, when the call takes the full path.
+    A PyTorch table goes through torch's in-place rules first and has its version counter bumped once the launch
+    may have written."""
+    keeps = keeping_backend(policy) if policy.target == "a5" else None
+    if keeps == "multicore":
+        found = whole_operands(policy, table, idx, src)  # (a PyTorch table: its in-place rules checked here)
+        if found is None:
+            return False
+        key, arrays = found
+        entry = SIGNATURES.lookup(key)
+        if entry is None or entry.kept is None:
+            return False
+        if key.operands[0].kind != TORCH:
+            return entry.kept.run(arrays)
+        return _bumping(table, lambda: entry.kept.run(arrays))
+    if keeps == "gpu":
+        found = device_operands(policy, table, idx, src)
+        entry = None if found is None else SIGNATURES.lookup(found[0])
+        if entry is None:
+            return False
+        if torch_rules.torch_of(table) is None:
+            return entry.kept.run_device(found[1], table) is not None
+        torch_rules.check_write(table, "table", "MSCATTER", "a5")  # torch's in-place rules, then the bump
+        return _bumping(table, lambda: entry.kept.run_device(found[1], table) is not None)
+    return False
+
+
+def _bumping(tensor, run: Callable[[], bool]) -> bool:
+    """``run()``, which writes ``tensor``'s memory unless it returns False (before anything is written), and the
+    tensor's version counter bumped once it may have written (also when it raises: Ctrl-C mid-launch)."""
+    wrote = True
+    try:
+        wrote = run()
+        return wrote
+    finally:
+        if wrote:
+            torch_rules.bump_version(tensor)
+
+
+# -- a whole-array call's operands -----------------------------------------------------------------------------
+
+def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np.ndarray] | None:
+    """``(signature fields, flat C-contiguous native numpy view of its memory)`` of a host operand a kept launch can take
+    as it is, or None (a call that takes the full path: a copy, a conversion or a refusal may be due). ``aligned``:
+    the plan depends on its address modulo 8 (a table or a source; not an index array)."""
+    if type(obj) is np.ndarray:
+        if not obj.flags.c_contiguous or not obj.dtype.isnative or not obj.size:
+            return None
+        if written and not obj.flags.writeable:
+            return None
+        return Operand(NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0), obj.reshape(-1)
+    torch = sys.modules.get("torch")  # (a tensor exists only in a process that has imported torch)
+    if torch is not None and isinstance(obj, torch.Tensor):
+        # one C call tells a plain dense CPU tensor from every tensor torch_rules treats apart (a lazy negation or
+        # conjugation, a zero tensor, meta / sparse / quantized / nested, an inference tensor, FakeTensor and the
+        # torch.func wrappers): their dispatch keys differ; a tensor that requires grad takes the full path too,
+        # which applies torch's rules (a read refused under grad mode, a write refused as index_put_ refuses it)
+        plain, keys = _PLAIN_KEYS or _plain_keys(torch)
+        if obj.requires_grad or keys(obj) != plain or not obj.is_contiguous():
+            return None
+        try:
+            view = obj.numpy()  # shares the memory (no bfloat16: numpy has no such dtype, the full path reads it)
+        except (TypeError, RuntimeError):
+            return None
+        if not view.size:
+            return None
+        return (Operand(TORCH, view.shape, view.dtype, True, obj.data_ptr() & 7 if aligned else 0),
+                view if view.ndim == 1 else view.reshape(-1))
+    if type(obj).__module__.startswith("jax") and not written:
+        try:
+            view = np.asarray(obj)  # a JAX CPU array's own memory, read-only
+        except Exception:  # noqa: BLE001 - not on the CPU, or not an array: the full path decides
+            return None
+        if not view.flags.c_contiguous or not view.size:
+            return None
+        return Operand(JAX, view.shape, view.dtype, False, _address(view) & 7 if aligned else 0), view.reshape(-1)
+    return None
+
+
+_PLAIN_KEYS: list = []
+"""``[keys of a plain dense CPU tensor, the function that reads a tensor's keys]`` in this process (read once, from
+``torch.empty(0)``)."""
+
+
+def _plain_keys(torch) -> list:
+    if not _PLAIN_KEYS:
+        keys = torch._C._dispatch_keys
+        _PLAIN_KEYS.extend((keys(torch.empty(0)), keys))
+    return _PLAIN_KEYS
+
+
+def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str, np.ndarray]] | None:
+    """``(call, arrays)`` of a whole-array call on host operands a kept launch can take as they are (``arrays``:
+    ``"table"``, ``"idx"``, for a scatter ``"src"``: numpy views of the callers' memory), or None (the full path)."""
+    if type(table) is np.ndarray and type(idx) is np.ndarray and src is None:  # the commonest call, inline
+        if not (table.flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative and table.size
+                and idx.size):
+            return None
+        return (Call(policy, (Operand(NUMPY, table.shape, table.dtype, table.flags.writeable, _address(table) & 7),
+                              Operand(NUMPY, idx.shape, idx.dtype, True, 0))),
+                {"table": table.reshape(-1), "idx": idx.reshape(-1)})
+    torch = sys.modules.get("torch")
+    if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor and src is None:
+        # (the same checks as _host_operand's, inline: a PyTorch gather's per-call cost is mostly these)
+        plain, keys = _PLAIN_KEYS or _plain_keys(torch)
+        if (table.requires_grad or keys(table) != plain or keys(idx) != plain or not table.is_contiguous()
+                or not idx.is_contiguous()):
+            return None
+        try:
+            table_view, idx_view = table.numpy(), idx.numpy()
+        except (TypeError, RuntimeError):  # bfloat16 (numpy has no such dtype), an index that requires grad
+            return None
+        if not (table_view.size and idx_view.size):
+            return None
+        return (Call(policy, (Operand(TORCH, table_view.shape, table_view.dtype, True, table.data_ptr() & 7),
+                              Operand(TORCH, idx_view.shape, idx_view.dtype, True, 0))),
+                {"table": table_view.reshape(-1), "idx": idx_view if idx_view.ndim == 1 else idx_view.reshape(-1)})
+    got_table = _host_operand(table, written=src is not None)
+    if got_table is None:
+        return None
+    got_idx = _host_operand(idx, False, aligned=False)
+    if got_idx is None:
+        return None
+    if src is None:
+        return Call(policy, (got_table[0], got_idx[0])), {"table": got_table[1], "idx": got_idx[1]}
+    got_src = _host_operand(src, False)
+    if got_src is None:
+        return None
+    return (Call(policy, (got_table[0], got_src[0], got_idx[0])),
+            {"table": got_table[1], "src": got_src[1], "idx": got_idx[1]})
+
+
+def _device_operand(obj) -> tuple[Operand, int, int] | None:
+    """``(signature fields, data pointer, bytes)`` of a non-empty C-contiguous device array whose
+    ``__cuda_array_interface__`` names no stream of its own (none, or the legacy default stream: the one the
+    launches use), else None."""
+    if isinstance(obj, np.ndarray):
+        return None
+    if torch_rules.torch_of(obj) is not None and not torch_rules.read_in_place(obj):
+        return None  # a lazy view (x.conj().imag), a tensor that requires grad: read as the full path reads it
+    try:
+        info = obj.__cuda_array_interface__
+    except Exception:  # noqa: BLE001 - no device array, or one the full path refuses
+        return None
+    shape, (pointer, read_only) = tuple(info["shape"]), info["data"]
+    if info.get("strides") is not None or info.get("stream") not in (None, 1) or not pointer:
+        return None
+    size = np.dtype(info["typestr"]).itemsize * int(np.prod(shape, dtype=np.int64))
+    return Operand("device", shape, (type(obj), info["typestr"]), not read_only, pointer & 7), pointer, size
+
+
+def device_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str, tuple[int, int]]] | None:
+    """``(call, pointers)`` of a whole-array call on device arrays (``pointers``: ``name -> (data pointer, bytes)``),
+    or None for a call that takes the full path (int32 / uint32 indices only: others are narrowed on the host)."""
+    names = ("table", "idx") if src is None else ("table", "src", "idx")
+    found = [_device_operand(a) for a in ((table, idx) if src is None else (table, src, idx))]
+    if any(f is None for f in found) or found[-1][0].dtype[1][1:] not in ("i4", "u4"):
+        return None
+    return (Call(policy, tuple(f[0] for f in found)),
+            {name: (pointer, size) for name, (_, pointer, size) in zip(names, found)})
+
+
+def whole_indices(plan, checks_range: bool = True) -> Callable[[dict], bool]:
+    """A whole-array call's index step: the caller's index array, narrowed as the full path narrows it, as flat
+    uint32 bits in ``arrays["idx"]``; False under a policy that leaves out-of-range indices undefined when one is out
+    of range (unless a launch checks the range itself: ``checks_range=False``)."""
+    check = checks_range and plan.checks_range
+    op, target, capacity = plan.op, plan.target, plan.capacity
+
+    def indices(arrays: dict) -> bool:
+        raw = arrays["idx"]
+        dt = raw.dtype
+        if not (dt.itemsize == 4 and dt.kind in "iu" and dt.isnative):  # (int32 / uint32 need no narrowing)
+            raw = checked_indices(raw, op, target)
+        bits = arrays["idx"] = raw.view(_UINT32)  # (flat and C-contiguous: a view)
+        return not check or all_below(bits, capacity)
+    return indices
+
+
+def all_below(bits: np.ndarray, capacity: int) -> bool:
+    """Whether every one of the uint32 ``bits`` is below ``capacity`` (:func:`simt_pto.plan.indices_below`, in this
+    module so that a kept launch's check runs no other module's code): one pass; a plain ``max`` over a few."""
+    if bits.size <= SMALL_INDEX_COUNT:
+        return bits.size == 0 or max(bits.tolist() if bits.ndim == 1 else bits.ravel().tolist()) < capacity
+    return int(bits.max()) < capacity
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of a numpy array's first element (:func:`.arrays.base_address`, here for the same reason as
+    :func:`all_below`)."""
+    try:  # a writable C-contiguous array: read through ctypes' buffer view, a quarter of the cost of .ctypes
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError, BufferError):  # read-only, not C-contiguous, or empty
+        return array.ctypes.data
+
+
+def device_index_scan(call: CallPlan, plan) -> tuple[Any, bool]:
+    """``(scan or None, ok)``: the device index scan of a plan that leaves out-of-range indices undefined
+    (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`, over the launch's ``idx``), None for a plan that places
+    or drops every index; ``ok`` False where a scan is needed and none can be made."""
+    if not plan.checks_range:
+        return None, True
+    with first_use:
+        from simt_pto.kernels.a5.direct_launch import IndexScan
+    scan = IndexScan.of(call.steps[0].arguments["idx"], plan.capacity)
+    return scan, scan is not None
+
+
+_SPARE_OWNER = CallCache(maxsize=1)
+"""The owner array of the last owner-path scatter that finished, by ``(size, dtype)`` (a pool of one spare array,
+not a signature cache): the next call of that size takes it instead of a new one. A new array of that size is fresh
+pages, which the reset then faults in one by one: 64M updates into 4M slots have 16 MB of owners. Taking it removes
+it, so no two calls share one. Its contents are never read: the reset marks every owner unowned."""
+
+
+def _take_owner(size: int, dtype: np.dtype) -> np.ndarray:
+    owner = _SPARE_OWNER.take((size, dtype))
+    return np.empty(size, dtype) if owner is None else owner
+
+
+def _keep_owner(owner: np.ndarray) -> None:
+    _SPARE_OWNER.put((owner.size, owner.dtype), owner)
+
+
+__all__ = ["Entry", "KeptLaunch", "all_below", "device_index_scan", "device_operands", "gathered", "keeping_backend",
+           "scattered", "whole_indices", "whole_operands"]

@@ -1,0 +1,35 @@
+"""The tuned constants of the kernels and their launchers: one table, each with one line saying what it trades and
+where it was measured ("dev machine": the 2-core AMD EPYC development machine, 32 MB L3; the measurements are in
+docs/performance.md, "Why the thresholds are where they are").
+
+Each is a plain module-level int or float, and a kernel module takes it by name (``from simt_pto.kernels.tuning
+import ROWS_AHEAD``): a jitted function that reads a global scalar has it frozen in at compile time. The
+kernel-cache digest (:mod:`simt_pto.kernels.cache`) covers this file, so an edit here recompiles the kernels. Each
+picks how the same work is spread or paced (prefetch distances, block ranges, a scan's grid, a poll); none changes
+which results a call may give. The host's thresholds are a table of their own, :mod:`simt_pto.host.tuning` (the
+kernels may not import the host). This module imports nothing.
+"""
+
+CHUNKS_PER_WORKER = 4
+"""Block ranges per worker of a multicore launch: balance over uneven blocks against a call per range (untuned; dev machine, 2026-11-23)."""
+
+ROWS_AHEAD = 8
+"""Rows ahead a CPU warp prefetches the table row it will copy: misses overlapped against lines evicted unused (dev machine, 2026-11-26)."""
+
+SERIAL_PREFETCH_AHEAD = 32
+"""Positions ahead the serial Elem walk prefetches an atomic op's target: overlap against eviction (dev machine, 2026-11-26)."""
+
+CLAIM_PREFETCH_AHEAD = 64
+"""Positions ahead a CPU worker prefetches the owner it will claim: overlap against eviction; 256 no faster (dev machine, 2026-11-26)."""
+
+CLAIM_PREFETCH_MIN_SLOTS = 1 << 16
+"""Owners from which the claim prefetches: fewer stay in a core's L2, where it only costs; 256K no faster (dev machine, 2026-11-26)."""
+
+SCAN_BLOCK = 1024
+"""Threads per block of the GPU index scans (a CUDA block's most): fewer, fuller blocks (untuned; H200, 2026-11-26)."""
+
+SCAN_MAX_BLOCKS = 1024
+"""Most blocks of a GPU index scan (threads stride past it): a smaller grid against more work a thread (untuned; H200, 2026-11-26)."""
+
+WAIT_SLICE_S = 20e-6
+"""Seconds between a waiting writer's polls: how late it sees the table free against polling (untuned; dev machine, 2026-11-26)."""

@@ -1,0 +1,226 @@
+"""The typed call (simt_pto/call.py) and the one kept-launch road (host/kept_launch.py), issue #38.
+
+* Every option is normalised once, before any cache key is built: spellings of one option give one call and hit one
+  signature entry; values that validate differently (``True`` and ``1``) stay distinct.
+* A repeated call of every operand kind the kept launch serves (numpy, PyTorch CPU tensors, JAX arrays; tile ops)
+  runs its kept launch, gives numpy's answer, and still refuses what the full path refuses.
+* A repeated whole-array call enters at most five of the package's files (traced with ``sys.setprofile``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import simt_pto as pto
+from simt_pto import call as typed_call
+from simt_pto.enums import Coalesce, LastPath, OwnerLayout
+from simt_pto.host import in_memory, kept_launch
+from simt_pto.plan import SIGNATURES, CallCache
+
+
+@pytest.fixture
+def no_full_path(monkeypatch):
+    """After ``arm()``, a whole-array call that takes the full path fails the test."""
+    def arm():
+        def refuse(*args, **kwargs):
+            raise AssertionError("the call took the full path")
+        monkeypatch.setattr(in_memory, "full_gather", refuse)
+        monkeypatch.setattr(in_memory, "full_scatter", refuse)
+    return arm
+
+
+def operands(seed=0, rows=64, cols=64, n=8):
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((rows, cols)).astype(np.float32)
+    idx = rng.integers(0, rows, n).astype(np.int32)
+    src = rng.standard_normal((n, cols)).astype(np.float32)
+    return table, idx, src
+
+
+# -- one policy per meaning ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spellings", [
+    ("elem", "ELEM", Coalesce.ELEM, 1, np.int64(1)),
+])
+def test_spellings_of_one_option_are_one_policy(spellings):
+    policies = {typed_call.gather_policy(c, "clamp", "a5", None, None, True, None) for c in spellings}
+    assert len(policies) == 1 and next(iter(policies)).coalesce is Coalesce.ELEM
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_spellings_of_one_call_share_one_kept_launch(target, no_full_path):
+    CallCache.clear_all()
+    table, idx, _ = operands()
+    flat = idx.astype(np.int32) * 64 + 5
+    first = pto.gather(table, flat, coalesce="elem", oob="clamp", target=target)
+    no_full_path()
+    for spelling in (Coalesce.ELEM, "Elem", 1):
+        got = pto.gather(table, flat, coalesce=spelling, oob=pto.GatherOOB.CLAMP, target=target)
+        assert np.array_equal(got, table.reshape(-1)[flat]) and np.array_equal(got, first)
+
+
+@pytest.mark.parametrize("option, good, bad", [
+    ("strict", True, 1),
+    ("tile_rows", 4, True),
+    ("dyn_ubuf_size", 1024, True),
+])
+def test_values_that_validate_differently_stay_distinct(option, good, bad):
+    table, idx, _ = operands()
+    pto.gather(table, idx, **{option: good})  # validated and kept
+    pto.gather(table, idx, **{option: good})
+    with pytest.raises(TypeError, match=option):
+        pto.gather(table, idx, **{option: bad})  # equal to the good value as a key part, and refused all the same
+
+
+def test_each_option_is_normalised_once_per_first_call(monkeypatch):
+    """A first call of new spellings normalises each option once: from_any (and flag_from_any) run once per enum
+    option, at the API boundary, and not again below it."""
+    counts: dict[str, int] = {}
+    for name in ("from_any", "flag_from_any"):
+        real = getattr(typed_call, name)
+
+        def counted(*args, _real=real, **kwargs):
+            what = args[-1] if len(args) >= 2 and isinstance(args[-1], str) else "?"
+            counts[what] = counts.get(what, 0) + 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(typed_call, name, counted)
+    typed_call.scatter_policy.memo.cache_clear()
+    table, idx, src = operands(3)
+    pto.scatter(table, src, idx, coalesce="ROW", atomic="None", oob="Undefined", conflict="Last", strict=np.True_)
+    assert counts == {"coalesce": 1, "atomic": 1, "oob": 1, "conflict": 1, "strict": 1}
+
+
+def test_last_path_and_owner_layout_are_enums():
+    assert typed_call.check_last_path("owner") is LastPath.OWNER and LastPath.OWNER == "owner"
+    with pytest.raises(ValueError, match="last_path: expected 'auto', 'slot' or 'owner', got 'Owner'"):
+        typed_call.check_last_path("Owner")  # as documented: lower case only, as before the enum
+    with pytest.raises(TypeError, match="last_path must be a string"):
+        typed_call.check_last_path(1)
+    table, idx, src = operands(4, rows=32, n=40)
+    want = table.copy()
+    for p, r in enumerate(idx):
+        want[r] = src[p]
+    for last_path in ("owner", LastPath.OWNER):
+        got = table.copy()
+        pto.scatter(got, src, idx, last_path=last_path)
+        assert np.array_equal(got, want)
+    plans = ["\n".join(pto.scatter_plan(table.copy(), src, idx, last_path="owner", owner=owner).describe())
+             for owner in ("dense", "compact", OwnerLayout.COMPACT)]
+    assert "compact_owner" not in plans[0] and "compact_owner" in plans[1] and plans[1] == plans[2]
+
+
+# -- the kept launch serves every operand kind --------------------------------------------------------------------
+
+def _torch():
+    try:
+        import torch as module
+    except ImportError:
+        pytest.skip("PyTorch is not installed")
+    return module
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_repeated_torch_gather_takes_the_kept_launch(target, no_full_path):
+    torch = _torch()
+    table, idx, _ = operands(5)
+    t_table, t_idx = torch.from_numpy(table), torch.from_numpy(idx)
+    pto.gather(t_table, t_idx, target=target)
+    no_full_path()
+    for seed in range(3):
+        other = np.random.default_rng(seed).integers(0, 64, 8).astype(np.int32)
+        got = pto.gather(t_table, torch.from_numpy(other), target=target)
+        assert isinstance(got, torch.Tensor) and np.array_equal(got.numpy(), table[other])
+
+
+def test_a_repeated_torch_scatter_takes_the_kept_launch_and_bumps_the_version(no_full_path):
+    torch = _torch()
+    table, idx, src = operands(6)
+    t_table, t_src, t_idx = torch.from_numpy(table.copy()), torch.from_numpy(src), torch.from_numpy(idx)
+    pto.scatter(t_table, t_src, t_idx)
+    no_full_path()
+    before = t_table._version
+    got = pto.scatter(t_table, t_src * 2, t_idx)
+    want = table.copy()
+    for p, r in enumerate(idx):
+        want[r] = 2 * src[p]
+    assert got is t_table and np.array_equal(t_table.numpy(), want) and t_table._version == before + 1
+
+
+def test_what_the_full_path_refuses_is_refused_after_a_kept_launch_exists():
+    """A tensor that requires grad, an inference tensor written outside inference mode, a lazy negation: a kept
+    launch exists for their signature, and they still get the full path's answer."""
+    torch = _torch()
+    table, idx, src = operands(7)
+    t_table, t_src, t_idx = torch.from_numpy(table.copy()), torch.from_numpy(src), torch.from_numpy(idx)
+    for _ in range(2):
+        pto.gather(t_table, t_idx)
+        pto.scatter(t_table, t_src, t_idx)
+    with pytest.raises(pto.ConstraintError, match="requires grad"):
+        pto.gather(t_table.clone().requires_grad_(True), t_idx)
+    with torch.inference_mode():
+        frozen = torch.from_numpy(table.copy()).clone()
+    with pytest.raises(pto.ConstraintError, match="inference_mode"):
+        pto.scatter(frozen, t_src, t_idx)
+    negated = torch._neg_view(torch.from_numpy(table.copy()))
+    assert np.array_equal(pto.gather(negated, t_idx).numpy(), -table[idx])  # read as torch reads it
+
+
+def test_a_repeated_jax_gather_takes_the_kept_launch(no_full_path):
+    jnp = pytest.importorskip("jax.numpy")
+    table, idx, _ = operands(8)
+    j_table, j_idx = jnp.asarray(table), jnp.asarray(idx)
+    pto.gather(j_table, j_idx)
+    no_full_path()
+    got = pto.gather(j_table, j_idx)
+    assert type(got) is type(j_table) and np.array_equal(np.asarray(got), table[idx])
+
+
+def test_one_signature_cache_holds_tile_ops_and_whole_arrays():
+    CallCache.clear_all()
+    table, idx, src = operands(9)
+    pto.gather(table, idx)
+    pto.gather(table, idx)
+    dst = pto.Tile("float32", 8, 64)
+    idx_tile = pto.Tile.from_array(idx.reshape(1, 8))
+    pto.mgather(dst, pto.GlobalTensor(table), idx_tile)
+    pto.mgather(dst, pto.GlobalTensor(table), idx_tile)
+    entries = list(SIGNATURES._entries.values())
+    assert any(isinstance(e, kept_launch.Entry) and e.kept is not None for e in entries)
+    assert any(getattr(e, "kept", None) is not None and not isinstance(e, kept_launch.Entry) for e in entries)
+    assert np.array_equal(dst.valid_numpy(), table[idx])
+
+
+# -- the road a repeated call takes --------------------------------------------------------------------------------
+
+def _files_entered(call) -> set[str]:
+    import simt_pto.host
+    import simt_pto.kernels
+    roots = tuple(os.path.dirname(m.__file__) + os.sep for m in (pto, simt_pto.host, simt_pto.kernels))
+    files: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(roots):
+            files.add(frame.f_code.co_filename)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return files
+
+
+def test_a_repeated_call_enters_at_most_five_files():
+    if pto.a5_backend() != "multicore":
+        pytest.skip("the multicore backend's kept launches are traced")
+    table, idx, _ = operands(10)
+    flat_idx = (idx * 64 + 3).astype(np.int32)
+    src = np.ones(8, np.float32)
+    calls = [lambda: pto.gather(table, idx, coalesce="row", oob="clamp"),
+             lambda: pto.scatter(table.reshape(-1), src, flat_idx, coalesce="elem", atomic="add")]
+    for call in calls:
+        call(), call()  # the first keeps the launch
+        files = _files_entered(call)
+        assert len(files) <= 5, sorted(files)
