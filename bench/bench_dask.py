@@ -14,11 +14,11 @@ workers; the scatters read it chunk by chunk as from storage (each chunk made by
 table (a persisted table and a persisted result would be two tables at once, beyond the workers' limits).
 
 Each op is timed from the call to its result persisted on the cluster (``persist`` + ``wait``), after
-``simt_pto.host.dask_tables.warm`` loaded the kernels on every worker:
+``simt_pto.dask.warm`` loaded the kernels on every worker:
 
-* **gather** (Elem; Row with ``--cols``): ``dask_tables.gather(table, idx)`` vs Dask's own ``table[idx]``;
-* **Last**: ``dask_tables.scatter(table, src, idx)`` (Conflict::Last); Dask has no ordered scatter to compare;
-* **Add**: ``dask_tables.scatter(..., atomic="add")`` vs the best Dask-native scatter-add found: per (index chunk,
+* **gather** (Elem; Row with ``--cols``): ``simt_pto.dask.gather(table, idx)`` vs Dask's own ``table[idx]``;
+* **Last**: ``simt_pto.dask.scatter(table, src, idx)`` (Conflict::Last); Dask has no ordered scatter to compare;
+* **Add**: ``simt_pto.dask.scatter(..., atomic="add")`` vs the best Dask-native scatter-add found: per (index chunk,
   table chunk) ``np.bincount`` of the chunk's updates with their weights (kept as float32), built with
   ``da.blockwise`` and summed over the index chunks (``da.bincount`` itself makes one capacity-long float64 array
   per index chunk: it is run only where that fits a worker, ``--try-bincount``).
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
     from dask.utils import parse_bytes
     from distributed import Client, LocalCluster
 
-    from simt_pto.host import dask_tables
+    import simt_pto.dask
 
     cols = args.cols
     row_bytes = 4 * max(cols, 1)
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
               "n": n, "index elements": n * max(cols, 1), "ops": {}}
     try:
         start = time.perf_counter()
-        took = dask_tables.warm(client, dtypes=("float32",))
+        took = simt_pto.dask.warm(client, dtypes=("float32",))
         report["warm_s"] = round(time.perf_counter() - start, 2)
         print(f"warm: {report['warm_s']} s ({', '.join(f'{s:.1f}' for s in took.values())} s per worker)")
         stored, idx, src = dask_data(da, rows, cols, chunk_rows, n, idx_chunk)
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
 
         ops = args.ops.split(",")
         if "gather" in ops:
-            result, seconds = timed(lambda: dask_tables.gather(table, idx, coalesce=coalesce))
+            result, seconds = timed(lambda: simt_pto.dask.gather(table, idx, coalesce=coalesce))
             want = golden_gather(golden, chunk_shapes, n, cols)
             got = result.compute()
             record("gather", seconds,
@@ -300,11 +300,11 @@ def main(argv=None) -> int:
         client.run(_collect)
         table = stored
         if "last" in ops:
-            result, seconds = timed(lambda: dask_tables.scatter(table, src, idx, coalesce=coalesce))
+            result, seconds = timed(lambda: simt_pto.dask.scatter(table, src, idx, coalesce=coalesce))
             record("last", seconds, check_last(result, golden, chunk_shapes, host_src))
             del result
         if "add" in ops:
-            result, seconds = timed(lambda: dask_tables.scatter(table, src, idx, coalesce=coalesce, atomic="add"))
+            result, seconds = timed(lambda: simt_pto.dask.scatter(table, src, idx, coalesce=coalesce, atomic="add"))
             record("add", seconds, check_add(result, golden, chunk_shapes, host_src))
             del result
             if not args.no_peers:

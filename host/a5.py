@@ -16,18 +16,17 @@ import threading
 import numpy as np
 
 from simt_pto import geometry
-from simt_pto.backend import a5_backend, imported
-from simt_pto.enums import BLayout, Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
+from simt_pto.backend import a5_backend, first_use, imported
+from simt_pto.enums import Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store, writers
 from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
-from simt_pto.plan import indices_below
 
 from . import tuning
 from .arrays import base_address
-from .kept_launch import KeptLaunch
+from .kept_launch import KeptLaunch, tile_checks, tile_operands
 
 
 def on_gpu() -> bool:
@@ -541,50 +540,41 @@ def mscatter_scalar_impl(plan) -> None:
         simt.write_shared(table, simt.host_store(plan.atomic, fmt), table, slot, value)
 
 
-def _tile_operands(op: str, tile, table, idx) -> dict:
-    """A tile op's operands as its launches name them: the data tile's and the index tile's storage, the table's
-    memory (flat: a C-contiguous array's ``ravel`` is a view)."""
-    return {"dst" if op == "MGATHER" else "src": tile.data, "idx": idx.data, "table": table.array.ravel()}
-
-
 def _kept_tile_op(plan, call: CallPlan) -> KeptLaunch | None:
     """The kept launch of a tile op that ran ``call`` (its plan) on ``multicore`` over host memory, or None (a plan
     with a guard or a host step: the ``(1, 1)`` scalar fallbacks, a mid-word 16-bit float Add; a float32 Max / Min's
     pair of table views). :func:`mgather_launches` and :func:`mscatter_launches` read nothing of a call but its
     signature and its operands' memory, so a later call of the signature differs only in the arrays the launches
-    take. Its per-call checks:
+    take; its per-call checks are :func:`.kept_launch.tile_checks`', and a 16-bit float Add's table must start on a
+    4-byte boundary (its words' CAS form; else the boundary-word form)."""
+    whole_words = plan.op == "MSCATTER" and element_format(plan) in store.EDGE
+    return keep_multicore(call, tile_operands(plan.op, plan.tile, plan.table, plan.idx), **tile_checks(plan),
+                          aligned_to=4 if whole_words else 1)
 
-    * overlap (:mod:`simt_pto.aliasing`; :func:`simt_pto.ub.check_distinct_storage`): an MGATHER's destination
-      against its index tile and its table, an MSCATTER's table against both tiles and its tiles against each other;
-    * the index values (:func:`simt_pto.plan.check_oob`), under a policy that leaves out-of-range ones undefined:
-      the Row walk's indices, or the valid region of an Elem index tile;
-    * a 16-bit float Add's table starts on a 4-byte boundary (its words' CAS form; else the boundary-word form)."""
-    signature, op = plan.signature, plan.op
-    data = "dst" if op == "MGATHER" else "src"
-    apart = (((data, "idx"), (data, "table")) if op == "MGATHER" else
-             (("table", data), ("table", "idx"), (data, "idx")))
-    whole_words = op == "MSCATTER" and element_format(plan) in store.EDGE
-    rows, cols, capacity = plan.rows, plan.cols, signature.capacity
-    if plan.coalesce == Coalesce.ROW:
-        walk = slice(0, rows * plan.idx_step, plan.idx_step)
 
-        def index_bits(storage):
-            return storage.view(np.uint32)[walk]
-    else:
-        idx_tile = plan.idx
-        padded = (idx_tile.rows, idx_tile.cols)
-        row_major = idx_tile.blayout == BLayout.ROW_MAJOR
+def keep_multicore(call: CallPlan, operands: dict, **checks) -> KeptLaunch | None:
+    """:meth:`.kept_launch.KeptLaunch.of` for a plan that has just run on ``multicore``: each launch bound by
+    :func:`simt_pto.kernels.a5.simt.multicore_launcher` (``checks``: the kept launch's per-call checks)."""
+    return KeptLaunch.of(call, operands, simt.multicore_launcher, **checks)
 
-        def index_bits(storage):
-            bits = storage.view(np.uint32)
-            grid = bits.reshape(padded) if row_major else bits.reshape(padded[::-1]).T
-            return grid[:rows, :cols]
 
-    def indices(arrays: dict) -> bool:
-        return indices_below(index_bits(arrays["idx"]), capacity)
-
-    return KeptLaunch.of(call, _tile_operands(op, plan.tile, plan.table, plan.idx), apart=apart,
-                         indices=indices if signature.checks_range else None, aligned_to=4 if whole_words else 1)
+def keep_gpu(call: CallPlan, plan, operands: tuple[str, ...], *, made: dict | None = None,
+             apart: tuple = ()) -> KeptLaunch | None:
+    """The kept launch of ``call``, one launch that has just run on the GPU backend, taking the device arrays named
+    ``operands`` as data pointers (:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`), after the device index
+    scan where ``plan`` leaves out-of-range indices undefined (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`
+    over the launch's ``idx``); None where either cannot be made."""
+    launch = simt.single_gpu_launcher(call, operands)
+    if launch is None:
+        return None
+    scan = None
+    if plan.checks_range:
+        with first_use:
+            from simt_pto.kernels.a5.direct_launch import IndexScan
+        scan = IndexScan.of(call.steps[0].arguments["idx"], plan.capacity)
+        if scan is None:
+            return None
+    return KeptLaunch(((launch, operands),), made=made, apart=apart, scan=scan, device=True)
 
 
 def run_kept(signature, backend: str, tile, table, idx) -> bool:
@@ -592,7 +582,7 @@ def run_kept(signature, backend: str, tile, table, idx) -> bool:
     a :class:`~.kept_launch.KeptLaunch`) when ``backend`` keeps one and the call passes its per-call checks: True.
     False: nothing was run or written, the caller takes the full path."""
     kept = signature.kept if backend == "multicore" else None
-    return kept is not None and kept.run(_tile_operands(signature.op, tile, table, idx))
+    return kept is not None and kept.run(tile_operands(signature.op, tile, table, idx))
 
 
 def _run_tile_op(plan, backend: str | None, build) -> None:
@@ -601,8 +591,8 @@ def _run_tile_op(plan, backend: str | None, build) -> None:
     backend = a5_backend() if backend is None else backend
     signature = plan.signature
     keeps = backend == "multicore" and signature is not None and not plan.table.on_device
-    if keeps and signature.kept is not None and signature.kept.run(_tile_operands(plan.op, plan.tile, plan.table,
-                                                                                   plan.idx)):
+    if keeps and signature.kept is not None and signature.kept.run(tile_operands(plan.op, plan.tile, plan.table,
+                                                                                  plan.idx)):
         return
     call = build(plan)
     run_plan(call, backend)

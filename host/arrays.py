@@ -102,7 +102,7 @@ def _refuse_dask(obj, what) -> None:
     """A Dask array (told by its class's module, without importing dask, before anything touches its data)."""
     if _module_root(obj) == "dask":
         raise TypeError(f"{what}: a Dask array has no in-memory plan (it would compute the whole array into "
-                        "memory): pto.gather / pto.scatter take it on their Dask route (simt_pto.host.dask_tables), "
+                        "memory): pto.gather / pto.scatter take it on their Dask route (simt_pto.dask), "
                         "which builds a task graph instead; gather_plan / scatter_plan describe in-memory calls only")
 
 

@@ -61,7 +61,7 @@ from simt_pto.tensor import GlobalTensor
 from . import dispatch, tiling, tuning
 from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
 from . import kept_launch
-from .kept_launch import Entry, KeptLaunch, device_index_scan, device_operands, whole_indices
+from .kept_launch import Entry, KeptLaunch, device_operands, whole_indices
 
 TableT = TypeVar("TableT")
 
@@ -436,7 +436,7 @@ def full_gather(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike
 def _kept_key(policy: Policy, table, idx, src=None) -> Call | None:
     """The call a kept launch would find its entry by (:func:`.kept_launch.whole_operands`), for a target that keeps
     launches; None otherwise (the full path then keys the validation by :func:`_signature`)."""
-    if policy.target == "cpu" or (policy.target != "a5" and src is not None):
+    if policy.target == "cpu":
         return None
     found = kept_launch.whole_operands(policy, table, idx, src)
     return None if found is None else found[0]
@@ -452,8 +452,8 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
         shape = tuple(gathered.shape)
         dtype = c.table.dtype.numpy
         if c.target == "a5":
-            kept = KeptLaunch.of(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
-                                 made=("dst",), indices=whole_indices(c.plan))
+            kept = _a5_side()[1].keep_multicore(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
+                                                made=("dst",), indices=whole_indices(c.plan))
         else:
             kept = _a2a3_gather_launch(c, shape)
         if kept is not None:
@@ -463,10 +463,8 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
         found = device_operands(policy, table, idx)
         if found is None or SIGNATURES.get(found[0]) is not None:
             return
-        scan, ok = device_index_scan(call, c.plan)
         out_size = int(np.prod(gathered.shape, dtype=np.int64))
-        kept = KeptLaunch.of_gpu(call, ("dst", "idx", "table"), made={"dst": (out_size, None)}, scan=scan) \
-            if ok else None
+        kept = _a5_side()[1].keep_gpu(call, c.plan, ("dst", "idx", "table"), made={"dst": (out_size, None)})
         if kept is not None:
             entry = Entry(c.tile_rows, _weightless(c.plan), c.idx.cols)
             entry.kept, entry.out = kept, (out_size, None, tuple(gathered.shape))
@@ -488,6 +486,22 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple) -> KeptLaunch:
         gather_rows(dst, out_cols, table, idx, idx_stride, rows)
     return KeptLaunch(((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),),
                       made={"dst": (rows * out_cols, bits)}, indices=whole_indices(plan))
+
+
+def _a2a3_scatter_launch(c: _Validated) -> KeptLaunch:
+    """The kept launch of an ``a2a3`` scatter: its ND loop (:func:`simt_pto.kernels.a2a3.rows_scatterer`) over every
+    row of the call at once, in order (the loop is sequential: one pass over the rows in order is the tiles in
+    order), straight from the caller's source and indices into the caller's table."""
+    plan = _weightless(c.plan)
+    scatter_rows, dtype = dispatch.runner("a2a3").rows_scatterer(plan)
+    rows, src_rs = c.idx.rows, c.src.cols
+    idx_stride = 1 if plan.coalesce == Coalesce.ROW else c.idx.cols
+
+    def launch(src, idx, table):  # (only a process with Numba's JIT has run the full path that keeps this)
+        scatter_rows(src, src_rs, table, idx, idx_stride, rows)
+    view = np.dtype(dtype)
+    return KeptLaunch(((launch, (("src", view), ("idx", np.dtype(np.uint32)), ("table", view))),),
+                      apart=(("table", "src"), ("table", "idx")), indices=whole_indices(plan))
 
 
 def _weightless(plan: Plan) -> Plan:
@@ -659,8 +673,13 @@ def full_scatter(policy: Policy, table: TableT, src: ArrayLike, idx: ArrayLike) 
 
 def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPlan, table, src, idx) -> None:
     """Keep the launches of a scatter that has just run the full path as ``call`` in its signature's entry: ``a5``
-    only (the sequential targets' scatters run tile by tile, as the full path does)."""
-    keeps = kept_launch.keeping_backend(policy) if policy.target == "a5" else None
+    (its launches), ``a2a3`` (its loop over every row in order, :func:`_a2a3_scatter_launch`)."""
+    keeps = kept_launch.keeping_backend(policy) if policy.target != "cpu" else None
+    if policy.target == "a2a3":
+        entry = SIGNATURES.get(key) if key is not None and not c.table.device else None
+        if entry is not None and entry.kept is None and not c.table.copied:
+            entry.kept = _a2a3_scatter_launch(c)
+        return
     if keeps == "multicore" and key is not None:
         entry = SIGNATURES.get(key)
         if entry is None or entry.kept is not None:
@@ -669,7 +688,7 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
             call = CallPlan(call.steps)
         # a launch that checks the index range itself (the Conflict::Last claim's refused flags): no range pass
         refuses = any(isinstance(spec, LaunchSpec) and "refused" in spec.arguments for spec in call.steps)
-        entry.kept = KeptLaunch.of(
+        entry.kept = _a5_side()[1].keep_multicore(
             call, {"table": c.table.obj.reshape(-1), "src": c.src.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
             made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
             indices=whole_indices(c.plan, checks_range=not refuses))
@@ -677,9 +696,7 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
         found = device_operands(policy, table, idx, src)
         if found is None or SIGNATURES.get(found[0]) is not None or not _takes_whole(call, found[1]):
             return
-        scan, ok = device_index_scan(call, c.plan)
-        kept = KeptLaunch.of_gpu(call, ("table", "idx", "src"), apart=(("table", "idx"), ("table", "src")),
-                                 scan=scan) if ok else None
+        kept = _a5_side()[1].keep_gpu(call, c.plan, ("table", "idx", "src"), apart=(("table", "idx"), ("table", "src")))
         if kept is not None:
             entry = Entry(c.tile_rows, _weightless(c.plan), c.idx.cols)
             entry.kept = kept

@@ -2,9 +2,10 @@
 
 A call's validation and plan read its signature only (:class:`simt_pto.call.Call` for a whole array, the tile op's
 key in :mod:`simt_pto.constraints`): its operands' kinds, shapes, dtypes and policy. Once a call of a signature has
-run, :meth:`KeptLaunch.of` keeps its launches (the ``multicore`` backend's compiled kernels with every argument but
+run, :class:`KeptLaunch` keeps its launches (the ``multicore`` backend's compiled kernels with every argument but
 the operands bound, :func:`simt_pto.kernels.a5.simt.multicore_launcher`; on the GPU backend the packed launch,
-:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`; the A2/A3 row walk) in the signature's entry of the one
+:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`; the A2/A3 loops), bound by the target's runtime (this module
+imports no kernel: the tile ops' dispatch imports it), in the signature's entry of the one
 signature cache (:data:`simt_pto.plan.SIGNATURES`). A later call of the signature hands its own operands to
 :meth:`KeptLaunch.run` (host memory) or :meth:`KeptLaunch.run_device` (device pointers), which checks what depends
 on those operands and nothing else, before anything is written:
@@ -34,8 +35,9 @@ import numpy as np
 from simt_pto import backend as _backend
 from simt_pto import torch_rules
 from simt_pto.aliasing import ranges_overlap
-from simt_pto.backend import first_use, imported
+from simt_pto.backend import imported
 from simt_pto.call import Call, Operand, Policy
+from simt_pto.enums import BLayout, Coalesce
 from simt_pto.launch_spec import CallPlan, LaunchSpec
 from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 
@@ -74,16 +76,16 @@ class KeptLaunch:
     # -- binding ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def of(cls, call: CallPlan, operands: dict[str, np.ndarray], *, made: tuple[str, ...] = (),
+    def of(cls, call: CallPlan, operands: dict[str, np.ndarray], launcher: Callable, *, made: tuple[str, ...] = (),
            apart: tuple = (), indices: Callable | None = None, aligned_to: int = 1) -> KeptLaunch | None:
         """The kept launches of ``call``, a plan that has just run on the ``multicore`` backend over the host arrays
-        ``operands`` (by the names its launches give them; each launch must take each operand whole), or None for a
-        plan that cannot be repeated so: a host step or a guard, an array argument that is neither an operand nor
-        ``made`` (``"dst"``, ``"owner"``, ``"refused"``), a float32 Max / Min's pair of table views."""
+        ``operands`` (by the names its launches give them; each launch must take each operand whole), each bound by
+        ``launcher(spec, names)`` (:func:`simt_pto.kernels.a5.simt.multicore_launcher`, which the A5 runtime passes:
+        this module imports no kernel), or None for a plan that cannot be repeated so: a host step or a guard, an
+        array argument that is neither an operand nor ``made`` (``"dst"``, ``"owner"``, ``"refused"``), a float32
+        Max / Min's pair of table views."""
         if call.guard_name is not None or not call.steps:
             return None
-        with first_use:  # loaded by the call that ran, in this thread or another (then this waits for it)
-            from simt_pto.kernels.a5 import simt
         sizes: dict[str, tuple[int, np.dtype]] = {}
         steps, checked_by = [], None
         for spec in call.steps:
@@ -105,22 +107,12 @@ class KeptLaunch:
                 else:
                     return None
                 views.append((name, np.dtype(value.dtype)))
-            launch = simt.multicore_launcher(spec, tuple(name for name, _ in views))
+            launch = launcher(spec, tuple(name for name, _ in views))
             if launch is None:
                 return None
             steps.append((launch, tuple(views)))
         return cls(tuple(steps), made=sizes, apart=apart, indices=indices, checked_by=checked_by,
                    aligned_to=aligned_to)
-
-    @classmethod
-    def of_gpu(cls, call: CallPlan, operands: tuple[str, ...], *, made: dict | None = None, apart: tuple = (),
-               scan: Any = None) -> KeptLaunch | None:
-        """The kept launch of ``call``, one launch that has just run on the GPU backend, taking the device arrays
-        named ``operands`` as data pointers (:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`), or None."""
-        with first_use:
-            from simt_pto.kernels.a5 import simt
-        launch = simt.single_gpu_launcher(call, operands)
-        return None if launch is None else cls(((launch, operands),), made=made, apart=apart, scan=scan, device=True)
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -168,6 +160,46 @@ class KeptLaunch:
         launch(*[pointers[name][0] for name in names])
         imported("numba.cuda").synchronize()  # the GPU backend: numba.cuda is in real mode; the call returns when done
         return True if out is None else out
+
+
+# -- a tile op's operands and checks ----------------------------------------------------------------------------
+
+def tile_operands(op: str, tile, table, idx) -> dict:
+    """A tile op's operands as its launches name them: the data tile's and the index tile's storage, the table's
+    memory (flat: a C-contiguous array's ``ravel`` is a view)."""
+    return {"dst" if op == "MGATHER" else "src": tile.data, "idx": idx.data, "table": table.array.ravel()}
+
+
+def tile_checks(plan) -> dict:
+    """The per-call checks of a tile op's kept launch (``apart``, ``indices`` of :class:`KeptLaunch`), for any target:
+
+    * overlap (:mod:`simt_pto.aliasing`; :func:`simt_pto.ub.check_distinct_storage`): an MGATHER's destination
+      against its index tile and its table, an MSCATTER's table against both tiles and its tiles against each other;
+    * the index values (:func:`simt_pto.plan.check_oob`), under a policy that leaves out-of-range ones undefined:
+      the Row walk's indices, or the valid region of an Elem index tile."""
+    signature, op = plan.signature, plan.op
+    data = "dst" if op == "MGATHER" else "src"
+    apart = (((data, "idx"), (data, "table")) if op == "MGATHER" else
+             (("table", data), ("table", "idx"), (data, "idx")))
+    if not signature.checks_range:
+        return {"apart": apart, "indices": None}
+    rows, cols, capacity = plan.rows, plan.cols, signature.capacity
+    if plan.coalesce == Coalesce.ROW:
+        walk = slice(0, rows * plan.idx_step, plan.idx_step)
+
+        def index_bits(storage):
+            return storage.view(_UINT32)[walk]
+    else:
+        padded, row_major = (plan.idx.rows, plan.idx.cols), plan.idx.blayout == BLayout.ROW_MAJOR
+
+        def index_bits(storage):
+            bits = storage.view(_UINT32)
+            grid = bits.reshape(padded) if row_major else bits.reshape(padded[::-1]).T
+            return grid[:rows, :cols]
+
+    def indices(arrays: dict) -> bool:
+        return all_below(index_bits(arrays["idx"]), capacity)
+    return {"apart": apart, "indices": indices}
 
 
 # -- a whole-array call: its kept launch, from the API boundary ---------------------------------------------------
@@ -228,11 +260,11 @@ def gathered(policy: Policy, table, idx) -> Any | None:
 
 
 def scattered(policy: Policy, table, src, idx) -> bool:
-    """Whether a whole-array scatter whose signature has run was run by its kept launch (``a5`` only: the
-    sequential targets' scatters run tile by tile); False, with nothing written, when the call takes the full path.
+    """Whether a whole-array scatter whose signature has run was run by its kept launch (``a5``; ``a2a3``: its loop
+    over every row in order); False, with nothing written, when the call takes the full path.
     A PyTorch table goes through torch's in-place rules first and has its version counter bumped once the launch
     may have written."""
-    keeps = keeping_backend(policy) if policy.target == "a5" else None
+    keeps = keeping_backend(policy)
     if keeps == "multicore":
         found = whole_operands(policy, table, idx, src)  # (a PyTorch table: its in-place rules checked here)
         if found is None:
@@ -425,18 +457,6 @@ def _address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
-def device_index_scan(call: CallPlan, plan) -> tuple[Any, bool]:
-    """``(scan or None, ok)``: the device index scan of a plan that leaves out-of-range indices undefined
-    (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`, over the launch's ``idx``), None for a plan that places
-    or drops every index; ``ok`` False where a scan is needed and none can be made."""
-    if not plan.checks_range:
-        return None, True
-    with first_use:
-        from simt_pto.kernels.a5.direct_launch import IndexScan
-    scan = IndexScan.of(call.steps[0].arguments["idx"], plan.capacity)
-    return scan, scan is not None
-
-
 _SPARE_OWNER = CallCache(maxsize=1)
 """The owner array of the last owner-path scatter that finished, by ``(size, dtype)`` (a pool of one spare array,
 not a signature cache): the next call of that size takes it instead of a new one. A new array of that size is fresh
@@ -453,5 +473,5 @@ def _keep_owner(owner: np.ndarray) -> None:
     _SPARE_OWNER.put((owner.size, owner.dtype), owner)
 
 
-__all__ = ["Entry", "KeptLaunch", "all_below", "device_index_scan", "device_operands", "gathered", "keeping_backend",
-           "scattered", "whole_indices", "whole_operands"]
+__all__ = ["Entry", "KeptLaunch", "all_below", "device_operands", "gathered", "keeping_backend",
+           "scattered", "tile_checks", "tile_operands", "whole_indices", "whole_operands"]

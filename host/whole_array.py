@@ -2,7 +2,7 @@
 
 A call whose operands are all in memory (numpy, device arrays, PyTorch / JAX / DLPack producers) runs the in-memory
 op of :mod:`.in_memory`, which states the semantics (MGATHER.md / MSCATTER.md, tile by tile). A call with a Dask array
-among its operands takes the Dask route of :mod:`.dask_tables`: the same semantics, computed where the table's
+among its operands takes the Dask route of :mod:`.dask_route`: the same semantics, computed where the table's
 chunks live, and a Dask array as the result. Dask is told apart by its class's module, so a call that passes no
 Dask array never imports Dask.
 
@@ -59,7 +59,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
     states the rules: Row ``out[p] = table[idx[p], :]``, Elem ``out[p] = table.flat[idx[p]]``, the uint32 cast,
     ``oob``, index dtypes and shapes, ``out=``, what is returned for each array kind).
 
-    With a Dask array among the operands, :func:`simt_pto.host.dask_tables.gather`: the result is a Dask array
+    With a Dask array among the operands, :func:`simt_pto.dask.gather`: the result is a Dask array
     chunked like ``idx``, with the same semantics, computed where the table's chunks are."""
     try:  # every option, once: a spelling normalised before is found in C, with no Python frame
         policy = _GATHER_POLICY(coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)
@@ -71,8 +71,8 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
             return gathered
     if _dask_operand(table, idx, out):
         with first_use:  # imports Dask: only for a call that passes a Dask array
-            from . import dask_tables
-        return dask_tables.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
+            from . import dask_route
+        return dask_route.gather(table, idx, coalesce=coalesce, oob=oob, target=target, tile_rows=tile_rows,
                                   dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype, out=out)
     return in_memory.full_gather(policy, table, idx, out)
 
@@ -87,7 +87,7 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
     Elem ``table.flat[idx[p]] op= src[p]``, Conflict::Last by C-order position, in place for a writable table, a
     new JAX array for a JAX table).
 
-    With a Dask array among the operands, :func:`simt_pto.host.dask_tables.scatter`: Dask arrays cannot be
+    With a Dask array among the operands, :func:`simt_pto.dask.scatter`: Dask arrays cannot be
     written, so the updated table is returned as a new Dask array, with the same semantics."""
     options = (coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path, dtype)
     try:  # every option, once (as in gather)
@@ -98,8 +98,8 @@ def scatter(table: TableT, src: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce
         return table
     if _dask_operand(table, src, idx):
         with first_use:  # imports Dask: only for a call that passes a Dask array
-            from . import dask_tables
-        updated_dask: TableT = dask_tables.scatter(
+            from . import dask_route
+        updated_dask: TableT = dask_route.scatter(
             table, src, idx, coalesce=coalesce, atomic=atomic, oob=oob, conflict=conflict, target=target,
             tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, last_path=last_path, dtype=dtype)
         return updated_dask

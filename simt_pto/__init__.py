@@ -6,7 +6,7 @@ vector-core paths as Numba-jitted loops) and ``cpu`` (the CPU simulator's refere
 the golden). ``import simt_pto`` chooses no A5 backend: the first A5 call does (``simt_pto.backend``).
 
 ``import simt_pto`` loads the model only (enums, dtypes, tiles, tensors, the reference). The tile ops
-(``mgather``, ``mscatter``, ``tload``, ``tstore``: :mod:`simt_pto.ops`), the whole-array ops (``gather``,
+(``mgather``, ``mscatter``, ``tload``, ``tstore``: :mod:`simt_pto.host.tile_ops`), the whole-array ops (``gather``,
 ``scatter``: :mod:`simt_pto.host.whole_array`; ``gather_plan`` / ``scatter_plan``, what they would launch:
 :mod:`simt_pto.host.in_memory`) and the tools (``coalescing``, ``inspect_kernel``, ``selftest``:
 :mod:`simt_pto.host.tools`) are imported at their first use, by :func:`__getattr__`; this is the one place the
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the lazy re-exports below, as a type checker sees them; nev
     from .host.tools import coalescing
     from .host.tools.kernel_report import inspect_kernel
     from .host.tools.selftest import selftest
-    from .ops import mgather, mscatter, tload, tstore
+    from .host.tile_ops import mgather, mscatter, tload, tstore
 
 
 __all__ = [
@@ -61,8 +61,8 @@ if not TYPE_CHECKING:  # hidden from type checkers, so that they report a misspe
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         with backend.first_use:
             if name in _OPS:
-                from . import ops
-                value = getattr(ops, name)
+                from .host import tile_ops
+                value = getattr(tile_ops, name)
             elif name in _WHOLE_ARRAY:
                 from .host import whole_array
                 value = getattr(whole_array, name)

@@ -1,4 +1,4 @@
-"""Where the Dask route meets Dask itself (host/dask_tables.py, issue 37): ``out=`` / ``store=`` under every
+"""Where the Dask route meets Dask itself (host/dask_route.py, issue 37): ``out=`` / ``store=`` under every
 kind of scheduler and destination, empty chunks along any axis of ``idx`` / ``src`` / the table, and a repeated
 call. Oracles: the in-memory ``pto.gather`` / ``pto.scatter`` on numpy arrays (the call the Dask route promises
 to equal), or the refusal it raises.
@@ -23,7 +23,8 @@ import dask.array as da  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
-from simt_pto.host import dask_tables  # noqa: E402
+import simt_pto.dask as pto_dask  # noqa: E402
+from simt_pto.host import dask_route  # noqa: E402
 from conftest import as_bits, random_values  # noqa: E402
 
 TARGETS = ("cpu", "a2a3", "a5")
@@ -169,7 +170,7 @@ def test_a_call_with_no_index_is_the_in_memory_no_op(sync, rng, coalesce, shape)
         assert_same(outcome(lambda: pto.gather(dtable, i, coalesce=coalesce)), gathered, kind)
         assert_same(outcome(lambda: pto.scatter(dtable, src, i, coalesce=coalesce)), table, kind)
         store = np.full_like(table, 7)
-        assert dask_tables.scatter(dtable, src, i, coalesce=coalesce, store=store) is store
+        assert pto_dask.scatter(dtable, src, i, coalesce=coalesce, store=store) is store
         assert_same(store, table, kind)
 
 
@@ -221,9 +222,9 @@ def test_a_destination_that_cannot_take_the_result_is_refused_before_anything_ru
     what = "out" if op == "gather" else "store"
     with pytest.raises(error, match=message) as refused:
         if op == "gather":
-            dask_tables.gather(dtable, idx, out=dest)
+            pto_dask.gather(dtable, idx, out=dest)
         else:
-            dask_tables.scatter(dtable, np.ones((9, COLS), np.float32), idx, store=dest)
+            pto_dask.scatter(dtable, np.ones((9, COLS), np.float32), idx, store=dest)
     assert what in str(refused.value)
     if contents:  # nothing was written
         assert np.array_equal(contents(), before)
@@ -238,10 +239,10 @@ def test_a_torch_destination_keeps_torchs_in_place_rules(sync, rng):
     idx = np.arange(5, dtype=np.int32)
     out = torch.zeros(5, COLS, requires_grad=True)
     with pytest.raises(pto.ConstraintError, match="out is a leaf that requires grad"):
-        dask_tables.gather(dtable, idx, out=out)
+        pto_dask.gather(dtable, idx, out=out)
     assert not out.detach().any() and out._version == 0
     with torch.no_grad():
-        assert dask_tables.gather(dtable, idx, out=out) is out
+        assert pto_dask.gather(dtable, idx, out=out) is out
     assert_same(out.detach().numpy(), table[idx])
     assert out._version > 0
 
@@ -279,8 +280,8 @@ def gather_and_scatter_into(kind, rng, tmp_path):
     src = random_values(rng, (9, COLS), "float32")
     out, read_out = destination(kind, (9, COLS), tmp_path)
     store, read_store = destination(kind, (ROWS, COLS), tmp_path)
-    assert dask_tables.gather(dtable, didx, out=out, target="cpu") is out
-    assert dask_tables.scatter(dtable, src, didx, store=store, target="cpu") is store
+    assert pto_dask.gather(dtable, didx, out=out, target="cpu") is out
+    assert pto_dask.scatter(dtable, src, didx, store=store, target="cpu") is store
     assert_same(np.array(read_out()), pto.gather(table, idx, target="cpu"), "out")
     assert_same(np.array(read_store()), pto.scatter(table.copy(), src, idx, target="cpu"), "store")
     return out, store
@@ -308,7 +309,7 @@ def test_a_refused_call_writes_nothing_on_a_process_cluster(client, rng):
     idx[6] = ROWS
     out = np.full((9, COLS), 7, np.float32)
     with pytest.raises(pto.OutOfBoundsError, match=r"idx\[6\] = 20|1 index"):
-        dask_tables.gather(dtable, da.from_array(idx, chunks=3), out=out, target="cpu")
+        pto_dask.gather(dtable, da.from_array(idx, chunks=3), out=out, target="cpu")
     assert (out == 7).all()
 
 
@@ -326,8 +327,8 @@ def test_a_repeated_call_with_numpy_operands_is_one_graph(client, rng):
     logger = logging.getLogger("distributed.scheduler")  # "distributed" does not propagate to pytest's handler
     logger.addHandler(handler)
     try:
-        results = [dask_tables.scatter(dtable, src, idx, target="cpu").compute() for _ in range(2)]
-        results += [dask_tables.gather(dtable, idx, target="cpu").compute() for _ in range(2)]
+        results = [pto_dask.scatter(dtable, src, idx, target="cpu").compute() for _ in range(2)]
+        results += [pto_dask.gather(dtable, idx, target="cpu").compute() for _ in range(2)]
     finally:
         logger.removeHandler(handler)
     assert not [r for r in records if "run_spec" in r.getMessage()]
@@ -339,16 +340,16 @@ def test_a_repeated_call_with_numpy_operands_is_one_graph(client, rng):
 # -- Zarr: a store the workers write themselves --------------------------------------------------------------------
 
 def test_aligned_gives_each_store_chunk_one_block():
-    """:func:`dask_tables._aligned` moves block boundaries up to the store's chunk multiples (zarr 3: its shards)."""
+    """:func:`dask_route._aligned` moves block boundaries up to the store's chunk multiples (zarr 3: its shards)."""
     class Store:
         chunks = (3, 2)
         shards = None
     result = da.zeros((10, 4), chunks=((2, 2, 0, 2, 4), (1, 3)))
-    aligned = dask_tables._aligned(result, Store())
+    aligned = dask_route._aligned(result, Store())
     assert aligned.chunks == ((3, 3, 4), (2, 2))
     Store.shards = (6, 4)
-    assert dask_tables._aligned(result, Store()).chunks == ((6, 4), (4,))
-    assert dask_tables._aligned(aligned, type("S", (), {"chunks": (1, 1)})()) is aligned  # nothing to move
+    assert dask_route._aligned(result, Store()).chunks == ((6, 4), (4,))
+    assert dask_route._aligned(aligned, type("S", (), {"chunks": (1, 1)})()) is aligned  # nothing to move
 
 
 @pytest.mark.parametrize("scheduler", ["cluster", "process pool"])
@@ -368,7 +369,7 @@ def test_a_zarr_store_is_written_whatever_its_chunks(request, rng, tmp_path, sch
     try:
         with dask.config.set(scheduler=pool) if pool else dask.config.set({}):
             for out in (on_disk, in_memory):
-                assert dask_tables.gather(dtable, da.from_array(idx, chunks=3), coalesce="elem", out=out,
+                assert pto_dask.gather(dtable, da.from_array(idx, chunks=3), coalesce="elem", out=out,
                                           target="cpu") is out
                 assert_same(np.asarray(out[...]), table[idx], "on disk" if out is on_disk else "in memory")
     finally:

@@ -1,4 +1,4 @@
-"""Whole-array gather / scatter over Dask tables on a Dask cluster (host/dask_tables.py, issue 25): on a
+"""Whole-array gather / scatter over Dask tables on a Dask cluster (host/dask_route.py, issue 25): on a
 ``LocalCluster`` of two worker processes on the loopback address, every result against the in-memory call (the
 reference the issue names) and against numpy / ``simt_pto.reference`` oracles written from the spec: every mode,
 every OOB policy, Conflict::Last and Default, the atomics, chunk boundaries, numpy and Dask operands, the
@@ -17,7 +17,8 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
 from simt_pto import reference  # noqa: E402
-from simt_pto.host import dask_tables, in_memory  # noqa: E402
+import simt_pto.dask as pto_dask  # noqa: E402
+from simt_pto.host import in_memory  # noqa: E402
 from conftest import as_bits, random_values, run_python  # noqa: E402
 
 GATHER_OOB = ("undefined", "clamp", "wrap", "zero")
@@ -38,7 +39,7 @@ def client():
     """One cluster for the module: two worker processes, one thread each, on 127.0.0.1, kernels warmed."""
     with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
                       dashboard_address=None) as cluster, Client(cluster) as c:
-        dask_tables.warm(c, dtypes=("float32", "int32", "float16"))
+        pto_dask.warm(c, dtypes=("float32", "int32", "float16"))
         yield c
 
 
@@ -91,7 +92,7 @@ def test_gather_every_oob_policy_is_the_in_memory_gather(client, rng, name, dtyp
     for oob in GATHER_OOB:
         idx = indices(rng, cap, 97, oob)
         idx[:4] = [s - 1 for s in chunk_starts(name)[1:4]] + [cap - 1]  # the last slot of chunks
-        cases[oob] = idx, dask_tables.gather(dtable, to_dask(idx) if kind == "dask" else idx, coalesce=coalesce,
+        cases[oob] = idx, pto_dask.gather(dtable, to_dask(idx) if kind == "dask" else idx, coalesce=coalesce,
                                              oob=oob)
     got = dask.compute({oob: result for oob, (_, result) in cases.items()})[0]
     for oob, (idx, result) in cases.items():
@@ -105,7 +106,7 @@ def test_gather_every_oob_policy_is_the_in_memory_gather(client, rng, name, dtyp
 def test_elem_gather_with_2d_indices_cut_both_ways(client, rng):
     table, dtable, _ = make_table(rng, "elem-2d", "int32")
     idx = indices(rng, table.size, None, "wrap", shape=(13, 9))
-    result = dask_tables.gather(dtable, da.from_array(idx, chunks=(5, 4)), coalesce="elem", oob="wrap")
+    result = pto_dask.gather(dtable, da.from_array(idx, chunks=(5, 4)), coalesce="elem", oob="wrap")
     assert result.chunks == ((5, 5, 3), (4, 4, 1))  # chunked like idx
     got = result.compute()
     assert np.array_equal(got, in_memory.gather(table, idx, coalesce="elem", oob="wrap"))
@@ -115,7 +116,7 @@ def test_elem_gather_with_2d_indices_cut_both_ways(client, rng):
 def test_gather_under_undefined_without_strict_reads_zero(client, rng):
     table, dtable, _ = make_table(rng, "row", "float32")
     idx = np.array([3, 150, -1, 149, 40], dtype=np.int32)
-    got = dask_tables.gather(dtable, to_dask(idx, 2), strict=False).compute()
+    got = pto_dask.gather(dtable, to_dask(idx, 2), strict=False).compute()
     assert as_bits(got).tobytes() == as_bits(in_memory.gather(table, idx, strict=False)).tobytes()
     assert not got[[1, 2]].any()
 
@@ -125,8 +126,8 @@ def test_row_gather_and_scatter_with_indices_of_any_shape(client, rng):
     table, dtable, _ = make_table(rng, "row", "float32")
     idx = rng.integers(0, 150, (6, 11)).astype(np.int32)
     src = random_values(rng, (6, 11, 4), "float32")
-    gathered = dask_tables.gather(dtable, da.from_array(idx, chunks=(4, 5)))
-    scattered = dask_tables.scatter(dtable, src, da.from_array(idx, chunks=(4, 5)))
+    gathered = pto_dask.gather(dtable, da.from_array(idx, chunks=(4, 5)))
+    scattered = pto_dask.scatter(dtable, src, da.from_array(idx, chunks=(4, 5)))
     assert gathered.shape == (6, 11, 4) and gathered.chunks[:2] == ((4, 2), (5, 5, 1))
     got_gather, got_scatter = dask.compute(gathered, scattered)
     assert np.array_equal(as_bits(got_gather), as_bits(table[idx]))
@@ -139,13 +140,13 @@ def test_int64_indices_behave_as_their_uint32_cast_and_values_outside_are_refuse
     table, dtable, _ = make_table(rng, "elem-1d", "int32")
     idx = rng.integers(-3, 310, 70)
     idx[5] = 2 ** 32 - 2  # the uint32 cast of -2
-    got = dask_tables.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
+    got = pto_dask.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
     assert np.array_equal(got, in_memory.gather(table, idx.astype(np.int32), coalesce="elem", oob="wrap"))
     idx[[40, 60]] = [2 ** 32, -2 ** 31 - 1]
     with pytest.raises(pto.ConstraintError) as local:
         in_memory.gather(table, idx, coalesce="elem", oob="wrap")
     with pytest.raises(pto.ConstraintError) as distributed:
-        dask_tables.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
+        pto_dask.gather(dtable, to_dask(idx), coalesce="elem", oob="wrap").compute()
     assert str(distributed.value) == str(local.value)
     assert "idx[40] = 4294967296" in str(distributed.value)
 
@@ -180,7 +181,7 @@ def test_last_keeps_the_largest_global_position_under_every_oob_policy(client, r
         idx = indices(rng, cap, 120, oob)
         idx[::3] = rng.choice([0, 39, 40, cap - 1], idx[::3].size)  # duplicates, chunk ends and starts
         src = source(rng, table, coalesce, idx)
-        cases[oob] = idx, src, dask_tables.scatter(
+        cases[oob] = idx, src, pto_dask.scatter(
             dtable, to_dask(src) if src_kind == "dask" else src, to_dask(idx) if idx_kind == "dask" else idx,
             coalesce=coalesce, oob=oob)
     got = dask.compute({oob: result for oob, (_, _, result) in cases.items()})[0]
@@ -201,7 +202,7 @@ def test_last_with_2d_indices_cut_along_both_axes(client, rng):
     table, dtable, _ = make_table(rng, "elem-1d", "float32")
     idx = rng.integers(0, 12, (14, 9)).astype(np.int32)  # 126 writes into 12 slots
     src = random_values(rng, idx.shape, "float32")
-    got = dask_tables.scatter(dtable, da.from_array(src, chunks=(4, 2)), da.from_array(idx, chunks=(5, 4)),
+    got = pto_dask.scatter(dtable, da.from_array(src, chunks=(4, 2)), da.from_array(idx, chunks=(5, 4)),
                               coalesce="elem").compute()
     serial = table.copy()
     for i, v in zip(idx.reshape(-1), src.reshape(-1)):
@@ -213,7 +214,7 @@ def test_scatter_under_undefined_without_strict_drops_out_of_range(client, rng):
     table, dtable, _ = make_table(rng, "row", "int32")
     idx = np.array([3, 150, -1, 149], dtype=np.int32)
     src = random_values(rng, (4, 4), "int32")
-    got = dask_tables.scatter(dtable, src, to_dask(idx, 2), strict=False).compute()
+    got = pto_dask.scatter(dtable, src, to_dask(idx, 2), strict=False).compute()
     assert np.array_equal(got, in_memory.scatter(table.copy(), src, idx, strict=False))
 
 
@@ -224,7 +225,7 @@ def test_default_leaves_each_slot_one_of_its_writers(client, rng, name):
     table, dtable, coalesce = make_table(rng, name, "float32")
     idx = rng.integers(0, 45, 150).astype(np.int32)  # about three writers a slot, across chunk 0 and 1
     src = source(rng, table, coalesce, idx)
-    got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, conflict="default").compute()
+    got = pto_dask.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, conflict="default").compute()
     assert not scatter_mismatches(got, table, src, idx, coalesce, "undefined", conflict="default")
 
 
@@ -235,7 +236,7 @@ def test_integer_atomics_are_bitwise(client, rng, name, atomic):
     cap = capacity(table, coalesce)
     idx = indices(rng, cap, 200, "wrap")
     src = source(rng, table, coalesce, idx)  # random bits: int32 Add wraps
-    got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, atomic=atomic,
+    got = pto_dask.scatter(dtable, to_dask(src), to_dask(idx), coalesce=coalesce, atomic=atomic,
                               oob="wrap").compute()
     assert np.array_equal(got, in_memory.scatter(table.copy(), src, idx, coalesce=coalesce, atomic=atomic, oob="wrap"))
     ufunc = {"add": np.add, "max": np.maximum, "min": np.minimum}[atomic]
@@ -252,7 +253,7 @@ def test_float_atomics_within_the_reference_bound(client, rng, atomic, dtype):
     table, dtable, coalesce = make_table(rng, "row", dtype, values=lambda s: rng.uniform(-4, 4, s))
     idx = rng.integers(0, 150, 300).astype(np.int32)
     src = rng.uniform(-4, 4, (300, 4)).astype(dtype)
-    got = dask_tables.scatter(dtable, to_dask(src), to_dask(idx), atomic=atomic).compute()
+    got = pto_dask.scatter(dtable, to_dask(src), to_dask(idx), atomic=atomic).compute()
     assert not scatter_mismatches(got, table, src, idx, "row", "undefined", atomic=atomic)
 
 
@@ -267,14 +268,14 @@ def test_all_updates_in_one_chunk_leave_the_others_as_they_were(client, rng, nam
     lo, hi = starts[1], starts[2]
     idx = np.concatenate([[lo, hi - 1, hi - 1], rng.integers(lo, hi, 40)]).astype(np.int32)
     src = source(rng, table, coalesce, idx)
-    result = dask_tables.scatter(dtable, src, to_dask(idx, 9), coalesce=coalesce)
+    result = pto_dask.scatter(dtable, src, to_dask(idx, 9), coalesce=coalesce)
     got = result.compute()
     assert as_bits(got).tobytes() == as_bits(in_memory.scatter(table.copy(), src, idx, coalesce=coalesce)).tobytes()
     flat_got, flat_table = as_bits(got).reshape(-1), as_bits(table).reshape(-1)
     per_slot = 1 if coalesce == "elem" else table.shape[1]
     assert np.array_equal(flat_got[: lo * per_slot], flat_table[: lo * per_slot])
     assert np.array_equal(flat_got[hi * per_slot:], flat_table[hi * per_slot:])
-    gathered = dask_tables.gather(dtable, to_dask(idx, 9), coalesce=coalesce).compute()
+    gathered = pto_dask.gather(dtable, to_dask(idx, 9), coalesce=coalesce).compute()
     assert as_bits(gathered).tobytes() == as_bits(oracle_gather(table, idx, coalesce, "undefined")).tobytes()
 
 
@@ -283,9 +284,9 @@ def test_a_chunk_of_the_indices_with_nothing_for_a_table_chunk(client, rng):
     table, dtable, _ = make_table(rng, "elem-1d", "int32")
     idx = np.concatenate([rng.integers(0, 64, 10), rng.integers(128, 192, 10), [63, 127 + 1, 299]]).astype(np.int32)
     src = random_values(rng, idx.shape, "int32")
-    got_scatter, got_gather = dask.compute(dask_tables.scatter(dtable, to_dask(src, 10), to_dask(idx, 10),
+    got_scatter, got_gather = dask.compute(pto_dask.scatter(dtable, to_dask(src, 10), to_dask(idx, 10),
                                                                coalesce="elem"),
-                                           dask_tables.gather(dtable, to_dask(idx, 10), coalesce="elem"))
+                                           pto_dask.gather(dtable, to_dask(idx, 10), coalesce="elem"))
     assert np.array_equal(got_scatter, in_memory.scatter(table.copy(), src, idx, coalesce="elem"))
     assert np.array_equal(got_scatter[64:128], table[64:128])
     assert np.array_equal(got_gather, table[idx])
@@ -308,7 +309,7 @@ def test_numpy_indices_out_of_range_are_refused_before_anything_is_built(client,
     with pytest.raises(pto.OutOfBoundsError) as local:
         getattr(in_memory, op)(table.copy(), *args)
     with pytest.raises(pto.OutOfBoundsError) as distributed:
-        getattr(dask_tables, op)(dtable, *args)
+        getattr(pto_dask, op)(dtable, *args)
     assert str(distributed.value) == str(local.value)
     assert "4 index(es) out of range [0, 150)" in str(distributed.value)
 
@@ -324,7 +325,7 @@ def test_dask_indices_out_of_range_are_refused_at_compute_time_with_the_same_err
     with pytest.raises(pto.OutOfBoundsError) as local:
         getattr(in_memory, op)(table.copy(), *args, coalesce=coalesce)
     dargs = (to_dask(idx, 13),) if op == "gather" else (to_dask(src, 13), to_dask(idx, 13))
-    result = getattr(dask_tables, op)(dtable, *dargs, coalesce=coalesce)  # builds; nothing runs yet
+    result = getattr(pto_dask, op)(dtable, *dargs, coalesce=coalesce)  # builds; nothing runs yet
     with pytest.raises(pto.OutOfBoundsError) as distributed:
         result.compute()
     assert str(distributed.value) == str(local.value)
@@ -337,15 +338,15 @@ def test_a_refused_scatter_writes_nothing_to_its_store(rng):
     idx = bad_indices(rng, table.size)
     store = np.full(table.shape, -7, dtype=np.int32)
     with dask.config.set(scheduler="sync"), pytest.raises(pto.OutOfBoundsError):
-        dask_tables.scatter(dtable, to_dask(idx), to_dask(idx), coalesce="elem", store=store)
+        pto_dask.scatter(dtable, to_dask(idx), to_dask(idx), coalesce="elem", store=store)
     assert (store == -7).all()
     good = idx % table.size
     with dask.config.set(scheduler="sync"):
-        assert dask_tables.scatter(dtable, to_dask(good), to_dask(good), coalesce="elem", store=store) is store
+        assert pto_dask.scatter(dtable, to_dask(good), to_dask(good), coalesce="elem", store=store) is store
     assert np.array_equal(store, in_memory.scatter(table.copy(), good, good, coalesce="elem"))
     out = np.zeros(good.shape, np.int32)
     with dask.config.set(scheduler="sync"):
-        assert dask_tables.gather(dtable, to_dask(good), coalesce="elem", out=out) is out
+        assert pto_dask.gather(dtable, to_dask(good), coalesce="elem", out=out) is out
     assert np.array_equal(out, table[good])
 
 
@@ -370,16 +371,16 @@ def test_calls_the_in_memory_op_refuses_are_refused_with_its_error(rng, case):
         getattr(in_memory, op)(*arguments(table, src, idx), **kwargs)
     t, *rest = arguments(table, src, idx)
     with pytest.raises(local.type) as distributed:
-        getattr(dask_tables, op)(da.from_array(t, chunks=(10,) + t.shape[1:]), *rest, **kwargs)
+        getattr(pto_dask, op)(da.from_array(t, chunks=(10,) + t.shape[1:]), *rest, **kwargs)
     assert str(distributed.value) == str(local.value)
 
 
 def test_tables_cut_along_columns_and_numpy_tables_under_a_scatter_are_refused(rng):
     table = random_values(rng, (40, 8), "float32")
     with pytest.raises(pto.ConstraintError, match=r"rechunk\(\{1: -1\}\) \(rule: a Dask table is chunked along its rows only"):
-        dask_tables.gather(da.from_array(table, chunks=(10, 4)), np.zeros(3, np.int32))
+        pto_dask.gather(da.from_array(table, chunks=(10, 4)), np.zeros(3, np.int32))
     with pytest.raises(TypeError, match="table: a scatter with Dask indices"):
-        dask_tables.scatter(table, to_dask(np.zeros((3, 8), np.float32)), np.zeros(3, np.int32))
+        pto_dask.scatter(table, to_dask(np.zeros((3, 8), np.float32)), np.zeros(3, np.int32))
 
 
 # -- the graph: tasks per chunk pair, none per index ------------------------------------------------------------
@@ -390,8 +391,8 @@ def test_tasks_scale_with_chunk_pairs_not_with_indices(rng):
     for n in (40, 4000):
         idx = da.from_array(rng.integers(0, 150, n).astype(np.int32), chunks=n // 4)
         src = da.from_array(random_values(rng, (n, 4), "float32"), chunks=(n // 4, 4))
-        graph_g = dict(dask_tables.gather(dtable, idx).__dask_graph__())
-        graph_s = dict(dask_tables.scatter(dtable, src, idx).__dask_graph__())
+        graph_g = dict(pto_dask.gather(dtable, idx).__dask_graph__())
+        graph_s = dict(pto_dask.scatter(dtable, src, idx).__dask_graph__())
         sizes.append((len(graph_g), len(graph_s)))
     assert sizes[0] == sizes[1]
     index_chunks, table_chunks = 4, 4
@@ -401,7 +402,7 @@ def test_tasks_scale_with_chunk_pairs_not_with_indices(rng):
 # -- workers ---------------------------------------------------------------------------------------------------------
 
 def test_warm_reaches_every_worker(client):
-    took = dask_tables.warm(client, dtypes=("int32",))
+    took = pto_dask.warm(client, dtypes=("int32",))
     assert set(took) == set(client.scheduler_info(n_workers=-1)["workers"])
 
 
@@ -411,11 +412,11 @@ def test_a_worker_restarted_between_two_calls(client, rng):
     idx = rng.integers(0, 150, 90).astype(np.int32)
     src = random_values(rng, (90, 4), "float32")
     want = in_memory.scatter(table.copy(), src, idx)
-    first = dask_tables.scatter(dtable, to_dask(src), to_dask(idx)).compute()
+    first = pto_dask.scatter(dtable, to_dask(src), to_dask(idx)).compute()
     worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
     client.restart_workers([worker])
     client.wait_for_workers(2)
-    second = dask_tables.scatter(dtable, to_dask(src), to_dask(idx)).compute()
+    second = pto_dask.scatter(dtable, to_dask(src), to_dask(idx)).compute()
     assert as_bits(first).tobytes() == as_bits(want).tobytes() == as_bits(second).tobytes()
 
 
@@ -447,3 +448,13 @@ def test_ordinary_calls_never_import_dask():
     done = run_python(probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_old_import_path_warns_and_gives_the_same_functions():
+    """``simt_pto.host.dask_tables`` stays for one release, as a deprecated alias of ``simt_pto.dask``."""
+    import importlib
+    import sys
+    sys.modules.pop("simt_pto.host.dask_tables", None)
+    with pytest.warns(DeprecationWarning, match="import simt_pto.dask instead"):
+        old = importlib.import_module("simt_pto.host.dask_tables")
+    assert (old.gather, old.scatter, old.warm) == (pto_dask.gather, pto_dask.scatter, pto_dask.warm)

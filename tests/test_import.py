@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROBE = textwrap.dedent("""
     import os, sys
     environ = dict(os.environ)
@@ -18,7 +20,7 @@ PROBE = textwrap.dedent("""
     print(dict(os.environ) == environ)
     print(caching.CacheImpl._locator_classes == locators)
     print(simt_pto.backend.gpu_present.cache_info().currsize)  # the CUDA driver probe, never called
-    print(sorted(m for m in sys.modules if m == "simt_pto.ops" or m.startswith("simt_pto.host")))
+    print(sorted(m for m in sys.modules if m in ("simt_pto.ops", "simt_pto.dask") or m.startswith("simt_pto.host")))
 """)
 
 
@@ -57,7 +59,7 @@ LAZY = textwrap.dedent("""
 def test_public_names_are_imported_at_first_use():
     assert _run(LAZY)[:11] == [
         "[]",
-        "simt_pto.ops simt_pto.ops",
+        "simt_pto.host.tile_ops simt_pto.host.tile_ops",
         "[]",
         "simt_pto.host.whole_array simt_pto.host.whole_array",
         "simt_pto.host.tools.coalescing analyze",
@@ -80,3 +82,14 @@ def test_the_command_line_loads_no_kernel_and_no_numba_cuda_before_a_command_run
         print("numba.cuda" in sys.modules, sorted(m for m in sys.modules if m.startswith("simt_pto.kernels")))
     """))
     assert out[0] == "False []"
+
+
+def test_the_tile_ops_old_path_warns_and_gives_the_same_functions():
+    """``simt_pto.ops`` stays for one release, as a deprecated alias of the tile ops (``simt_pto.host.tile_ops``)."""
+    import importlib
+    import simt_pto
+    sys.modules.pop("simt_pto.ops", None)
+    with pytest.warns(DeprecationWarning, match="simt_pto.ops is deprecated"):
+        old = importlib.import_module("simt_pto.ops")
+    assert (old.mgather, old.mscatter, old.tload, old.tstore) == (
+        simt_pto.mgather, simt_pto.mscatter, simt_pto.tload, simt_pto.tstore)

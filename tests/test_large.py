@@ -275,8 +275,8 @@ def test_whole_array_plans_launch_as_documented(rng):
 @pytest.mark.parametrize("target", ["a2a3", "cpu"])
 def test_sequential_targets_run_tile_plans_without_the_public_ops(monkeypatch, rng, target):
     """On a2a3 / cpu a whole-array call runs one host step per tile, each the call's validated plan re-pointed at
-    the tile, on the target's own code: never through ``simt_pto.ops`` (which would validate every tile again)."""
-    from simt_pto import ops
+    the tile, on the target's own code: never through ``simt_pto.host.tile_ops`` (which would validate every tile again)."""
+    from simt_pto.host import tile_ops as ops
     from simt_pto.host import in_memory
 
     def refuse(*args, **kwargs):

@@ -1,13 +1,15 @@
 """The package's layers, read from the source's imports (module level and inside functions). From the bottom up:
-the model (``simt_pto/``), the kernels (``kernels/``), the runtime (``simt_pto.ops`` and ``simt_pto.host``) and
+the model (``simt_pto/``), the kernels (``kernels/``), the runtime (``simt_pto.host``) and
 the tools (``simt_pto.host.tools``: the coalescing analyzer, ``inspect``, selftest, the demo, the command line):
 
 * the model imports no kernel, no tile op and no host module;
 * the package root imports only the model at import time: the runtime and the tools it re-exports (``gather``,
   ``mgather``, ``coalescing``, ...) are imported inside its module ``__getattr__``, on first access, and named
   for type checkers by the same imports under ``if TYPE_CHECKING:``, which never run;
-* the tile ops (``simt_pto.ops``) forward to the one host entry point, ``simt_pto.host.dispatch`` (never to a
-  kernel);
+* the tile ops (``simt_pto.host.tile_ops``) forward to the one host entry point, ``simt_pto.host.dispatch`` (never
+  to a kernel), and take their options as the typed call of ``simt_pto.call``;
+* two public modules of ``simt_pto/`` re-export the runtime, and are no part of the model: ``simt_pto.dask`` (the
+  Dask route) and ``simt_pto.ops`` (the tile ops' old path, deprecated); nothing in the package imports either;
 * ``kernels/`` imports no tile op and no host module, and no target (``cpu``, ``a2a3``, ``a5``) imports another;
 * no module of the core (model, kernels, runtime) imports a tool;
 * no module but the root imports the package root ``simt_pto`` itself (each imports the submodule it needs);
@@ -77,13 +79,17 @@ def _is_tool(name):
     return name == TOOLS or name.startswith(TOOLS + ".")
 
 
+PUBLIC_REEXPORTS = ("simt_pto.dask", "simt_pto.ops")
+"""The modules of ``simt_pto/`` that re-export the runtime for users at their import (no part of the model)."""
+
+
 def _is_model(name):
-    return (name.startswith("simt_pto.") and name != "simt_pto.ops"
+    return (name.startswith("simt_pto.") and name not in PUBLIC_REEXPORTS
             and not name.startswith(("simt_pto.kernels", "simt_pto.host")))
 
 
 def _below_the_model(name):
-    return name == "simt_pto.ops" or name.startswith(("simt_pto.kernels", "simt_pto.host"))
+    return name in PUBLIC_REEXPORTS or name.startswith(("simt_pto.kernels", "simt_pto.host"))
 
 
 def test_the_model_imports_no_kernel_no_tile_op_and_no_host_module():
@@ -136,7 +142,8 @@ def test_the_root_imports_the_runtime_and_the_tools_only_in_its_lazy_re_exports(
     lazy = imports_of("simt_pto", path, ast.walk(getattr_))
     below = {m for m in GRAPH["simt_pto"] if _below_the_model(m)}
     assert below == lazy, (sorted(below), sorted(lazy))
-    assert {"simt_pto.ops", "simt_pto.host.whole_array", "simt_pto.host.in_memory", "simt_pto.host.tools.coalescing"} <= lazy
+    assert {"simt_pto.host.tile_ops", "simt_pto.host.whole_array", "simt_pto.host.in_memory",
+            "simt_pto.host.tools.coalescing"} <= lazy
     typed = _type_checking_imports(path)
     assert imports_of("simt_pto", path, typed) == lazy
     public = next(ast.literal_eval(node.value) for node in tree.body
@@ -146,8 +153,13 @@ def test_the_root_imports_the_runtime_and_the_tools_only_in_its_lazy_re_exports(
 
 
 def test_the_tile_ops_forward_to_host_dispatch_and_import_no_kernel():
-    below = {i for i in GRAPH["simt_pto.ops"] if i.startswith(("simt_pto.kernels", "simt_pto.host"))}
+    below = {i for i in GRAPH["simt_pto.host.tile_ops"] if i.startswith(("simt_pto.kernels", "simt_pto.host"))}
     assert below == {"simt_pto.host.dispatch"}, sorted(below)
+
+
+def test_nothing_in_the_package_imports_the_public_reexports():
+    wrong = {(m, i) for m in GRAPH if m not in ("simt_pto", *PUBLIC_REEXPORTS) for i in GRAPH[m] if i in PUBLIC_REEXPORTS}
+    assert not wrong, sorted(wrong)
 
 
 def test_kernels_import_no_tile_op_no_host_module_and_no_other_target():
@@ -158,7 +170,7 @@ def test_kernels_import_no_tile_op_no_host_module_and_no_other_target():
         own = next((t for t in TARGETS if m == t or m.startswith(t + ".")), None)
         for i in GRAPH[m]:
             other = next((t for t in TARGETS if i == t or i.startswith(t + ".")), None)
-            if i.startswith("simt_pto.host") or i == "simt_pto.ops" or (other is not None and other != own):
+            if i.startswith("simt_pto.host") or i in PUBLIC_REEXPORTS or (other is not None and other != own):
                 wrong.add((m, i))
     assert not wrong, sorted(wrong)
 

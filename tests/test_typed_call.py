@@ -224,3 +224,59 @@ def test_a_repeated_call_enters_at_most_five_files():
         call(), call()  # the first keeps the launch
         files = _files_entered(call)
         assert len(files) <= 5, sorted(files)
+
+
+# -- tile ops: the kept launch on a5 and a2a3 ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_a_repeated_tile_op_takes_the_kept_launch_and_still_refuses(target, coalesce, monkeypatch):
+    from simt_pto.host import dispatch
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((64, 64)).astype(np.float32)
+    if coalesce == "row":
+        idx_tile, shape = pto.Tile.from_array(rng.integers(0, 64, (1, 8)).astype(np.int32)), (8, 64)
+    else:
+        idx_tile, shape = pto.Tile.from_array(rng.integers(0, 64 * 64, (8, 8)).astype(np.int32)), (8, 8)
+    dst, src = pto.Tile("float32", *shape), pto.Tile.from_array(rng.standard_normal(shape).astype(np.float32))
+    written = np.zeros_like(table)
+    gt, written_gt = pto.GlobalTensor(table), pto.GlobalTensor(written)
+    pto.mgather(dst, gt, idx_tile, coalesce=coalesce, target=target)
+    pto.mscatter(written_gt, src, idx_tile, coalesce=coalesce, atomic="add", target=target)
+    full = []
+    for name in ("run_mgather", "run_mscatter"):
+        monkeypatch.setattr(dispatch, name, lambda plan, _name=name: full.append(_name))
+    rows = idx_tile.valid_numpy().reshape(-1)
+    for k in range(2, 4):
+        pto.mgather(dst, gt, idx_tile, coalesce=coalesce, target=target)
+        pto.mscatter(written_gt, src, idx_tile, coalesce=coalesce, atomic="add", target=target)
+        want = np.zeros_like(table)
+        flat_want = want.reshape(-1) if coalesce == "elem" else want
+        np.add.at(flat_want, rows, k * src.valid_numpy().reshape(len(rows), -1).squeeze(-1) if coalesce == "elem"
+                  else k * src.valid_numpy())
+        got = dst.valid_numpy()
+        assert np.array_equal(got, table[rows] if coalesce == "row" else table.reshape(-1)[rows].reshape(shape))
+        assert np.allclose(written, want, rtol=0, atol=1e-5)
+    assert full == []  # every repeated call ran the kept launch
+    monkeypatch.undo()
+    bad = idx_tile.valid_numpy().copy()
+    bad.reshape(-1)[3] = 64 * 64 * 2
+    idx_tile.set(bad)
+    with pytest.raises(pto.OutOfBoundsError):
+        pto.mgather(dst, gt, idx_tile, coalesce=coalesce, target=target)
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_repeated_tile_op_over_shared_memory_is_refused(target):
+    """A signature whose launch is kept, called with a table that is the destination tile's own storage: the kept
+    launch's overlap check sends it to the full path, which refuses it before anything is written."""
+    dst = pto.Tile("float32", 8, 64)
+    idx_tile = pto.Tile.from_array(np.arange(8, dtype=np.int32).reshape(1, 8))
+    table = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)
+    for _ in range(2):
+        pto.mgather(dst, pto.GlobalTensor(table), idx_tile, target=target)
+    shared = dst.data.reshape(8, 64)
+    before = shared.copy()
+    with pytest.raises(pto.ConstraintError, match="share"):
+        pto.mgather(dst, pto.GlobalTensor(shared), idx_tile, target=target)
+    assert np.array_equal(shared, before)

@@ -75,7 +75,7 @@ def test_every_public_function_and_method_is_annotated():
     """Every parameter and every return is annotated, and the annotations resolve at run time (a misspelt name in
     an installed package's annotation is silently ``Any`` to mypy)."""
     api = public_api()
-    assert {"simt_pto.ops.mgather", "simt_pto.host.whole_array.gather", "simt_pto.host.in_memory.gather_plan",
+    assert {"simt_pto.host.tile_ops.mgather", "simt_pto.host.whole_array.gather", "simt_pto.host.in_memory.gather_plan",
             "simt_pto.host.tools.coalescing.analyze",
             "simt_pto.tile.Tile.from_array", "simt_pto.reference.slots", "simt_pto.nz.to_nz",
             "simt_pto.launch_spec.LaunchSpec.with_args", "simt_pto.geometry.LaunchGeometry.block"} <= set(api)
@@ -143,8 +143,8 @@ def test_the_check_fails_when_a_public_name_is_any_or_loses_an_annotation(mypy, 
         broken / "simt_pto" / "__init__.py": [
             ("    from .host.whole_array import gather, scatter\n", "    from .host.whole_array import scatter\n"),
             ("if not TYPE_CHECKING:", "if True:"), ("def __getattr__(name: str) -> object:", "def __getattr__(name: str):")],
-        broken / "simt_pto" / "ops.py": [("coalesce: CoalesceLike = Coalesce.ROW,\n             atomic",
-                                          "coalesce=Coalesce.ROW,\n             atomic")],
+        broken / "simt_pto" / "host" / "tile_ops.py": [("coalesce: CoalesceLike = Coalesce.ROW,\n             atomic",
+                                                         "coalesce=Coalesce.ROW,\n             atomic")],
     }
     for path, changes in edits.items():
         text = path.read_text()

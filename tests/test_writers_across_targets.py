@@ -115,6 +115,8 @@ class WidenedA2A3Loop:
                 table[...] = loaded
             return run
         monkeypatch.setattr(mscatter, "scatter_loop", widened)
+        from simt_pto.plan import CallCache
+        CallCache.clear_all()  # the kept launches bound the real loop: the next calls bind this one
 
     def other(self, job):
         """``job``, the other writer: started once the A2/A3 loop has loaded the table."""

@@ -17,7 +17,7 @@ import numpy as np
 from simt_pto.host import dispatch
 from simt_pto.backend import a5_backend
 from simt_pto.errors import ConstraintError
-from simt_pto.ops import mgather, mscatter
+from simt_pto.host.tile_ops import mgather, mscatter
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
 

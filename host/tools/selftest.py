@@ -45,7 +45,7 @@ from simt_pto.enums import BLayout, ScatterAtomicOp
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.host import tiling
 from simt_pto.host.in_memory import gather, scatter
-from simt_pto.ops import mgather, mscatter
+from simt_pto.host.tile_ops import mgather, mscatter
 from simt_pto.tensor import GlobalTensor
 from simt_pto.tile import Tile
 

@@ -50,6 +50,18 @@ def rows_gatherer(plan):
     return walk.nd_walk(plan, lambda source: gather_loop(source, rule, False))
 
 
+def tile_gatherer(plan):
+    """``(gather, dtype)``: the tile MGATHER of ``plan``'s signature with its compiled loop looked up once, for an
+    ND plan (None otherwise: NZ, GM -> L1): ``gather(dst, idx, table)`` over the destination tile's storage and the
+    flat table (raw bits, ``dtype``) through the index tile's storage (uint32). A repeated tile op keeps it."""
+    if plan.l1 or plan.nz:
+        return None
+    run = rows_gatherer(plan)
+    tile_rs, rows = plan.tile.cols, plan.rows
+    idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
+    return (lambda dst, idx, table: run(dst, tile_rs, table, idx, idx_stride, rows)), plan.dtype.bits
+
+
 def run_mgather(plan) -> None:
     if plan.l1:  # GM -> L1 (MAT destination): MGATHER.md, "GM → L1 Gather"; A2/A3 has one executor
         with first_use:

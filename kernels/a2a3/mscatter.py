@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 
-from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
+from simt_pto.enums import Coalesce, ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels import store, writers
 from simt_pto.kernels.cache import njit
 from simt_pto.kernels.gm import write_back
@@ -51,6 +51,35 @@ def store_policy(plan) -> tuple[ScatterAtomicOp, ElementFormat]:
                                                                       "bfloat16"):
         raise NotImplementedError(f"a2a3: atomic Add on {plan.dtype.name}")  # rejected by the constraint layer
     return ScatterAtomicOp(plan.atomic), store.element_format(plan.atomic, plan.dtype.name)
+
+
+def rows_scatterer(plan):
+    """``(scatter, dtype)``: the ND scatter of ``plan`` with its compiled loop looked up once: ``scatter(src, src_rs,
+    table, idx, idx_stride, rows)`` stores ``rows`` rows of ``src`` (``src_rs`` elements per row) into the flat
+    ``table`` (both viewed as ``dtype``, the store rule's) through ``idx`` (uint32, ``idx_stride`` as in
+    :func:`.walk.run_nd`), in order, registered as a writer of the table as :func:`run_mscatter` registers it. A
+    whole-array scatter's rows in one pass (the loop is sequential: the order of the tiles is the order of the
+    rows), and a tile op's tile (:func:`tile_scatterer`)."""
+    atomic, fmt = store_policy(plan)
+    rule = IndexRule(plan.rule)
+    run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt))
+    register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.table_writers.run_exclusive
+
+    def scatter(src, src_rs, table, idx, idx_stride, rows):
+        register(table, run, src, src_rs, table, idx, idx_stride, rows)
+    return scatter, store.source_dtype(atomic, fmt, plan.dtype)
+
+
+def tile_scatterer(plan):
+    """``(scatter, dtype)``: the tile MSCATTER of ``plan``'s signature (:func:`rows_scatterer` over its tile), for an
+    ND plan over a host table (None otherwise): ``scatter(src, idx, table)`` over the source tile's storage and the
+    flat table (``dtype``) through the index tile's storage (uint32). A repeated tile op keeps it."""
+    if plan.nz or plan.table.on_device:
+        return None
+    run, dtype = rows_scatterer(plan)
+    tile_rs, rows = plan.tile.cols, plan.rows
+    idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
+    return (lambda src, idx, table: run(src, tile_rs, table, idx, idx_stride, rows)), dtype
 
 
 def run_mscatter(plan) -> None:
