@@ -457,7 +457,9 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
         else:
             kept = _a2a3_gather_launch(c, shape)
         if kept is not None:
-            entry.out = (int(np.prod(shape, dtype=np.int64)), dtype, shape)
+            size = int(np.prod(shape, dtype=np.int64))
+            kept.make_as("dst", size, dtype)  # the result's own dtype: each launch takes its view of it
+            entry.out = (size, dtype, shape)
             entry.kept = kept
     elif keeps == "gpu" and c.table.device and c.idx.device:
         found = device_operands(policy, table, idx)

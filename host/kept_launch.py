@@ -44,6 +44,7 @@ from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 from .arrays import JAX, NUMPY, TORCH, checked_indices, new_device_array
 
 _UINT32 = np.dtype(np.uint32)
+_new = tuple.__new__
 
 
 class KeptLaunch:
@@ -113,6 +114,12 @@ class KeptLaunch:
             steps.append((launch, tuple(views)))
         return cls(tuple(steps), made=sizes, apart=apart, indices=indices, checked_by=checked_by,
                    aligned_to=aligned_to)
+
+    def make_as(self, name: str, size: int, dtype: np.dtype) -> None:
+        """Make the array ``name`` (in ``made``) as ``size`` elements of ``dtype`` (the same bytes as its launches'
+        views: a gather's result in its own dtype, which each launch views as it took it)."""
+        self.made[name] = (size, np.dtype(dtype))
+        self._makers = tuple((n, make, *(self.made[n] if n == name else (s, d))) for n, make, s, d in self._makers)
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -233,8 +240,8 @@ def gathered(policy: Policy, table, idx) -> Any | None:
     """The result of a whole-array gather whose signature has run, from its kept launch (an array of the table's
     kind); None when the call takes the full path: no kept launch, or a check it fails (the full path then raises
     its refusal)."""
-    keeps = keeping_backend(policy)
-    if keeps == "multicore":
+    keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
+    if keeps == "multicore":  # (keeping_backend, inline: this runs on every repeated call)
         found = whole_operands(policy, table, idx)
         if found is None:
             return None
@@ -242,8 +249,7 @@ def gathered(policy: Policy, table, idx) -> Any | None:
         entry = SIGNATURES.lookup(key)
         if entry is None or entry.kept is None or not entry.kept.run(arrays):
             return None
-        size, dtype, shape = entry.out
-        result = arrays["dst"].view(dtype).reshape(shape)
+        result = arrays["dst"].reshape(entry.out[2])  # (made in the result's dtype)
         kind = key.operands[0].kind
         if kind == NUMPY:
             return result
@@ -356,12 +362,14 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
     """``(call, arrays)`` of a whole-array call on host operands a kept launch can take as they are (``arrays``:
     ``"table"``, ``"idx"``, for a scatter ``"src"``: numpy views of the callers' memory), or None (the full path)."""
     if type(table) is np.ndarray and type(idx) is np.ndarray and src is None:  # the commonest call, inline
-        if not (table.flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative and table.size
-                and idx.size):
+        flags = table.flags
+        if not (flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative and table.size and idx.size):
             return None
-        return (Call(policy, (Operand(NUMPY, table.shape, table.dtype, table.flags.writeable, _address(table) & 7),
-                              Operand(NUMPY, idx.shape, idx.dtype, True, 0))),
-                {"table": table.reshape(-1), "idx": idx.reshape(-1)})
+        # (tuple.__new__: the named tuples' own constructors are Python code, and this runs on every call)
+        return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, flags.writeable,
+                                                     _address(table) & 7)),
+                                     _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
+                {"table": table.reshape(-1), "idx": idx if idx.ndim == 1 else idx.reshape(-1)})
     torch = sys.modules.get("torch")
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor and src is None:
         # (the same checks as _host_operand's, inline: a PyTorch gather's per-call cost is mostly these)
@@ -375,8 +383,9 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
             return None
         if not (table_view.size and idx_view.size):
             return None
-        return (Call(policy, (Operand(TORCH, table_view.shape, table_view.dtype, True, table.data_ptr() & 7),
-                              Operand(TORCH, idx_view.shape, idx_view.dtype, True, 0))),
+        return (_new(Call, (policy, (_new(Operand, (TORCH, table_view.shape, table_view.dtype, True,
+                                                     table.data_ptr() & 7)),
+                                     _new(Operand, (TORCH, idx_view.shape, idx_view.dtype, True, 0))))),
                 {"table": table_view.reshape(-1), "idx": idx_view if idx_view.ndim == 1 else idx_view.reshape(-1)})
     got_table = _host_operand(table, written=src is not None)
     if got_table is None:
