@@ -18,17 +18,17 @@ on those operands and nothing else, before anything is written:
   launch writes the table).
 
 A call that fails a check gets False (or None) and nothing written: the caller takes the full path, which raises its
-one refusal. :func:`whole_operands` turns a whole-array call's operands (numpy, PyTorch CPU tensors, JAX and other
-DLPack / array-interface producers, device arrays) into its :class:`~simt_pto.call.Call` and the memory the launches
-take, applying torch's rules of :mod:`simt_pto.torch_rules` as the full path does.
+one refusal. :func:`whole_operands` turns a whole-array call's host operands (numpy arrays, PyTorch CPU tensors, JAX
+arrays: those a kept launch takes as they are; any other kind, or a copy due, takes the full path) into its
+:class:`~simt_pto.call.Call` and the memory the launches take, leaving to the full path every tensor torch's rules
+(:mod:`simt_pto.torch_rules`) treat apart; :func:`device_operands` does the same for device arrays.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import ctypes
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -255,7 +255,10 @@ def gathered(policy: Policy, table, idx) -> Any | None:
             return result
         if kind == TORCH:  # (the caller's table is a tensor: torch is imported already)
             return sys.modules["torch"].from_numpy(result)
-        return sys.modules["jax.numpy"].asarray(result)  # (likewise jax)
+        jnp = sys.modules.get("jax.numpy")
+        if jnp is None:  # (a JAX array exists only where jax is imported; jax.numpy may not be yet)
+            import jax.numpy as jnp
+        return jnp.asarray(result)
     if keeps == "gpu":
         found = device_operands(policy, table, idx)
         entry = None if found is None else SIGNATURES.lookup(found[0])
