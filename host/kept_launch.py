@@ -377,12 +377,11 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor and src is None:
         # (the same checks as _host_operand's, inline: a PyTorch gather's per-call cost is mostly these)
         plain, keys = _PLAIN_KEYS or _plain_keys(torch)
-        if (table.requires_grad or keys(table) != plain or keys(idx) != plain or not table.is_contiguous()
-                or not idx.is_contiguous()):
+        if keys(table) != plain or keys(idx) != plain or not table.is_contiguous() or not idx.is_contiguous():
             return None
         try:
             table_view, idx_view = table.numpy(), idx.numpy()
-        except (TypeError, RuntimeError):  # bfloat16 (numpy has no such dtype), an index that requires grad
+        except (TypeError, RuntimeError):  # a tensor that requires grad (numpy() refuses it), bfloat16 (no numpy dtype)
             return None
         if not (table_view.size and idx_view.size):
             return None
