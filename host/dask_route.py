@@ -63,8 +63,8 @@ from dask.highlevelgraph import HighLevelGraph
 
 from simt_pto import dtypes as _dt
 from simt_pto import torch_rules
-from simt_pto.enums import (Coalesce, GatherOOB, IndexRule, ScatterAtomicOp, ScatterConflict, ScatterOOB, from_any,
-                            target_from_any)
+from simt_pto.call import gather_policy, scatter_policy
+from simt_pto.enums import IndexRule, ScatterAtomicOp, ScatterOOB, target_from_any
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.plan import out_of_range
 from simt_pto.policy import index_rule
@@ -557,10 +557,9 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
     refuses, before anything runs; Dask indices it would refuse by value raise its error when the result is
     computed, before anything is written.
     """
-    target = target_from_any(target)
-    coalesce = from_any(Coalesce, coalesce, "coalesce")
-    oob = from_any(GatherOOB, oob, "oob")
-    row = coalesce == Coalesce.ROW
+    policy = gather_policy(coalesce, oob, target, tile_rows, dyn_ubuf_size, strict, dtype)  # every option, once
+    target, coalesce, oob, row = policy.target, policy.coalesce, policy.oob, policy.row
+    tile_rows, dyn_ubuf_size, strict = policy.tile_rows, policy.dyn_ubuf_size, policy.strict
     table = _table(table, "MGATHER", target, row)
     idx = _operand(idx, "idx")
     in_memory.gather_plan(_proxy_table(table), _proxy_idx(idx, row, tile_rows), coalesce=coalesce, oob=oob, target=target,
@@ -624,14 +623,11 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     in-memory call raises for a call it refuses, before anything runs; Dask indices it would refuse by value raise
     its error when the result is computed, before any chunk is written.
     """
-    atomic = from_any(ScatterAtomicOp, atomic, "atomic")
-    oob = from_any(ScatterOOB, oob, "oob")
-    conflict = from_any(ScatterConflict, conflict, "conflict")
-    if last_path not in in_memory.LAST_PATHS:
-        raise ValueError(f"last_path: expected 'auto', 'slot' or 'owner', got {last_path!r}")
-    target = target_from_any(target)
-    coalesce = from_any(Coalesce, coalesce, "coalesce")
-    row = coalesce == Coalesce.ROW
+    policy = scatter_policy(coalesce, atomic, oob, conflict, target, tile_rows, dyn_ubuf_size, strict, last_path,
+                            dtype)  # every option, once
+    target, coalesce, row = policy.target, policy.coalesce, policy.row
+    atomic, oob, conflict, last_path = policy.atomic, policy.oob, policy.conflict, policy.last_path
+    tile_rows, dyn_ubuf_size, strict = policy.tile_rows, policy.dyn_ubuf_size, policy.strict
     table = _table(table, "MSCATTER", target, row)
     idx = _operand(idx, "idx")
     src = _operand(src, "src")

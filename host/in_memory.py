@@ -50,7 +50,6 @@ import numpy as np
 from simt_pto import aliasing, constraints, torch_rules
 from simt_pto.backend import first_use, imported, require_jit
 from simt_pto.call import Call, Operand, Policy, gather_policy, scatter_policy
-from simt_pto.call import check_last_path as _check_last_path
 from simt_pto.enums import Coalesce, GatherOOB, LastPath, OwnerLayout, ScatterAtomicOp, ScatterConflict, ScatterOOB
 from simt_pto.errors import ConstraintError
 from simt_pto.launch_spec import CallPlan, HostStep, LaunchSpec
@@ -64,15 +63,6 @@ from . import kept_launch
 from .kept_launch import Entry, KeptLaunch, device_operands, whole_indices
 
 TableT = TypeVar("TableT")
-
-LAST_PATHS = ("auto", "slot", "owner")
-
-
-def check_last_path(last_path) -> None:
-    """TypeError for a ``last_path`` that is not a string (or a :class:`~simt_pto.enums.LastPath`), ValueError for a
-    string other than :data:`LAST_PATHS` (:func:`simt_pto.call.check_last_path`)."""
-    _check_last_path(last_path)
-
 
 @dataclass
 class _Validated:
@@ -746,4 +736,4 @@ def _cpu_row_scatter(policy: Policy, table, src, idx):
     return _written_back(call, table_a), result
 
 
-__all__ = ["LAST_PATHS", "check_last_path", "gather", "gather_plan", "scatter", "scatter_plan"]
+__all__ = ["full_gather", "full_scatter", "gather", "gather_plan", "gather_with", "scatter", "scatter_plan", "scatter_with"]

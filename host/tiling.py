@@ -29,6 +29,7 @@ import numpy as np
 
 from simt_pto import dtypes as _dt
 from simt_pto import ub
+from simt_pto.call import check_tile_rows
 from simt_pto.enums import BLayout, Coalesce
 from simt_pto.errors import ConstraintError
 from simt_pto.tile import Tile
@@ -141,14 +142,6 @@ class FullTiles(NamedTuple):
     """Columns of that view: the table's row width (Row); the index's last axis, or 1 (Elem)."""
 
 
-def check_tile_rows(tile_rows) -> None:
-    """TypeError unless ``tile_rows`` is None or a positive int (numpy's integers too; not a bool): checked on every
-    route of a whole-array call, those that cut no tiles of it included (the ``cpu`` target's Row scatter)."""
-    if tile_rows is not None and (isinstance(tile_rows, bool) or not isinstance(tile_rows, (int, np.integer))
-                                  or tile_rows < 1):
-        raise TypeError(f"tile_rows must be a positive int, got {tile_rows!r}")
-
-
 def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols: int, tile_rows=None,
                dyn_ubuf_size=None) -> FullTiles:
     """The tiles of one full tile of a whole-array call (what the call is validated with) and its tile view. The
@@ -258,6 +251,6 @@ def tile_plan(plan, idx_rows: np.ndarray, data_rows: np.ndarray | None = None, t
     return plan.repointed(tile=data, idx=idx, table=table)
 
 
-__all__ = ["FullTiles", "check_tile_rows", "data_tile",
+__all__ = ["FullTiles", "data_tile",
            "default_tile_rows", "elem_tile_cols", "fit_tile_rows", "full_tiles", "index_shape", "index_tile", "over_budget", "padded_shape",
            "round_up", "tile_bytes", "tile_plan", "tile_starts", "weightless", "whole_array_layout"]
