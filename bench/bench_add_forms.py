@@ -28,21 +28,12 @@ import numpy as np
 import side_by_side
 import simt_pto as pto
 from simt_pto import reference
-from simt_pto.host import in_memory, tuning
-from simt_pto.plan import SIGNATURES, CallCache
+from simt_pto.host import tuning
+from simt_pto.plan import CallCache
 
 FORMS = ("alone", "atomic", "chosen")
 FORCED = {"alone": {"plain_add_max_updates": 1 << 62}, "atomic": {"plain_add_max_updates": 0}, "chosen": {}}
 """The thresholds (``simt_pto.host.tuning.HostTuning``) each form is planned under."""
-
-
-def _kept_runner(kept):
-    """``run(table, src, idx)``: the kept launches on these arrays (C-contiguous numpy), the table, or None where
-    the kept launch sends the call to the full path."""
-    def run(table, src, idx):
-        arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)}
-        return table if kept.run(arrays) else None
-    return run
 
 
 def _runner(form, table, src, idx):
@@ -52,11 +43,10 @@ def _runner(form, table, src, idx):
     with tuning.tuned(**FORCED[form]):  # (which empties the call caches as it starts and ends)
         (launch,) = pto.scatter_plan(table, src, idx, coalesce="elem", atomic="add", target="a5").launches
         pto.scatter(table.copy(), src, idx, coalesce="elem", atomic="add", target="a5")
-        runners = [_kept_runner(e.kept) for e in SIGNATURES._entries.values()
-                   if isinstance(e, in_memory._Entry) and e.kept is not None]
-    if len(runners) != 1:
+        runner = side_by_side.kept_scatter()
+    if runner is None:
         raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
-    return runners[0], "alone" if launch.multicore_plain_kernel else "atomic"
+    return runner, "alone" if launch.multicore_plain_kernel else "atomic"
 
 
 def check_sum(what: str, got, initial, idx, src) -> None:

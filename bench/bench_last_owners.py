@@ -31,8 +31,8 @@ import numpy as np
 import side_by_side
 import simt_pto as pto
 from simt_pto import reference
-from simt_pto.host import in_memory, tuning
-from simt_pto.plan import SIGNATURES, CallCache
+from simt_pto.host import tuning
+from simt_pto.plan import CallCache
 
 FORMS = ("alone", "shared", "private", "serial", "chosen")
 
@@ -48,15 +48,6 @@ FORCED = {
 """The thresholds (``simt_pto.host.tuning.HostTuning``) each form is planned under."""
 
 
-def _kept_runner(kept):
-    """``run(table, src, idx)``: the kept launches on these arrays (C-contiguous numpy), the table, or None where
-    the kept launch sends the call to the full path."""
-    def run(table, src, idx):
-        arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)}
-        return table if kept.run(arrays) else None
-    return run
-
-
 def _runner(form, table, src, idx):
     """``(kept launches, the form in words)`` of ``form`` for this call's signature: one full-path call keeps the
     launches (``host/kept_launch``; the signature cache was emptied first, so it holds this runner alone)."""
@@ -64,18 +55,17 @@ def _runner(form, table, src, idx):
     with tuning.tuned(**FORCED[form]):  # (which empties the call caches as it starts and ends)
         launches = pto.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5").launches
         pto.scatter(table.copy(), src, idx, coalesce="elem", conflict="last", target="a5")
-        runners = [_kept_runner(e.kept) for e in SIGNATURES._entries.values()
-                   if isinstance(e, in_memory._Entry) and e.kept is not None]
-    if len(runners) != 1:
+        runner = side_by_side.kept_scatter()
+    if runner is None:
         raise SystemExit(f"{form}: the call kept no single runner (is the multicore backend in use?)")
     if len(launches) == 1:
-        return runners[0], "serial"
+        return runner, "serial"
     claim = launches[1]
     if "private" in claim.kernel:
         words = f"private x{claim.grid}"
     else:
         words = "alone" if claim.grid == 1 else "shared"
-    return runners[0], words
+    return runner, words
 
 
 def measure(n: int, writers: int, dtype: np.dtype, rounds: int, rng) -> dict:

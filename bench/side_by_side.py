@@ -1,5 +1,6 @@
 """What the benchmarks that run several forms of one call side by side share (``bench_add_forms.py``,
-``bench_last_owners.py``): their command line, the timed rounds, and the run's header.
+``bench_last_owners.py``): their command line, the kept launch a form's first call leaves, the timed rounds, and
+the run's header.
 
 Each round calls every form once, then numpy once; the forms' order is reversed every other round (on the
 development machine a fixed order alone moved two identical runners apart by up to 1.3x). Each figure is the median
@@ -39,6 +40,22 @@ def parser(doc: str, sizes: str) -> argparse.ArgumentParser:
 def require_multicore() -> None:
     if pto.a5_backend() != "multicore":
         raise SystemExit(f"this benchmark times the multicore backend; the A5 backend is {pto.a5_backend()!r}")
+
+
+def kept_scatter() -> Callable | None:
+    """``run(table, src, idx)`` of the one whole-array scatter the signature cache keeps a launch for (the caller
+    emptied the cache and ran one call): the kept launches on these C-contiguous numpy arrays, returning the table,
+    or None where the launch sends the call to the full path. None when no single one is kept."""
+    from simt_pto.host.kept_launch import Entry
+    from simt_pto.plan import SIGNATURES
+    kept = [e.kept for e in SIGNATURES._entries.values() if isinstance(e, Entry) and e.kept is not None]
+    if len(kept) != 1:
+        return None
+
+    def run(table, src, idx):
+        arrays = {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)}
+        return table if kept[0].run(arrays) else None
+    return run
 
 
 def timed_rounds(runs: dict[str, Callable[[], object]], forms: tuple[str, ...], rounds: int) -> dict:

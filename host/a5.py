@@ -602,7 +602,7 @@ def _run_tile_op(plan, backend: str | None, build) -> None:
 
 def run_mgather(plan, backend: str | None = None) -> None:
     """MGATHER on A5: :func:`mgather_launches` run on ``backend``; on ``multicore``, the kept launch of its signature
-    (:class:`KeptTileOp`) when there is one, and kept for the next call when there is none."""
+    (``signature.kept``, :func:`_kept_tile_op`) when there is one, and kept for the next call when there is none."""
     _run_tile_op(plan, backend, mgather_launches)
 
 

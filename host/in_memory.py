@@ -30,11 +30,12 @@ sequential targets one host step per tile, each running that validated plan, re-
 walks each tile's rows straight from the caller's arrays into the result. :func:`gather_plan` / :func:`scatter_plan`
 give that plan without running it.
 
-The full tile's validation depends on the call's signature only (the operands' kinds, shapes and dtypes, the
-policies, ``tile_rows``, ``dyn_ubuf_size``): it is kept per signature (:data:`_VALIDATED`) for host arrays, and a
-call of a known signature re-points the kept plan at its own table. The operands' overlap and the index values are
-checked on every call. A call of a signature that has run, with C-contiguous numpy operands, skips even that: it
-runs the kept launches (or the A2/A3 row walk) of :mod:`.fast_path` on its own arrays.
+The full tile's validation depends on the call's signature only (its :class:`~simt_pto.call.Policy` and the
+operands' kinds, shapes and dtypes): it is kept in the signature's entry of :data:`simt_pto.plan.SIGNATURES` for
+host arrays, and a call of a known signature re-points the kept plan at its own table. The operands' overlap and
+the index values are checked on every call. A call of a signature that has run, with operands a kept launch takes
+as they are (C-contiguous numpy, plain PyTorch CPU tensors, JAX arrays), skips even that: it runs the signature's
+kept launch (:mod:`.kept_launch`) on its own arrays, after the checks that depend on them.
 """
 from __future__ import annotations
 
@@ -316,15 +317,14 @@ def _gather(policy: Policy, table, idx, backend=None, out=None, key: Call | None
     return _bumps_version(_tile_steps("MGATHER", c, gather_tile, after), out_a), lambda: out, c
 
 
-def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.ndarray, idx_cols: int,
-                     gather_rows: Callable | None = None) -> Callable[[int, int], None]:
-    """The A2/A3 gather of rows ``[r0, r1)``: the walk of the validated ``plan`` writes them straight into the rows
-    of ``dest`` (the 2-D result), from the host ``table``'s memory through the caller's indices (``idx_bits``, flat
-    uint32, ``idx_cols`` per row; ``gather_rows``: :func:`simt_pto.kernels.a2a3.rows_gatherer` of ``plan``, made here
-    when not given), as the tile of those rows would hold them (every valid element is written: the gathered one, or
-    ``T(0)``). The full path runs it tile by tile as host steps, the fast path (:mod:`.fast_path`) in a loop."""
-    if gather_rows is None:
-        gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)  # simt_pto.kernels.a2a3: imported at first use
+def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.ndarray,
+                     idx_cols: int) -> Callable[[int, int], None]:
+    """The A2/A3 gather of rows ``[r0, r1)``: the walk of the validated ``plan``
+    (:func:`simt_pto.kernels.a2a3.rows_gatherer`) writes them straight into the rows of ``dest`` (the 2-D result),
+    from the host ``table``'s memory through the caller's indices (``idx_bits``, flat uint32, ``idx_cols`` per row),
+    as the tile of those rows would hold them (every valid element is written: the gathered one, or ``T(0)``). The
+    full path runs it tile by tile as host steps."""
+    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)  # simt_pto.kernels.a2a3: imported at first use
     bits = np.dtype(plan.dtype.bits)
     table_bits = table.ravel().view(bits)
     dst, out_cols = dest.ravel().view(bits), dest.shape[1]

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import dtypes as _dt
+from .ub import check_dyn_ubuf_size
 from .enums import (Coalesce, GatherExec, GatherOOB, LastPath, ScatterAtomicOp, ScatterConflict, ScatterOOB,
                     flag_from_any, from_any, target_from_any)
 
@@ -94,16 +95,6 @@ def check_tile_rows(tile_rows: object) -> int | None:
     if isinstance(tile_rows, bool) or not isinstance(tile_rows, (int, np.integer)) or tile_rows < 1:
         raise TypeError(f"tile_rows must be a positive int, got {tile_rows!r}")
     return int(tile_rows)
-
-
-def check_dyn_ubuf_size(op: str, dyn_ubuf_size: object) -> int | None:
-    """``dyn_ubuf_size`` as an int or None: TypeError unless it is None or a non-negative int (not a bool). Its
-    range per target is a rule of the target (:func:`simt_pto.ub.budget`)."""
-    if dyn_ubuf_size is None:
-        return None
-    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, (int, np.integer)) or dyn_ubuf_size < 0:
-        raise TypeError(f"{op}: dyn_ubuf_size must be a non-negative int (bytes) or None, got {dyn_ubuf_size!r}")
-    return int(dyn_ubuf_size)
 
 
 def _dtype(dtype: object) -> _dt.DType | None:
@@ -185,5 +176,5 @@ mscatter_policy = _remembered(_mscatter)
 :class:`Policy`."""
 
 
-__all__ = ["Call", "Operand", "Policy", "check_dyn_ubuf_size", "check_last_path", "check_tile_rows",
+__all__ = ["Call", "Operand", "Policy", "check_last_path", "check_tile_rows",
            "gather_policy", "mgather_policy", "mscatter_policy", "scatter_policy"]

@@ -19,11 +19,19 @@ A5_MAX_DYN_UBUF_BYTES = A5_UB_BYTES - A5_RESERVED_BYTES - A5_MIN_DCACHE_BYTES  #
 A5_DEFAULT_SAFE_BYTES = 128 * KB
 
 
+def check_dyn_ubuf_size(op: str, dyn_ubuf_size: object) -> int | None:
+    """``dyn_ubuf_size`` as an int or None: TypeError unless it is None or a non-negative int (not a bool). Its
+    range per target is :func:`budget`'s rule."""
+    if dyn_ubuf_size is None:
+        return None
+    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, (int, np.integer)) or dyn_ubuf_size < 0:
+        raise TypeError(f"{op}: dyn_ubuf_size must be a non-negative int (bytes) or None, got {dyn_ubuf_size!r}")
+    return int(dyn_ubuf_size)
+
+
 def budget(op: str, target: str, dyn_ubuf_size=None) -> int | None:
     """Bytes of UB the op's tiles may use on ``target`` (None: no UB, the CPU simulator)."""
-    if isinstance(dyn_ubuf_size, bool) or not isinstance(dyn_ubuf_size, (int, np.integer, type(None))) \
-            or (dyn_ubuf_size is not None and dyn_ubuf_size < 0):
-        raise TypeError(f"{op}: dyn_ubuf_size must be a non-negative int (bytes) or None, got {dyn_ubuf_size!r}")
+    check_dyn_ubuf_size(op, dyn_ubuf_size)
     if target == "cpu":
         return None
     if target == "a2a3":

@@ -99,6 +99,20 @@ class ElemScatterForm:
 
 
 @pytest.fixture
+def no_full_path(monkeypatch):
+    """``arm()``: from then on a whole-array call that takes the full path (wrap, validate, plan) fails the test: a
+    repeated call must run its signature's kept launch (simt_pto.host.kept_launch)."""
+    def arm():
+        from simt_pto.host import in_memory
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("the call took the full path")
+        monkeypatch.setattr(in_memory, "full_gather", refuse)
+        monkeypatch.setattr(in_memory, "full_scatter", refuse)
+    return arm
+
+
+@pytest.fixture
 def tune():
     """``tune(name=value, ...)``: host thresholds for this test (:func:`simt_pto.host.tuning.configure`, which also
     empties the call caches), the table of before restored after it."""

@@ -215,16 +215,6 @@ def test_out_of_range_indices_of_a_cached_signature_are_refused_before_any_write
 
 # -- the kept launches of repeated calls (host/kept_launch.py) -------------------------------------------------------
 
-@pytest.fixture
-def no_full_path(monkeypatch):
-    """``forbid()``: from then on a whole-array gather that takes the full path (validation and plan) fails."""
-    def forbid():
-        def full_path(*args, **kwargs):
-            raise AssertionError("the call took the full path")
-        monkeypatch.setattr(in_memory, "_gather", full_path)
-    return forbid
-
-
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.uint32, np.int64])

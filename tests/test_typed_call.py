@@ -17,19 +17,8 @@ import pytest
 import simt_pto as pto
 from simt_pto import call as typed_call
 from simt_pto.enums import Coalesce, LastPath, OwnerLayout
-from simt_pto.host import in_memory, kept_launch
+from simt_pto.host import kept_launch
 from simt_pto.plan import SIGNATURES, CallCache
-
-
-@pytest.fixture
-def no_full_path(monkeypatch):
-    """After ``arm()``, a whole-array call that takes the full path fails the test."""
-    def arm():
-        def refuse(*args, **kwargs):
-            raise AssertionError("the call took the full path")
-        monkeypatch.setattr(in_memory, "full_gather", refuse)
-        monkeypatch.setattr(in_memory, "full_scatter", refuse)
-    return arm
 
 
 def operands(seed=0, rows=64, cols=64, n=8):
