@@ -153,6 +153,36 @@ def test_an_a2a3_add_loop_runs_as_the_only_writer_of_its_table(monkeypatch, a2a3
     assert_no_writer_registered()
 
 
+@pytest.mark.parametrize("a2a3_call", ["tile", "whole"])
+def test_a_repeated_a2a3_add_runs_its_kept_loop_as_the_only_writer_of_its_table(monkeypatch, a2a3_call):
+    """A repeated A2/A3 Add runs the loop its signature's first call kept (``simt_pto.host.kept_launch``): that loop
+    too holds its table as its only writer, so an A5 call into the table waits and none of its adds is lost."""
+    from simt_pto.host import dispatch, in_memory
+    table = np.zeros(64, np.int32)
+    rng = np.random.default_rng(8)
+    idx_a2a3, idx_a5 = rng.integers(0, 64, 48), rng.integers(0, 64, 24)
+    src_a2a3, src_a5 = np.full(48, 3, np.int32), np.full(24, 5, np.int32)
+    widened = WidenedA2A3Loop(monkeypatch)  # (it empties the signature cache)
+    widened.other_done.set()  # the first calls, which keep their launches (the widened loop), do not wait
+    CALLS[a2a3_call](np.zeros(64, np.int32), idx_a2a3, src_a2a3, "add", "a2a3")
+    CALLS["tile"](np.zeros(64, np.int32), idx_a5, src_a5, "add", "a5")
+    widened.loaded.clear()
+    widened.other_done.clear()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the A2/A3 call took the full path")
+    monkeypatch.setattr(dispatch, "run_mscatter", refuse)  # (the A5 tile op takes its kept launch too)
+    monkeypatch.setattr(in_memory, "full_scatter", refuse)
+    run_threads(lambda: CALLS[a2a3_call](table, idx_a2a3, src_a2a3, "add", "a2a3"),
+                widened.other(lambda: CALLS["tile"](table, idx_a5, src_a5, "add", "a5")))
+    expected = np.zeros(64, np.int64)
+    np.add.at(expected, idx_a2a3, 3)
+    np.add.at(expected, idx_a5, 5)
+    np.testing.assert_array_equal(table, expected)
+    assert widened.other_done_inside is False, "the A5 call wrote while the kept A2/A3 loop had the table loaded"
+    assert_no_writer_registered()
+
+
 def test_an_a2a3_add_loop_holds_up_no_writer_of_another_table(monkeypatch):
     """Tables that share no memory never wait for each other: the A5 call into another table (the other half of
     the same buffer) finishes while the A2/A3 loop has its table loaded."""
