@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -215,11 +216,25 @@ def mgather_launches(plan) -> CallPlan:
         ("tile_rows", rows)), geometry.elem_geometry(rows, cols), 1, ("dst",)),))
 
 
-def element_format(plan) -> ElementFormat:
+class TableMemory(NamedTuple):
+    """A scatter's table as its launches see it, for a call whose plan has no GlobalTensor (a whole-array call:
+    :mod:`.a5_whole_array`); it has the attributes of one that :func:`gm_memory` and :class:`BoundaryWords` read."""
+
+    array: Any
+    """The caller's array (host or device memory)."""
+    size: int
+    """Its elements."""
+    on_device: bool
+    flat: np.ndarray | None
+    """Its flat host memory (a numpy view), or None for a device array."""
+
+
+def element_format(plan, table=None) -> ElementFormat:
     """The scatter's element format (:func:`simt_pto.kernels.store.element_format`); a 16-bit float Add on a table
-    that starts or ends mid-word takes the F16_EDGE / BF16_EDGE form (:class:`BoundaryWords`)."""
+    that starts or ends mid-word takes the F16_EDGE / BF16_EDGE form (:class:`BoundaryWords`). ``table``: the
+    written table (a :class:`TableMemory`), default the plan's."""
     fmt = store.element_format(plan.atomic, plan.dtype.name)
-    if fmt in store.EDGE and not _whole_words(table_memory(plan, np.uint16)):
+    if fmt in store.EDGE and not _whole_words(gm_memory(plan.table if table is None else table, np.uint16)):
         return store.EDGE[fmt]
     return fmt
 
@@ -229,19 +244,20 @@ def _whole_words(bits) -> bool:
     return bits.size % 2 == 0 and base_address(bits) % 4 == 0
 
 
-def scatter_table(plan, fmt):
+def scatter_table(plan, fmt, table=None):
     """(table argument, boundary) for a scatter: raw bits for stores, the typed element for native atomics,
     the (int32, uint32) views for float32 Max / Min, the table's uint32 words for 16-bit float atomics, and for
     a table that starts or ends mid-word the word triple of a :class:`BoundaryWords` (returned as ``boundary``:
     the launch must run inside its :meth:`BoundaryWords.held`, see :func:`holding`)."""
+    table = plan.table if table is None else table
     if fmt == ElementFormat.NATIVE:
         dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
-        return table_memory(plan, dtype), None
+        return gm_memory(table, dtype), None
     if fmt == ElementFormat.F32_ORDER:
-        return (table_memory(plan, np.int32), table_memory(plan, np.uint32)), None
+        return (gm_memory(table, np.int32), gm_memory(table, np.uint32)), None
     if fmt in (ElementFormat.F16, ElementFormat.BF16):
-        return table_memory(plan, np.uint32), None
-    boundary = BoundaryWords(plan)
+        return gm_memory(table, np.uint32), None
+    boundary = BoundaryWords(plan, table)
     return boundary.arg, boundary
 
 
@@ -272,15 +288,16 @@ class BoundaryWords:
 
     GUARD_NAME = "stage the mid-word boundary words before the launches, publish them after (under their locks)"
 
-    def __init__(self, plan):
-        self.device = plan.table.on_device
-        bits = table_memory(plan, np.uint16)
+    def __init__(self, plan, table=None):
+        table = plan.table if table is None else table  # a GlobalTensor, or a whole-array call's TableMemory
+        self.device = table.on_device
+        bits = gm_memory(table, np.uint16)
         self._bits = bits
-        n = plan.table.size
+        n = table.size
         address = base_address(bits)
         odd_start = (address % 4) // 2
         tail = (n - odd_start) % 2  # 1: the last element is the low half of a word the tensor ends inside
-        lo, hi, owner = _allocation(plan.table.array, address, 2 * n)
+        lo, hi, owner = _allocation(table.array, address, 2 * n)
         first = -odd_start if odd_start and address - 2 >= lo else odd_start  # element where ``words`` starts
         last = n + tail if tail and address + 2 * n + 2 <= hi else n - tail   # element where ``words`` ends
         words = None

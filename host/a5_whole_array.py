@@ -2,7 +2,7 @@
 :class:`~simt_pto.launch_spec.CallPlan` of multi-block launches of the A5 kernels.
 
 Block ``b`` of a tile launch runs tile ``b`` (rows ``[b * tile_rows, ...)`` of the call's 2-D view of the indices:
-index rows, or the elements of an Elem index cut as one flat run in C order, :func:`simt_pto.host.tiling.full_tiles`)
+index rows, or the elements of an Elem index cut as one flat run in C order, :func:`simt_pto.host.tiling.tile_view`)
 with the geometry of one full tile: ``idx.rows`` / ``idx.cols`` below are that view. One call is one plan
 (:func:`gather_launches`, :func:`scatter_launches`), run by :func:`simt_pto.host.a5.run_plan`:
 
@@ -93,7 +93,7 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
 def _row_units(plan, cols, *arrays):
     """(unit dtype, units per row) of a whole-array row copy: see :func:`row_move_unit`."""
     unit = row_move_unit(plan.dtype.itemsize, cols, *arrays)
-    return dtypes.unsigned(unit), cols * plan.dtype.itemsize // unit
+    return dtypes.UNSIGNED_OF_SIZE[unit], cols * plan.dtype.itemsize // unit
 
 
 def _widened(plan, cols, build, *arrays):
@@ -167,8 +167,9 @@ def scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_
     at most ``slot_path_max_work``); ``owner`` (the owner path): ``"dense"``, ``"compact"``, or None for the
     cheaper one (:func:`owner_layout`)."""
     backend = a5_backend() if backend is None else backend
-    fmt = a5.element_format(plan)
-    table_arg, boundary = a5.scatter_table(plan, fmt)  # a mid-word 16-bit float Add: the plan's guard
+    memory = a5.TableMemory(table.obj, table.size, table.device, None if table.device else to_host(table).reshape(-1))
+    fmt = a5.element_format(plan, memory)
+    table_arg, boundary = a5.scatter_table(plan, fmt, memory)  # a mid-word 16-bit float Add: the plan's guard
     src_flat = _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype))
     idx_flat = _flat(idx, np.uint32)
     rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)

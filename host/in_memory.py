@@ -22,20 +22,27 @@ any host array exporting DLPack or the array interface (PyTorch CPU tensors, JAX
 dtype whose values lie in ``[-2**31, 2**32)``, and of any shape: Row gathers ``idx.shape + (C,)``, as
 ``F.embedding`` and ``jnp.take(table, idx, axis=0)`` do.
 
-A call is validated once, as one full tile (:func:`simt_pto.host.tiling.full_tiles`, ``constraints.plan_*``)
-plus its indices as a whole (:func:`simt_pto.plan.check_indices`), before anything is written. Then it becomes
-one :class:`~simt_pto.launch_spec.CallPlan`: on ``a5`` the kernel launches of :mod:`.a5_whole_array`; on the
-sequential targets one host step per tile, each running that validated plan, re-pointed at the tile
-(:func:`simt_pto.host.tiling.tile_plan`), on the target (:func:`simt_pto.host.dispatch.runner`); an A2/A3 gather
-walks each tile's rows straight from the caller's arrays into the result. :func:`gather_plan` / :func:`scatter_plan`
-give that plan without running it.
+A call is validated before anything is written, then becomes one :class:`~simt_pto.launch_spec.CallPlan`.
 
-The full tile's validation depends on the call's signature only (its :class:`~simt_pto.call.Policy` and the
-operands' kinds, shapes and dtypes): it is kept in the signature's entry of :data:`simt_pto.plan.SIGNATURES` for
-host arrays, and a call of a known signature re-points the kept plan at its own table. The operands' overlap and
-the index values are checked on every call. A call of a signature that has run, with operands a kept launch takes
-as they are (C-contiguous numpy, plain PyTorch CPU tensors, JAX arrays), skips even that: it runs the signature's
-kept launch (:mod:`.kept_launch`) on its own arrays, after the checks that depend on them.
+* ``a5`` / ``a2a3``: the target's planner. The rules no shape changes are resolved once per policy and table dtype
+  (:func:`simt_pto.constraints.validated_whole_array`: the UB budget, the dtype and atomic rules, the index rule);
+  each shape adds only arithmetic (the tile view, :func:`simt_pto.host.tiling.tile_view`, and the table's capacity)
+  and its indices as a whole (:func:`simt_pto.plan.check_indices`). The tile op's layout, mode and geometry rules
+  hold by construction for the tiles a whole-array call is cut into; ``tests/test_whole_array_rules.py`` validates
+  random calls' full tiles through them and compares. On ``a5`` the plan is the kernel launches of
+  :mod:`.a5_whole_array`; on ``a2a3`` one host step per tile, each running the target's ND loop over the tile's rows
+  straight from the caller's arrays (:func:`a2a3_gather_tile`, :func:`a2a3_scatter_tile`).
+* ``cpu``, the reference: the tiles run as tile ops, so the call is validated as one full tile through the tile
+  op's own rules (:func:`simt_pto.host.tiling.full_tiles`, ``constraints.validated_*``) plus its indices as a whole.
+  The plan is one host step per tile, each running that validated plan, re-pointed at the tile
+  (:func:`simt_pto.host.tiling.tile_plan`), on the CPU simulator (:func:`simt_pto.host.dispatch.runner`).
+
+:func:`gather_plan` / :func:`scatter_plan` give that plan without running it. The validation depends on the call's
+signature only (its :class:`~simt_pto.call.Policy` and the operands' kinds, shapes and dtypes): it is kept in the
+signature's entry of :data:`simt_pto.plan.SIGNATURES` for host arrays. The operands' overlap and the index values are
+checked on every call. A call of a signature that has run, with operands a kept launch takes as they are
+(C-contiguous numpy, plain PyTorch CPU tensors, JAX arrays), skips even that: it runs the signature's kept launch
+(:mod:`.kept_launch`) on its own arrays, after the checks that depend on them.
 """
 from __future__ import annotations
 
@@ -49,7 +56,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from simt_pto import aliasing, constraints, torch_rules
-from simt_pto.backend import first_use, imported, require_jit
+from simt_pto import backend as _backends
+from simt_pto.backend import a5_backend, first_use, imported, require_jit
 from simt_pto.call import Call, Operand, Policy, gather_policy, scatter_policy
 from simt_pto.enums import Coalesce, GatherOOB, LastPath, OwnerLayout, ScatterAtomicOp, ScatterConflict, ScatterOOB
 from simt_pto.errors import ConstraintError
@@ -67,7 +75,7 @@ TableT = TypeVar("TableT")
 
 @dataclass
 class _Validated:
-    """A validated whole-array call: its arrays, the rows per tile and the plan of one full tile."""
+    """A validated whole-array call: its arrays, the rows per tile and its plan (on ``cpu``, that of one full tile)."""
 
     target: str
     coalesce: Coalesce
@@ -115,11 +123,11 @@ def _signature(policy: Policy, table_a: WholeArray, idx_a: WholeArray) -> Call |
 
 def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None = None) -> _Validated:
     """Wrap and validate a whole-array call of ``policy``: the arrays, then ``check(table, idx)`` (the call's own
-    operands), then the target's rules (the plan of one full tile, ``plan_fn(policy, tensor, data tile, index
-    tile)``) and the indices. The full tile's validation is kept in the call's entry of the signature cache
+    operands), then the target's rules (``a5`` / ``a2a3``: the planner's; ``cpu``: the plan of one full tile,
+    ``plan_fn(policy, tensor, data tile, index tile)``) and the indices. The validation is kept in the call's entry of the signature cache
     (:class:`~.kept_launch.Entry`, under ``key``, the call as :func:`~.kept_launch.whole_operands` saw it, else
     :func:`_signature`'s)."""
-    op, target, row = policy.op, policy.target, policy.row
+    op, target, row = policy.op, policy.target, policy.coalesce == Coalesce.ROW
     table_a = wrap(table, "table", policy.dtype, two_d_only=row, op=op, target=target, written=op == "MSCATTER")
     idx_a = wrap(idx, "idx", op=op, target=target, rows_only=row)  # Row: one index per row, any shape
     src_a = None if check is None else check(table_a, idx_a)
@@ -127,20 +135,33 @@ def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None =
         key = _signature(policy, table_a, idx_a)
     entry = SIGNATURES.get(key)
     if entry is None:
-        # an empty index array is validated as one row (the call's rules), then runs nothing; an Elem index may be
-        # cut as one flat run of elements (tiling.elem_tile_cols): tile_cols is then 1
-        tiles = tiling.full_tiles(op, target, policy.coalesce, table_a.dtype, idx_a.dtype, idx_a.rows,
-                                  table_a.cols if row else idx_a.cols, policy.tile_rows, policy.dyn_ubuf_size)
-        # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
-        shape = table_a.shape if row else (table_a.size,)
-        gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
-        plan = plan_fn(policy, gt, tiles.data, tiles.idx)
-        if not table_a.device:
-            SIGNATURES.put(key, Entry(tiles.tile_rows, _weightless(plan), tiles.cols))
-        tile_rows, tile_cols = tiles.tile_rows, tiles.cols
+        rows, cols = idx_a.rows, table_a.cols if row else idx_a.cols
+        if target != "cpu":  # the target's planner: the shape-free rules once per (policy, dtype), then arithmetic
+            if op == "MSCATTER" and not table_a.device and not table_a.obj.flags.writeable:
+                constraints.check_writable_table(op, target, False)
+            rules = (SIGNATURES.lookup((constraints.WHOLE_ARRAY_RULES, policy, table_a.dtype.name))
+                     or constraints.validated_whole_array(policy, table_a.dtype))
+            view = tiling.tile_view(op, target, policy.coalesce, table_a.dtype, idx_a.dtype, rows, cols,
+                                    policy.tile_rows, rules.ub_budget, policy.dyn_ubuf_size)
+            tile_rows, tile_cols = view.tile_rows, view.cols
+            plan = rules.plan.repointed(capacity=table_a.rows if row else table_a.size, row_stride=table_a.cols if row
+                                   else 0)
+            if not table_a.device:
+                SIGNATURES.put(key, Entry(tile_rows, plan, tile_cols))
+        else:  # the CPU simulator (the reference) runs the tiles as tile ops: validated as one, by the tile op's rules
+            tiles = tiling.full_tiles(op, target, policy.coalesce, table_a.dtype, idx_a.dtype, rows, cols,
+                                      policy.tile_rows, policy.dyn_ubuf_size)
+            # Row: the 2-D table as it is; Elem: the table as one flat run of elements.
+            shape = table_a.shape if row else (table_a.size,)
+            gt = GlobalTensor(table_a.obj, shape=shape, dtype=table_a.dtype)
+            plan = plan_fn(policy, gt, tiles.data, tiles.idx)
+            if not table_a.device:
+                SIGNATURES.put(key, Entry(tiles.tile_rows, _weightless(plan), tiles.cols))
+            tile_rows, tile_cols = tiles.tile_rows, tiles.cols
     else:
-        tile_rows, tile_cols = entry.tile_rows, entry.tile_cols
-        plan = entry.plan.repointed(table=entry.plan.table.repointed(table_a.obj))
+        tile_rows, tile_cols, plan = entry.tile_rows, entry.tile_cols, entry.plan
+        if plan.table is not None:  # the cpu target's plan: its table re-pointed at this call's
+            plan = plan.repointed(table=plan.table.repointed(table_a.obj))
     if not row and idx_a.cols != tile_cols:  # the Elem index (and source) seen as the tiles cut it: a flat run
         idx_a = idx_a.as_rows(idx_a.size, 1)
         src_a = None if src_a is None else src_a.as_rows(idx_a.size, 1)
@@ -153,7 +174,7 @@ def check_src_shape(op: str, target: str, src_shape: tuple, src_dtype, want: tup
     """The rule a scatter's ``src`` follows, in memory and on the Dask route: ``want`` (``idx.shape + (C,)``, Row;
     ``idx.shape``, Elem) up to axes of length 1, and the table's dtype."""
     def squeezed(shape):
-        return tuple(n for n in shape if n != 1)
+        return [n for n in shape if n != 1]
     if squeezed(src_shape) != squeezed(want) or src_dtype != table_dtype:
         raise ConstraintError(op, target, "src matches idx (and the table row width, Row) and the table dtype",
                               f"src {src_shape} {src_dtype}, expected {want} {table_dtype}")
@@ -189,9 +210,17 @@ def _a5_side():
     return a5_whole_array, a5
 
 
-def _run(call: CallPlan, target: str) -> None:
+def _backend(policy: Policy) -> str | None:
+    """The A5 backend a call of ``policy`` runs on (None for the sequential targets): the one the process has
+    resolved, read without a call once it has (:func:`simt_pto.backend.a5_backend` resolves it on the first call)."""
+    if policy.target != "a5":
+        return None
+    return _backends._resolved or a5_backend()
+
+
+def _run(call: CallPlan, target: str, backend: str | None = None) -> None:
     if target == "a5":
-        _a5_side()[1].run_plan(call)
+        _a5_side()[1].run_plan(call, backend)
         return
     with call.guard():
         for step in call.steps:
@@ -324,10 +353,11 @@ def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.nda
     from the host ``table``'s memory through the caller's indices (``idx_bits``, flat uint32, ``idx_cols`` per row),
     as the tile of those rows would hold them (every valid element is written: the gathered one, or ``T(0)``). The
     full path runs it tile by tile as host steps."""
-    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)  # simt_pto.kernels.a2a3: imported at first use
+    out_cols = dest.shape[1]
+    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan, out_cols)  # simt_pto.kernels.a2a3: loaded at first use
     bits = np.dtype(plan.dtype.bits)
     table_bits = table.ravel().view(bits)
-    dst, out_cols = dest.ravel().view(bits), dest.shape[1]
+    dst = dest.ravel().view(bits)
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
 
     def gather_tile(r0, r1):
@@ -335,6 +365,25 @@ def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.nda
         gather_rows(dst[r0 * out_cols:r1 * out_cols], out_cols, table_bits, idx_bits[r0 * idx_cols:r1 * idx_cols],
                     idx_stride, r1 - r0)
     return gather_tile
+
+
+def a2a3_scatter_tile(plan, table: np.ndarray, src: np.ndarray, idx_bits: np.ndarray,
+                      idx_cols: int) -> Callable[[int, int], None]:
+    """The A2/A3 scatter of rows ``[r0, r1)``: the ND loop of the validated ``plan``
+    (:func:`simt_pto.kernels.a2a3.rows_scatterer`, registered as a writer of the table) stores them in order from the
+    rows of ``src`` (the 2-D source) into the host ``table``'s memory through the caller's indices (``idx_bits``,
+    flat uint32, ``idx_cols`` per row), as the tile op of those rows would. The full path runs it tile by tile as
+    host steps; the kept launch runs it over every row at once (:func:`_a2a3_scatter_launch`)."""
+    src_rs = src.shape[1]
+    scatter_rows, view = dispatch.runner("a2a3").rows_scatterer(plan, src_rs)  # kernels.a2a3: loaded at first use
+    table_flat, src_flat = table.ravel().view(view), src.ravel().view(view)
+    idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
+
+    def scatter_tile(r0, r1):
+        require_jit("a2a3")
+        scatter_rows(src_flat[r0 * src_rs:r1 * src_rs], src_rs, table_flat, idx_bits[r0 * idx_cols:r1 * idx_cols],
+                     idx_stride, r1 - r0)
+    return scatter_tile
 
 
 def _tile_steps(op, c: _Validated, run_tile, after=()) -> CallPlan:
@@ -412,11 +461,12 @@ def gather_with(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike
 
 
 def full_gather(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike | None = None) -> Any:
-    """The full path of a gather: wrapped, validated (the full tile's validation kept in the signature's entry),
+    """The full path of a gather: wrapped, validated (the validation kept in the signature's entry),
     built and run; then its launches kept in that entry for the next call of the signature."""
     key = _kept_key(policy, table, idx) if out is None else None
-    call, result, c = _gather(policy, table, idx, None, out, key)
-    _run(call, c.target)
+    backend = _backend(policy)
+    call, result, c = _gather(policy, table, idx, backend, out, key)
+    _run(call, c.target, backend)
     gathered = result()
     if out is None and c.idx.size:
         _keep_gather(policy, key, c, call, gathered, table, idx)
@@ -467,10 +517,10 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple) -> KeptLaunch:
     """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.rows_gatherer`) over every
     row of the call at once (a gather's rows are independent: the tiles' order cannot show), from the caller's table
     and indices into a new result."""
-    plan = _weightless(c.plan)
-    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan)
+    plan = c.plan
     rows, idx_cols = c.idx.rows, c.idx.cols
     out_cols = int(np.prod(shape, dtype=np.int64)) // rows
+    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan, out_cols)
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols
     bits = np.dtype(plan.dtype.bits)
 
@@ -484,9 +534,9 @@ def _a2a3_scatter_launch(c: _Validated) -> KeptLaunch:
     """The kept launch of an ``a2a3`` scatter: its ND loop (:func:`simt_pto.kernels.a2a3.rows_scatterer`) over every
     row of the call at once, in order (the loop is sequential: one pass over the rows in order is the tiles in
     order), straight from the caller's source and indices into the caller's table."""
-    plan = _weightless(c.plan)
-    scatter_rows, dtype = dispatch.runner("a2a3").rows_scatterer(plan)
+    plan = c.plan
     rows, src_rs = c.idx.rows, c.src.cols
+    scatter_rows, dtype = dispatch.runner("a2a3").rows_scatterer(plan, src_rs)
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else c.idx.cols
 
     def launch(src, idx, table):  # (only a process with Numba's JIT has run the full path that keeps this)
@@ -497,7 +547,9 @@ def _a2a3_scatter_launch(c: _Validated) -> KeptLaunch:
 
 
 def _weightless(plan: Plan) -> Plan:
-    """A validated plan without the call's arrays (what the signature's entry keeps)."""
+    """A validated plan without the call's arrays (what the signature's entry keeps): a planner's plan holds none."""
+    if plan.tile is None:
+        return plan
     return plan.repointed(tile=tiling.weightless(plan.tile), idx=tiling.weightless(plan.idx),
                           table=plan.table.repointed(None))
 
@@ -571,12 +623,16 @@ def _scatter(policy: Policy, table, src, idx, backend=None, owner: OwnerLayout |
             c.plan, c.table, c.src, c.idx, c.tile_rows, policy.last_path, tuning.current().slot_path_max_work,
             backend, owner), c.table), result, c
     host_table = to_host(c.table)  # a copy of a device table, written back after the last tile
-    gt = _host_tensor(c.plan, host_table)
     host_src = to_host(c.src).reshape(c.src.rows, c.src.cols)
     host_idx = to_host(c.idx).reshape(c.idx.rows, c.idx.cols)
+    if c.target == "a2a3":
+        scatter_tile = a2a3_scatter_tile(c.plan, host_table, host_src, host_idx.reshape(-1).view(np.uint32),
+                                         c.idx.cols)
+    else:
+        gt = _host_tensor(c.plan, host_table)
 
-    def scatter_tile(r0, r1):
-        dispatch.run_mscatter(tiling.tile_plan(c.plan, host_idx[r0:r1], host_src[r0:r1], table=gt))
+        def scatter_tile(r0, r1):
+            dispatch.run_mscatter(tiling.tile_plan(c.plan, host_idx[r0:r1], host_src[r0:r1], table=gt))
     after = ()
     if c.table.device:
         def write_back():
@@ -651,12 +707,13 @@ def scatter_with(policy: Policy, table: TableT, src: ArrayLike, idx: ArrayLike) 
 def full_scatter(policy: Policy, table: TableT, src: ArrayLike, idx: ArrayLike) -> TableT:
     """The full path of a scatter (see :func:`full_gather`)."""
     key = _kept_key(policy, table, idx, src)
-    call, result, c = _scatter(policy, table, src, idx, key=key)
+    backend = _backend(policy)
+    call, result, c = _scatter(policy, table, src, idx, backend, key=key)
     if policy.target == "cpu" and policy.atomic != ScatterAtomicOp.NONE and call.steps:
         warnings.warn(f"MSCATTER on cpu: atomic {policy.atomic.name} is a plain replace on the CPU simulator "
                       "(MSCATTER.md, CPU Reference Form: 'Atomic is always plain replace'); target='a2a3' is the "
                       "sequential golden for atomics", UserWarning, stacklevel=3)
-    _run(call, policy.target)
+    _run(call, policy.target, backend)
     updated: TableT = result()
     if c is not None and c.idx.size:
         _keep_scatter(policy, key, c, call, table, src, idx)

@@ -71,8 +71,8 @@ class KeptLaunch:
         self.checked_by, self.aligned_to, self.scan, self.device = checked_by, aligned_to, scan, device
         # how each made array is made: the owners from the pool (every launch's reset marks them unowned), the
         # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
-        self._makers = tuple((name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
-                              size, dtype) for name, (size, dtype) in self.made.items())
+        self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
+                               size, dtype) for name, (size, dtype) in self.made.items()])
 
     # -- binding ---------------------------------------------------------------------------------------------
 
@@ -119,7 +119,7 @@ class KeptLaunch:
         """Make the array ``name`` (in ``made``) as ``size`` elements of ``dtype`` (the same bytes as its launches'
         views: a gather's result in its own dtype, which each launch views as it took it)."""
         self.made[name] = (size, np.dtype(dtype))
-        self._makers = tuple((n, make, *(self.made[n] if n == name else (s, d))) for n, make, s, d in self._makers)
+        self._makers = tuple([(n, make, *(self.made[n] if n == name else (s, d))) for n, make, s, d in self._makers])
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -213,9 +213,10 @@ def tile_checks(plan) -> dict:
 
 class Entry:
     """What the signature cache (:data:`simt_pto.plan.SIGNATURES`) holds for one whole-array :class:`Call`: the
-    rows per tile, the plan of one full tile without the call's arrays (its table without memory; its tiles over no
-    storage), the tile view's columns (:mod:`.in_memory` validates and fills these), and, once a call of the
-    signature has run, its kept launch with, for a gather, the result's ``(size, dtype, shape)``."""
+    rows per tile, the call's plan without its arrays (``a5`` / ``a2a3``: the planner's, which holds none; ``cpu``:
+    that of one full tile, its table without memory, its tiles over no storage), the tile view's columns
+    (:mod:`.in_memory` validates and fills these), and, once a call of the signature has run, its kept launch with,
+    for a gather, the result's ``(size, dtype, shape)``."""
 
     __slots__ = ("tile_rows", "plan", "tile_cols", "kept", "out")
 
@@ -373,6 +374,16 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
                                                      _address(table) & 7)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
                 {"table": table.reshape(-1), "idx": idx if idx.ndim == 1 else idx.reshape(-1)})
+    if type(table) is np.ndarray and type(src) is np.ndarray and type(idx) is np.ndarray:  # a numpy scatter, inline
+        flags = table.flags
+        if not (flags.c_contiguous and flags.writeable and src.flags.c_contiguous and idx.flags.c_contiguous
+                and table.dtype.isnative and src.dtype.isnative and table.size and src.size and idx.size):
+            return None
+        return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, True, _address(table) & 7)),
+                                     _new(Operand, (NUMPY, src.shape, src.dtype, src.flags.writeable,
+                                                    _address(src) & 7)),
+                                     _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
+                {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)})
     torch = sys.modules.get("torch")
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor and src is None:
         # (the same checks as _host_operand's, inline: a PyTorch gather's per-call cost is mostly these)

@@ -12,9 +12,10 @@ analyzer, ``simt-pto inspect``, selftest and the benchmarks.
   tiles fit the UB budget.
 * :func:`elem_tile_cols`: the columns of an Elem call's tiles: whole rows of the index (its last axis) while a row
   fits one default tile, else the index taken as one flat run of elements in C order, cut by element count.
-* :func:`full_tiles`: the data and index tiles of one full tile of a whole-array call, which
-  ``constraints.plan_*`` validate once for the call (a tile that cannot fit the UB is refused here, with what would
-  make it fit).
+* :func:`tile_view`: the tile view of a whole-array call (rows per tile, columns, layout), by arithmetic: what the
+  A5 planner reads. A tile that cannot fit the UB is refused here, with what would make it fit.
+* :func:`full_tiles`: the data and index tiles of one full tile of a whole-array call, which the sequential targets
+  run as tile ops and validate once through ``constraints.validated_*``.
 * :func:`tile_plan`: that validated plan re-pointed at the rows of one tile, for the sequential targets.
 
 Plain model code: it imports no kernel and runs nothing.
@@ -78,7 +79,7 @@ def index_tile(coalesce, rows: int, cols: int, layout=BLayout.ROW_MAJOR, idx_dty
 def tile_bytes(coalesce, cols: int, dtype, layout=BLayout.ROW_MAJOR, idx_layout=None):
     """``rows -> UB bytes`` of the data and index tiles of ``rows`` rows (what :func:`default_tile_rows` fits to
     the budget); ``idx_layout`` defaults to ``layout`` (Elem) or RowMajor (Row)."""
-    itemsize = _dt.resolve(dtype).itemsize
+    itemsize = (dtype if type(dtype) is _dt.DType else _dt.resolve(dtype)).itemsize  # (resolved: no call)
     if idx_layout is None:
         idx_layout = layout if coalesce == Coalesce.ELEM else BLayout.ROW_MAJOR
 
@@ -129,6 +130,18 @@ def elem_tile_cols(op: str, target: str, dtype, cols: int, dyn_ubuf_size=None) -
     return cols if budget is None or one_row <= budget else 1
 
 
+class TileView(NamedTuple):
+    """The tile view of a whole-array call (:func:`tile_view`): how its rows are cut into tiles."""
+
+    tile_rows: int
+    """Rows of the call's 2-D view per tile: index rows (Row, and Elem with ``cols`` > 1), or index elements
+    (Elem with ``cols`` == 1: a 1-D index, or an index cut as one flat run, :func:`elem_tile_cols`)."""
+    cols: int
+    """Columns of that view: the table's row width (Row); the index's last axis, or 1 (Elem)."""
+    layout: BLayout
+    """The data tiles' layout (:func:`whole_array_layout`)."""
+
+
 class FullTiles(NamedTuple):
     """One full tile of a whole-array call (:func:`full_tiles`)."""
 
@@ -136,24 +149,22 @@ class FullTiles(NamedTuple):
     """The dst (gather) / src (scatter) tile."""
     idx: Tile
     tile_rows: int
-    """Rows of the call's 2-D view per tile: index rows (Row, and Elem with ``cols`` > 1), or index elements
-    (Elem with ``cols`` == 1: a 1-D index, or an index cut as one flat run, :func:`elem_tile_cols`)."""
+    """:attr:`TileView.tile_rows`."""
     cols: int
-    """Columns of that view: the table's row width (Row); the index's last axis, or 1 (Elem)."""
+    """:attr:`TileView.cols`."""
 
 
-def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols: int, tile_rows=None,
-               dyn_ubuf_size=None) -> FullTiles:
-    """The tiles of one full tile of a whole-array call (what the call is validated with) and its tile view. The
-    index's 2-D view is ``rows x cols`` (Row: ``rows`` indices, ``cols`` the table's row width; Elem: the index's
-    rows and last axis, which :func:`elem_tile_cols` may turn into ``rows * cols`` rows of 1 element). Rows per
-    tile: ``tile_rows``, or :func:`default_tile_rows` under the target's UB budget; at most the view's rows. An
-    empty index is validated as one row (Elem: one element): the call's rules, then nothing runs.
+def tile_view(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols: int, tile_rows: int | None,
+              budget: int | None, dyn_ubuf_size=None) -> TileView:
+    """The tile view of a whole-array call whose index's 2-D view is ``rows x cols`` (Row: ``rows`` indices,
+    ``cols`` the table's row width; Elem: the index's rows and last axis, which :func:`elem_tile_cols` may turn into
+    ``rows * cols`` rows of 1 element), under the UB ``budget`` (:func:`simt_pto.ub.budget` of ``op``, ``target``,
+    ``dyn_ubuf_size``). Rows per tile: ``tile_rows`` (a positive int or None: :func:`~simt_pto.call.check_tile_rows`
+    has checked it), or :func:`default_tile_rows`; at most the view's rows. An empty index is one row (Elem: one
+    element): the call's rules are checked, then nothing runs. Plain arithmetic: no tile is built.
 
-    TypeError for a ``tile_rows`` that is not a positive int; ConstraintError ("UB working set within budget")
-    for tiles over the budget, naming what would make them fit (:func:`over_budget`)."""
-    check_tile_rows(tile_rows)
-    budget = ub.budget(op, target, dyn_ubuf_size)
+    ConstraintError ("UB working set within budget") for tiles over the budget, naming what would make them fit
+    (:func:`over_budget`)."""
     if coalesce == Coalesce.ELEM:
         if rows * cols == 0:
             rows, cols = 0, 1
@@ -163,12 +174,24 @@ def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols
     layout = whole_array_layout(target, coalesce, cols)
     nbytes = tile_bytes(coalesce, cols, dtype, layout)
     given = tile_rows is not None
-    tile_rows = min(int(tile_rows), rows) if given else default_tile_rows(coalesce, rows, cols, nbytes, budget)
+    tile_rows = min(tile_rows, rows) if given else default_tile_rows(coalesce, rows, cols, nbytes, budget)
     if budget is not None and nbytes(tile_rows) > budget:
         raise over_budget(op, target, coalesce, dtype, idx_dtype, cols, layout, tile_rows, given, budget,
                           dyn_ubuf_size)
-    return FullTiles(data_tile(dtype, tile_rows, cols, layout),
-                     index_tile(coalesce, tile_rows, cols, layout, idx_dtype), tile_rows, cols)
+    return TileView(tile_rows, cols, layout)
+
+
+def full_tiles(op: str, target: str, coalesce, dtype, idx_dtype, rows: int, cols: int, tile_rows=None,
+               dyn_ubuf_size=None) -> FullTiles:
+    """The tiles of one full tile of a whole-array call (what the sequential targets run each tile as, and what
+    ``constraints.validated_*`` validate) and its tile view (:func:`tile_view`, for the same arguments).
+
+    TypeError for a ``tile_rows`` that is not a positive int; ConstraintError as :func:`tile_view` raises it."""
+    view = tile_view(op, target, coalesce, dtype, idx_dtype, rows, cols, check_tile_rows(tile_rows),
+                     ub.budget(op, target, dyn_ubuf_size), dyn_ubuf_size)
+    return FullTiles(data_tile(dtype, view.tile_rows, view.cols, view.layout),
+                     index_tile(coalesce, view.tile_rows, view.cols, view.layout, idx_dtype), view.tile_rows,
+                     view.cols)
 
 
 def over_budget(op, target, coalesce, dtype, idx_dtype, cols, layout, tile_rows, given, budget,
@@ -251,6 +274,6 @@ def tile_plan(plan, idx_rows: np.ndarray, data_rows: np.ndarray | None = None, t
     return plan.repointed(tile=data, idx=idx, table=table)
 
 
-__all__ = ["FullTiles", "data_tile",
+__all__ = ["FullTiles", "TileView", "data_tile",
            "default_tile_rows", "elem_tile_cols", "fit_tile_rows", "full_tiles", "index_shape", "index_tile", "over_budget", "padded_shape",
-           "round_up", "tile_bytes", "tile_plan", "tile_starts", "weightless", "whole_array_layout"]
+           "round_up", "tile_bytes", "tile_plan", "tile_starts", "tile_view", "weightless", "whole_array_layout"]

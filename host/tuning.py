@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import operator
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from simt_pto.plan import CallCache
@@ -86,22 +88,21 @@ class HostTuning:
                              f"{self.max_tile_rows} and {self.max_tile_elems}")
 
 
-_current = HostTuning()
+_in_force = [HostTuning()]
+"""The table in force, in a one-slot list that :func:`configure` swaps."""
 _swap = threading.Lock()
 
-
-def current() -> HostTuning:
-    """The table in force: what a call planned now reads."""
-    return _current
+current: Callable[[], HostTuning] = functools.partial(operator.getitem, _in_force, 0)
+"""``current()``: the table in force, what a call planned now reads. (A call into C: a planned call reads the table
+several times, and a Python function would add a frame to each.)"""
 
 
 def configure(**changes: int) -> HostTuning:
     """Replace the named thresholds (unknown names: TypeError; each a non-negative int) and empty the call caches;
     returns the table before, which ``configure(**dataclasses.asdict(before))`` puts back."""
-    global _current
     with _swap:
-        before = _current
-        _current = dataclasses.replace(before, **changes)
+        before = _in_force[0]
+        _in_force[0] = dataclasses.replace(before, **changes)
     CallCache.clear_all()
     return before
 

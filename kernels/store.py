@@ -37,6 +37,7 @@ EDGE = {ElementFormat.F16: ElementFormat.F16_EDGE, ElementFormat.BF16: ElementFo
 """The mid-word format of each 16-bit float Add format."""
 
 
+@functools.cache  # (a few dozen values: a planned scatter asks without a Python call)
 def element_format(atomic: ScatterAtomicOp, dtype_name: str) -> ElementFormat:
     """The element format of a scatter of ``dtype_name`` with ``atomic``: F16 / BF16 for a 16-bit float Add,
     F32_ORDER for float32 Max / Min, NATIVE otherwise."""
@@ -49,6 +50,7 @@ def element_format(atomic: ScatterAtomicOp, dtype_name: str) -> ElementFormat:
     return ElementFormat.NATIVE
 
 
+@functools.cache  # (as element_format)
 def source_dtype(atomic: ScatterAtomicOp, fmt: ElementFormat, dtype):
     """The numpy dtype the source values are read as: the element type for a NATIVE atomic, the int32 bits for
     F32_ORDER, the raw bits (``dtype.bits``) otherwise (stores move bits; 16-bit float adds work on bits)."""

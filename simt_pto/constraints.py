@@ -6,6 +6,7 @@ written; a violation raises :class:`ConstraintError` naming the rule, the target
 """
 from __future__ import annotations
 
+from typing import NamedTuple
 
 from . import dtypes as _dt
 from . import aliasing, nz, ub
@@ -32,11 +33,33 @@ def _check_types(op, tile, table, idx, tile_name):
         raise TypeError(f"{op}: idx must be a Tile (or a GlobalTensor for GM -> L1), got {type(idx).__name__}")
 
 
-def _check_dtypes(op, target, tile, table, idx_dtype, tile_name):
+def _check_element_dtype(op, target, dtype, tile_name):
     allowed = _dt.ELEMENT_DTYPES[target]
-    if tile.dtype not in allowed:
+    if dtype not in allowed:
         _fail(op, target, "Tile Constraints: supported data types",
-              f"{tile_name} dtype {tile.dtype} is not supported on {target}; supported: {_dt.names(allowed)}")
+              f"{tile_name} dtype {dtype} is not supported on {target}; supported: {_dt.names(allowed)}")
+
+
+def _check_atomic(op, target, atomic, conflict, dtype):
+    """MSCATTER's "Atomic Type Support" for ``dtype``, and A2/A3's one conflict rule (strictly sequential)."""
+    allowed = _dt.atomic_dtypes(target, atomic)
+    if dtype not in allowed:
+        _fail(op, target, "Atomic Type Support",
+              f"atomic {atomic.name.capitalize()} on {target} supports "
+              f"{_dt.names(allowed) if allowed else 'no dtype'}; got {dtype}")
+    if target == "a2a3" and conflict != ScatterConflict.LAST:
+        _fail(op, target, "A2/A3 has no ScatterConflict parameter (strictly sequential: last write wins)",
+              f"conflict={conflict.name}")
+
+
+def check_writable_table(op, target, writeable: bool) -> None:
+    """An MSCATTER's table is written in place: a read-only one is refused (tile ops and whole arrays alike)."""
+    if not writeable:
+        _fail(op, target, "the table is written in place", "table is a read-only array (flags.writeable is False)")
+
+
+def _check_dtypes(op, target, tile, table, idx_dtype, tile_name):
+    _check_element_dtype(op, target, tile.dtype, tile_name)
     if idx_dtype not in _dt.INDEX_DTYPES:
         _fail(op, target, "Tile Constraints: index dtype", f"index dtype must be int32 or uint32, got {idx_dtype}")
     if target == "cpu":
@@ -256,19 +279,11 @@ def validated_mscatter(policy: Policy, table, src, idx) -> Plan:
     shape = _PLANS.get(key)
     if shape is None:
         _check_types(op, src, table, idx, "src")
-        if not table.writeable:
-            _fail(op, target, "the table is written in place", "table is a read-only array (flags.writeable is False)")
+        check_writable_table(op, target, table.writeable)
         if not isinstance(idx, Tile):
             _fail(op, target, "indexes must be a UB vector tile", f"idx is a {type(idx).__name__}")
         _check_dtypes(op, target, src, table, idx.dtype, "src")
-        allowed = _dt.atomic_dtypes(target, atomic)
-        if src.dtype not in allowed:
-            _fail(op, target, "Atomic Type Support",
-                  f"atomic {atomic.name.capitalize()} on {target} supports "
-                  f"{_dt.names(allowed) if allowed else 'no dtype'}; got {src.dtype}")
-        if target == "a2a3" and conflict != ScatterConflict.LAST:
-            _fail(op, target, "A2/A3 has no ScatterConflict parameter (strictly sequential: last write wins)",
-                  f"conflict={conflict.name}")
+        _check_atomic(op, target, atomic, conflict, src.dtype)
         _check_vec_layouts(op, target, src, idx, table, coalesce, "src")
         idx_step = _check_mode(op, target, src, idx, coalesce, "src")
         capacity, row_stride = _table_geometry(op, target, src, table, coalesce, "src")
@@ -282,6 +297,54 @@ def validated_mscatter(policy: Policy, table, src, idx) -> Plan:
                           src, idx, table)
     return _this_call(op, target, shape, tiles, {"table": table.array}, {"src": src.data, "idx": idx.data},
                       src, idx, table)
+
+
+WHOLE_ARRAY_RULES = "whole-array rules"
+"""The first part of the signature-cache key of :func:`validated_whole_array`'s answer, ``(WHOLE_ARRAY_RULES, policy,
+dtype name)``: the planner looks its rules up there itself (no call) before it calls that function."""
+
+
+class WholeArrayRules(NamedTuple):
+    """What :func:`validated_whole_array` resolves once per ``(policy, dtype)``."""
+
+    plan: Plan
+    """The call's plan without operands, of capacity 0: the planner sets ``capacity`` and ``row_stride`` per shape."""
+    ub_budget: int | None
+    """The bytes of UB each tile may use (:func:`simt_pto.ub.budget` of the policy's ``dyn_ubuf_size``)."""
+
+
+def validated_whole_array(policy: Policy, dtype: _dt.DType) -> WholeArrayRules:
+    """The rules of an ``a5`` / ``a2a3`` whole-array call of ``policy`` on a table of ``dtype`` that no shape changes
+    (A2/A3: also its one conflict rule): the UB
+    budget of its ``dyn_ubuf_size`` (MGATHER.md / MSCATTER.md, "UB Memory Budget"), the element dtype on the target
+    ("Tile Constraints"), for MSCATTER its "Atomic Type Support", and the index rule of ``oob`` and ``strict``.
+
+    The tile op's other rules hold by construction for the tiles a whole-array call is cut into
+    (``simt_pto.host.tiling``): VEC tiles, RowMajor (ColMajor for a 1-D Elem view), an index tile shaped as the mode
+    resolves (Row ``[1, R]``, Elem the data tile's shape), a packed ND table whose row width is the tiles' valid
+    columns, and indices cast to uint32 (wider ones are narrowed, out-of-range ones refused, by the runtime). The UB
+    budget depends on the shape: the tile view checks it (``tiling.tile_view``), and the index values are checked on
+    every call. A test validates the full tile of random whole-array calls through :func:`validated_mgather` /
+    :func:`validated_mscatter` and compares. Kept in :data:`~simt_pto.plan.SIGNATURES` per ``(policy, dtype)``."""
+    key = (WHOLE_ARRAY_RULES, policy, dtype.name)
+    rules = _PLANS.get(key)
+    if rules is not None:
+        return rules
+    op, target = policy.op, policy.target
+    if target == "cpu":  # the reference validates each call's full tile (its Row MSCATTER walks element-wise)
+        raise ValueError("validated_whole_array: the a5 / a2a3 whole-array rules, got target 'cpu'")
+    budget = ub.budget(op, target, policy.dyn_ubuf_size)
+    _check_element_dtype(op, target, dtype, "dst" if op == "MGATHER" else "src")
+    if op == "MGATHER":
+        plan = Plan(op, target, policy.coalesce, policy.oob, index_rule(policy.oob, policy.strict), dtype, None,
+                    None, None, 0, strict=policy.strict)
+    else:
+        _check_atomic(op, target, policy.atomic, policy.conflict, dtype)
+        plan = Plan(op, target, policy.coalesce, policy.oob, index_rule(policy.oob, policy.strict), dtype, None,
+                    None, None, 0, atomic=policy.atomic, conflict=policy.conflict, strict=policy.strict)
+    rules = WholeArrayRules(plan, budget)
+    _PLANS.put(key, rules)
+    return rules
 
 
 def _this_call(op, target, shape: Plan, cached_tiles, written, read, tile, idx, table) -> Plan:

@@ -6,7 +6,7 @@ matrix all read them (MGATHER.md / MSCATTER.md "Tile Constraints", MSCATTER.md "
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import ml_dtypes
@@ -27,20 +27,26 @@ class DType:
     name: str
     numpy: np.dtype[Any]
     kind: str  # "int", "uint", "float" or "opaque"
+    itemsize: int = field(init=False)
+    """Bytes per element."""
+    bits: np.dtype[np.unsignedinteger[Any]] = field(init=False)
+    """The unsigned integer dtype of the same width (:func:`unsigned`)."""
 
-    @property
-    def itemsize(self) -> int:
-        return self.numpy.itemsize
+    def __post_init__(self) -> None:
+        # plain attributes, not properties: every planned call reads them, and a property is a Python call each time
+        object.__setattr__(self, "itemsize", self.numpy.itemsize)
+        object.__setattr__(self, "bits", unsigned(self.numpy.itemsize))
 
-    @property
-    def bits(self) -> np.dtype[np.unsignedinteger[Any]]:
-        return unsigned(self.numpy.itemsize)
+    # One object per name (the module's table, ``resolve``): equality is identity, compared in C with no Python
+    # call, and a copy or an unpickled DType (a Dask worker's) is the table's own object.
+    def __reduce__(self) -> tuple:
+        return (resolve, (self.name,)) if BY_NAME.get(self.name) is self else super().__reduce__()
 
-    def __eq__(self, other: object) -> bool:  # names are unique: no need to compare numpy dtypes on every check
-        return self is other or (isinstance(other, DType) and self.name == other.name)
+    def __copy__(self) -> DType:
+        return self
 
-    def __hash__(self) -> int:
-        return hash(self.name)
+    def __deepcopy__(self, memo: dict) -> DType:
+        return self
 
     def __str__(self) -> str:
         return self.name
@@ -49,13 +55,15 @@ class DType:
         return f"DType({self.name})"
 
 
-_UNSIGNED_OF_SIZE: dict[int, np.dtype[np.unsignedinteger[Any]]] = {
+UNSIGNED_OF_SIZE: dict[int, np.dtype[np.unsignedinteger[Any]]] = {
     size: np.dtype(f"uint{8 * size}") for size in (1, 2, 4, 8)}
+"""Bytes -> the unsigned integer dtype of that width (:func:`unsigned`, as a table a planner indexes without a
+call)."""
 
 
 def unsigned(itemsize: int) -> np.dtype[np.unsignedinteger[Any]]:
     """The unsigned integer dtype of ``itemsize`` bytes (1, 2, 4 or 8): how kernels move raw bits."""
-    return _UNSIGNED_OF_SIZE[itemsize]
+    return UNSIGNED_OF_SIZE[itemsize]
 
 
 # name, numpy type, kind. The last three are A5 only: the 8-bit floats (ml_dtypes), and hifloat8, moved

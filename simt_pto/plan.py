@@ -168,7 +168,8 @@ SIGNATURES = CallCache(maxsize=1024)
 """The one signature cache of the process: each call signature -> what validating it gave and what the runtime
 keeps for it. Tile ops: their key (``simt_pto.constraints``) -> the validated plan without operands, whose
 :attr:`Plan.kept` holds the kept launch. Whole arrays: their :class:`~simt_pto.call.Call` -> the entry of
-``simt_pto.host.in_memory`` (the rows per tile, the full tile's plan, the kept launch)."""
+``simt_pto.host.in_memory`` (the rows per tile, the plan, the kept launch); and the A5 planner's rules per policy and
+table dtype (``simt_pto.constraints.validated_whole_array``)."""
 
 
 def typed(value: object) -> tuple[type, object]:

@@ -233,23 +233,42 @@ def test_ctrl_c_while_a_launch_wakes_its_helpers_is_held_until_they_are_woken(fa
 def test_an_interrupted_whole_array_call_on_a_sequential_target_stops_writing(target, monkeypatch):
     # The sequential targets run tile after tile on the caller's thread: an interrupt between two tiles leaves
     # the tiles before it written and nothing after.
+    # The interrupt lands as the third tile starts: on cpu as its tile op is made (tiling.tile_plan), on a2a3 as its
+    # rows' loop is entered (the scatter kernels.a2a3.rows_scatterer gives).
     from simt_pto.host import tiling
+    from simt_pto.kernels import a2a3
     table = np.zeros(4096, np.int32)
     idx = np.arange(table.size, dtype=np.int32)
     src = np.ones(table.size, np.int32)
     calls = {"n": 0}
-    real = tiling.tile_plan
 
-    def interrupting(*args, **kwargs):
+    def interrupt_the_third():
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real(*args, **kwargs)
-    monkeypatch.setattr(tiling, "tile_plan", interrupting)
+    if target == "cpu":
+        real_plan = tiling.tile_plan
+
+        def interrupting(*args, **kwargs):
+            interrupt_the_third()
+            return real_plan(*args, **kwargs)
+        monkeypatch.setattr(tiling, "tile_plan", interrupting)
+    else:
+        real_scatterer = a2a3.rows_scatterer
+
+        def interrupting_scatterer(*args, **kwargs):
+            scatter, dtype = real_scatterer(*args, **kwargs)
+
+            def interrupting(*rows_args):
+                interrupt_the_third()
+                scatter(*rows_args)
+            return interrupting, dtype
+        monkeypatch.setattr(a2a3, "rows_scatterer", interrupting_scatterer)
     with pytest.raises(KeyboardInterrupt):
         pto.scatter(table, src, idx, coalesce="elem", target=target, tile_rows=512)
+    assert calls["n"] == 3
     assert table[:1024].tolist() == [1] * 1024 and not table[1024:].any()
-    monkeypatch.setattr(tiling, "tile_plan", real)
+    monkeypatch.undo()
     pto.scatter(table, src * 2, idx, coalesce="elem", target=target, tile_rows=512)
     assert (table == 2).all()
 

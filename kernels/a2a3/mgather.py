@@ -40,14 +40,14 @@ def gather_loop(source, rule: IndexRule, prefill: bool = False):
                              prefill=prefill)
 
 
-def rows_gatherer(plan):
-    """The gather of an ND ``plan``, its compiled loop looked up once: ``gather(dst, dst_rs, table, idx, idx_stride,
-    rows)`` writes ``rows`` rows straight into ``dst`` (raw bits, ``dst_rs`` elements per row) from ``table`` (the
-    flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in :func:`.walk.run_nd`): a whole-array
-    gather's tile, its rows written where the caller's result holds them (no tile in between). A repeated
-    whole-array gather keeps it (:func:`.walk.nd_walk`)."""
+def rows_gatherer(plan, cols: int):
+    """The gather of an ND ``plan`` over rows of ``cols`` columns, its compiled loop looked up once: ``gather(dst,
+    dst_rs, table, idx, idx_stride, rows)`` writes ``rows`` rows straight into ``dst`` (raw bits, ``dst_rs``
+    elements per row) from ``table`` (the flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in
+    :func:`.walk.run_nd`): a whole-array gather's tile, its rows written where the caller's result holds them (no
+    tile in between). A repeated whole-array gather keeps it (:func:`.walk.nd_walk`)."""
     rule = IndexRule(plan.rule)
-    return walk.nd_walk(plan, lambda source: gather_loop(source, rule, False))
+    return walk.nd_walk(plan, lambda source: gather_loop(source, rule, False), cols)
 
 
 def tile_gatherer(plan):
@@ -56,7 +56,7 @@ def tile_gatherer(plan):
     flat table (raw bits, ``dtype``) through the index tile's storage (uint32). A repeated tile op keeps it."""
     if plan.l1 or plan.nz:
         return None
-    run = rows_gatherer(plan)
+    run = rows_gatherer(plan, plan.cols)
     tile_rs, rows = plan.tile.cols, plan.rows
     idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
     return (lambda dst, idx, table: run(dst, tile_rs, table, idx, idx_stride, rows)), plan.dtype.bits

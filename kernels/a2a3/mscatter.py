@@ -53,8 +53,9 @@ def store_policy(plan) -> tuple[ScatterAtomicOp, ElementFormat]:
     return ScatterAtomicOp(plan.atomic), store.element_format(plan.atomic, plan.dtype.name)
 
 
-def rows_scatterer(plan):
-    """``(scatter, dtype)``: the ND scatter of ``plan`` with its compiled loop looked up once: ``scatter(src, src_rs,
+def rows_scatterer(plan, cols: int):
+    """``(scatter, dtype)``: the ND scatter of ``plan`` over rows of ``cols`` columns (:func:`.walk.nd_walk`) with its
+    compiled loop looked up once: ``scatter(src, src_rs,
     table, idx, idx_stride, rows)`` stores ``rows`` rows of ``src`` (``src_rs`` elements per row) into the flat
     ``table`` (both viewed as ``dtype``, the store rule's) through ``idx`` (uint32, ``idx_stride`` as in
     :func:`.walk.run_nd`), in order, registered as a writer of the table as :func:`run_mscatter` registers it. A
@@ -62,7 +63,7 @@ def rows_scatterer(plan):
     rows), and a tile op's tile (:func:`tile_scatterer`)."""
     atomic, fmt = store_policy(plan)
     rule = IndexRule(plan.rule)
-    run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt))
+    run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt), cols)
     register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.table_writers.run_exclusive
 
     def scatter(src, src_rs, table, idx, idx_stride, rows):
@@ -76,7 +77,7 @@ def tile_scatterer(plan):
     flat table (``dtype``) through the index tile's storage (uint32). A repeated tile op keeps it."""
     if plan.nz or plan.table.on_device:
         return None
-    run, dtype = rows_scatterer(plan)
+    run, dtype = rows_scatterer(plan, plan.cols)
     tile_rs, rows = plan.tile.cols, plan.rows
     idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
     return (lambda src, idx, table: run(src, tile_rs, table, idx, idx_stride, rows)), dtype

@@ -199,13 +199,14 @@ def run_nd(plan, tile, tile_rs, table, idx, idx_stride, rows, loop) -> None:
     ``idx`` (uint32; Row: ``idx_stride`` elements between consecutive indices; Elem: ``idx_stride`` elements per
     index row) and ``table`` (the GM table's flat storage). What :func:`run_walk` runs for an ND plan over its tiles,
     and a whole-array A2/A3 gather over the caller's own arrays (row-major ``rows x C`` memory is such a tile)."""
-    nd_walk(plan, loop)(tile, tile_rs, table, idx, idx_stride, rows)
+    nd_walk(plan, loop, plan.cols)(tile, tile_rs, table, idx, idx_stride, rows)
 
 
-def nd_walk(plan, loop):
-    """:func:`run_nd` of ``plan`` and ``loop`` with its compiled loop looked up once: ``run(tile, tile_rs, table, idx,
+def nd_walk(plan, loop, cols: int):
+    """:func:`run_nd` of ``plan`` and ``loop`` over rows of ``cols`` columns (a tile op's ``plan.cols``; a whole-array
+    call's tile view, whose plan has no tile) with its compiled loop looked up once: ``run(tile, tile_rs, table, idx,
     idx_stride, rows)`` (a repeated whole-array A2/A3 gather keeps it and runs it on each call's arrays)."""
-    cols, capacity = plan.cols, plan.capacity
+    capacity = plan.capacity
     if plan.coalesce == Coalesce.ROW:
         row_loop, row_stride = loop(row_nd), plan.row_stride
         return lambda tile, tile_rs, table, idx, idx_stride, rows: row_loop(

@@ -439,9 +439,9 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     whole arrays and tile ops alike). None when ``spec`` holds an
     array outside ``operands`` (a launch whose other arrays belong to its call)."""
     names = [name for name, _ in spec.args]
-    if any(name not in operands and isinstance(value, (np.ndarray, tuple)) for name, value in spec.args):
+    if [name for name, value in spec.args if name not in operands and isinstance(value, (np.ndarray, tuple))]:
         return None
-    constants = tuple(value for name, value in spec.args if name not in operands)
+    constants = tuple([value for name, value in spec.args if name not in operands])  # (a list: no generator frames)
     # the kernel's arguments in order, picked from (*arrays, *constants) by one C call: a tile op's launch costs a
     # few microseconds, most of them Python's
     places = iter(range(len(operands), len(operands) + len(constants)))
