@@ -385,21 +385,36 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
                 {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)})
     torch = sys.modules.get("torch")
-    if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor and src is None:
-        # (the same checks as _host_operand's, inline: a PyTorch gather's per-call cost is mostly these)
+    if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor:
+        # (the same checks as _host_operand's, inline: a PyTorch call's per-call cost is mostly these). One C call
+        # per tensor tells a plain dense CPU tensor (:func:`_plain_keys`); numpy() then refuses one that requires
+        # grad and bfloat16 (no numpy dtype); its view's flags say whether the memory is C-contiguous.
         plain, keys = _PLAIN_KEYS or _plain_keys(torch)
-        if keys(table) != plain or keys(idx) != plain or not table.is_contiguous() or not idx.is_contiguous():
+        if keys(table) != plain or keys(idx) != plain:
             return None
         try:
             table_view, idx_view = table.numpy(), idx.numpy()
-        except (TypeError, RuntimeError):  # a tensor that requires grad (numpy() refuses it), bfloat16 (no numpy dtype)
+        except (TypeError, RuntimeError):
             return None
-        if not (table_view.size and idx_view.size):
+        if not (table_view.flags.c_contiguous and idx_view.flags.c_contiguous and table_view.size and idx_view.size):
             return None
-        return (_new(Call, (policy, (_new(Operand, (TORCH, table_view.shape, table_view.dtype, True,
-                                                     table.data_ptr() & 7)),
-                                     _new(Operand, (TORCH, idx_view.shape, idx_view.dtype, True, 0))))),
-                {"table": table_view.reshape(-1), "idx": idx_view if idx_view.ndim == 1 else idx_view.reshape(-1)})
+        table_operand = _new(Operand, (TORCH, table_view.shape, table_view.dtype, True, table.data_ptr() & 7))
+        idx_operand = _new(Operand, (TORCH, idx_view.shape, idx_view.dtype, True, 0))
+        if src is None:
+            return (_new(Call, (policy, (table_operand, idx_operand))),
+                    {"table": table_view.reshape(-1), "idx": idx_view if idx_view.ndim == 1 else idx_view.reshape(-1)})
+        if type(src) is not torch.Tensor or keys(src) != plain:
+            return None
+        try:
+            src_view = src.numpy()
+        except (TypeError, RuntimeError):
+            return None
+        if not (src_view.flags.c_contiguous and src_view.size):
+            return None
+        return (_new(Call, (policy, (table_operand,
+                                     _new(Operand, (TORCH, src_view.shape, src_view.dtype, True, src.data_ptr() & 7)),
+                                     idx_operand))),
+                {"table": table_view.reshape(-1), "src": src_view.reshape(-1), "idx": idx_view.reshape(-1)})
     got_table = _host_operand(table, written=src is not None)
     if got_table is None:
         return None

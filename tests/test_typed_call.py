@@ -184,21 +184,29 @@ def test_one_signature_cache_holds_tile_ops_and_whole_arrays():
 
 # -- the road a repeated call takes --------------------------------------------------------------------------------
 
-def _files_entered(call) -> set[str]:
+def _traced(call) -> tuple[set[str], int]:
+    """The package files ``call()`` enters and its call events in them (as ``bench/call_trace.py`` counts)."""
     import simt_pto.host
     import simt_pto.kernels
     roots = tuple(os.path.dirname(m.__file__) + os.sep for m in (pto, simt_pto.host, simt_pto.kernels))
     files: set[str] = set()
+    events = 0
 
     def profile(frame, event, arg):
+        nonlocal events
         if event == "call" and frame.f_code.co_filename.startswith(roots):
             files.add(frame.f_code.co_filename)
+            events += 1
     sys.setprofile(profile)
     try:
         call()
     finally:
         sys.setprofile(None)
-    return files
+    return files, events
+
+
+def _files_entered(call) -> set[str]:
+    return _traced(call)[0]
 
 
 def test_a_repeated_call_enters_at_most_five_files():
@@ -213,6 +221,42 @@ def test_a_repeated_call_enters_at_most_five_files():
         call(), call()  # the first keeps the launch
         files = _files_entered(call)
         assert len(files) <= 5, sorted(files)
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_the_first_call_of_a_new_shape_is_planned_without_tiles(target, monkeypatch):
+    """A warm process's first call of a new shape: the target's planner (no Tile built), a bounded road (the gather
+    within issue #38's 12 files and 150 call events; the scatter also registers as its table's writer and checks
+    its operands' overlap: 14 files), and the result of numpy's own indexing."""
+    if target == "a5" and pto.a5_backend() != "multicore":
+        pytest.skip("the multicore backend's road is traced")
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((64, 64)).astype(np.float32)
+    flat = table.reshape(-1).copy()
+
+    def calls(n):
+        idx = rng.integers(0, 64, n).astype(np.int32)
+        flat_idx = rng.integers(0, flat.size, n).astype(np.int32)
+        src = np.ones(n, np.float32)
+        return (lambda: pto.gather(table, idx, coalesce="row", oob="clamp", target=target), idx,
+                lambda: pto.scatter(flat, src, flat_idx, coalesce="elem", atomic="add", target=target), flat_idx)
+    warm_gather, _, warm_scatter, _ = calls(8)
+    warm_gather(), warm_scatter()  # loaded and compiled: what follows is a new shape's first call
+    gather, idx, scatter, flat_idx = calls(13)
+
+    def no_tile(*args, **kwargs):
+        raise AssertionError("a whole-array call built a Tile")
+    monkeypatch.setattr(pto.Tile, "__init__", no_tile)
+    got = []
+    files, events = _traced(lambda: got.append(gather()))
+    assert np.array_equal(got[0], table[idx])
+    assert len(files) <= 12 and events <= 150, (events, sorted(files))
+    before = flat.copy()
+    files, events = _traced(scatter)
+    want = before.copy()
+    np.add.at(want, flat_idx, np.float32(1))
+    assert np.array_equal(flat, want)
+    assert len(files) <= 14 and events <= 150, (events, sorted(files))
 
 
 # -- tile ops: the kept launch on a5 and a2a3 ------------------------------------------------------------------------
