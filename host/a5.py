@@ -27,7 +27,7 @@ from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, l
 
 from . import tuning
 from .arrays import base_address
-from .kept_launch import KeptLaunch, tile_checks, tile_operands
+from .kept_launch import HOST_KEEPING, KeptLaunch, tile_checks, tile_operands
 
 
 def on_gpu() -> bool:
@@ -557,22 +557,26 @@ def mscatter_scalar_impl(plan) -> None:
         simt.write_shared(table, simt.host_store(plan.atomic, fmt), table, slot, value)
 
 
-def _kept_tile_op(plan, call: CallPlan) -> KeptLaunch | None:
-    """The kept launch of a tile op that ran ``call`` (its plan) on ``multicore`` over host memory, or None (a plan
+def _kept_tile_op(plan, call: CallPlan, backend: str) -> KeptLaunch | None:
+    """The kept launch of a tile op that ran ``call`` (its plan) on ``backend`` (``multicore`` or the simulator)
+    over host memory, or None (a plan
     with a guard or a host step: the ``(1, 1)`` scalar fallbacks, a mid-word 16-bit float Add; a float32 Max / Min's
     pair of table views). :func:`mgather_launches` and :func:`mscatter_launches` read nothing of a call but its
     signature and its operands' memory, so a later call of the signature differs only in the arrays the launches
     take; its per-call checks are :func:`.kept_launch.tile_checks`', and a 16-bit float Add's table must start on a
     4-byte boundary (its words' CAS form; else the boundary-word form)."""
     whole_words = plan.op == "MSCATTER" and element_format(plan) in store.EDGE
-    return keep_multicore(call, tile_operands(plan.op, plan.tile, plan.table, plan.idx), **tile_checks(plan),
-                          aligned_to=4 if whole_words else 1)
+    return keep_on_host(call, tile_operands(plan.op, plan.tile, plan.table, plan.idx), backend, **tile_checks(plan),
+                        aligned_to=4 if whole_words else 1)
 
 
-def keep_multicore(call: CallPlan, operands: dict, **checks) -> KeptLaunch | None:
-    """:meth:`.kept_launch.KeptLaunch.of` for a plan that has just run on ``multicore``: each launch bound by
-    :func:`simt_pto.kernels.a5.simt.multicore_launcher` (``checks``: the kept launch's per-call checks)."""
-    return KeptLaunch.of(call, operands, simt.multicore_launcher, **checks)
+def keep_on_host(call: CallPlan, operands: dict, backend: str, **checks) -> KeptLaunch | None:
+    """:meth:`.kept_launch.KeptLaunch.of` for a plan that has just run over host memory on ``backend``: each launch
+    bound by :func:`simt_pto.kernels.a5.simt.multicore_launcher` (``multicore``) or
+    :func:`~simt_pto.kernels.a5.simt.simulator_launcher` (``simulator``); ``checks``: the kept launch's per-call
+    checks."""
+    launcher = simt.multicore_launcher if backend == "multicore" else simt.simulator_launcher
+    return KeptLaunch.of(call, operands, launcher, **checks)
 
 
 def keep_gpu(call: CallPlan, plan, operands: tuple[str, ...], *, made: dict | None = None,
@@ -598,33 +602,34 @@ def run_kept(signature, backend: str, tile, table, idx) -> bool:
     """A repeated tile op (MGATHER or MSCATTER) of a validated ``signature``, on its kept launch (``signature.kept``,
     a :class:`~.kept_launch.KeptLaunch`) when ``backend`` keeps one and the call passes its per-call checks: True.
     False: nothing was run or written, the caller takes the full path."""
-    kept = signature.kept if backend == "multicore" else None
+    kept = signature.kept if backend in HOST_KEEPING else None
     return kept is not None and kept.run(tile_operands(signature.op, tile, table, idx))
 
 
 def _run_tile_op(plan, backend: str | None, build) -> None:
     """A tile op's plan on ``backend``: the kept launch of its signature when there is one and the call passes its
-    checks, else ``build(plan)`` run and, on ``multicore``, kept for the next call of the signature."""
+    checks, else ``build(plan)`` run and, over host memory (``multicore``, the simulator), kept for the next call of
+    the signature."""
     backend = a5_backend() if backend is None else backend
     signature = plan.signature
-    keeps = backend == "multicore" and signature is not None and not plan.table.on_device
+    keeps = backend in HOST_KEEPING and signature is not None and not plan.table.on_device
     if keeps and signature.kept is not None and signature.kept.run(tile_operands(plan.op, plan.tile, plan.table,
                                                                                   plan.idx)):
         return
     call = build(plan)
     run_plan(call, backend)
     if keeps and signature.kept is None:  # (a mid-word table's boundary-word launch is never kept: it has a guard)
-        signature.kept = _kept_tile_op(plan, call)
+        signature.kept = _kept_tile_op(plan, call, backend)
 
 
 def run_mgather(plan, backend: str | None = None) -> None:
-    """MGATHER on A5: :func:`mgather_launches` run on ``backend``; on ``multicore``, the kept launch of its signature
+    """MGATHER on A5: :func:`mgather_launches` run on ``backend``; over host memory, the kept launch of its signature
     (``signature.kept``, :func:`_kept_tile_op`) when there is one, and kept for the next call when there is none."""
     _run_tile_op(plan, backend, mgather_launches)
 
 
 def run_mscatter(plan, backend: str | None = None) -> None:
-    """MSCATTER on A5: :func:`mscatter_launches` run on ``backend``; on ``multicore``, kept per signature as
+    """MSCATTER on A5: :func:`mscatter_launches` run on ``backend``; over host memory, kept per signature as
     :func:`run_mgather`'s."""
     _run_tile_op(plan, backend, mscatter_launches)
 

@@ -58,9 +58,9 @@ def _run(plan, op: str) -> None:
 
 
 def _kept_a2a3(plan) -> KeptLaunch | None:
-    """The kept launch of an A2/A3 tile op: its ND loop, looked up once (:func:`simt_pto.kernels.a2a3.tile_gatherer`
+    """The kept launch of an A2/A3 tile op: its ND or NZ loop, looked up once (:func:`simt_pto.kernels.a2a3.tile_gatherer`
     / ``tile_scatterer``), with the per-call checks every tile op's kept launch has (:func:`.kept_launch.tile_checks`);
-    None for the plans the loop does not serve (NZ, GM -> L1, a device table)."""
+    None for the plans the loop does not serve (GM -> L1, a device table)."""
     a2a3 = runner("a2a3")
     found = (a2a3.tile_gatherer if plan.op == "MGATHER" else a2a3.tile_scatterer)(plan)
     if found is None:

@@ -485,15 +485,15 @@ def _kept_key(policy: Policy, table, idx, src=None) -> Call | None:
 def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan, gathered, table, idx) -> None:
     """Keep the launch of a gather that has just run the full path as ``call`` in its signature's entry."""
     keeps = kept_launch.keeping_backend(policy)
-    if keeps == "multicore" and key is not None:
+    if keeps in kept_launch.HOST_KEEPING and key is not None:
         entry = SIGNATURES.get(key)
         if entry is None or entry.kept is not None:
             return
         shape = tuple(gathered.shape)
         dtype = c.table.dtype.numpy
         if c.target == "a5":
-            kept = _a5_side()[1].keep_multicore(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
-                                                made=("dst",), indices=whole_indices(c.plan))
+            kept = _a5_side()[1].keep_on_host(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
+                                              keeps, made=("dst",), indices=whole_indices(c.plan))
         else:
             kept = _a2a3_gather_launch(c, shape)
         if kept is not None:
@@ -729,7 +729,7 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
         if entry is not None and entry.kept is None and not c.table.copied:
             entry.kept = _a2a3_scatter_launch(c)
         return
-    if keeps == "multicore" and key is not None:
+    if keeps in kept_launch.HOST_KEEPING and key is not None:
         entry = SIGNATURES.get(key)
         if entry is None or entry.kept is not None:
             return
@@ -737,9 +737,9 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
             call = CallPlan(call.steps)
         # a launch that checks the index range itself (the Conflict::Last claim's refused flags): no range pass
         refuses = any(isinstance(spec, LaunchSpec) and "refused" in spec.arguments for spec in call.steps)
-        entry.kept = _a5_side()[1].keep_multicore(
+        entry.kept = _a5_side()[1].keep_on_host(
             call, {"table": c.table.obj.reshape(-1), "src": c.src.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
-            made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
+            keeps, made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
             indices=whole_indices(c.plan, checks_range=not refuses))
     elif keeps == "gpu" and c.table.device and c.idx.device and c.src.device:
         found = device_operands(policy, table, idx, src)

@@ -3,7 +3,8 @@
 A call's validation and plan read its signature only (:class:`simt_pto.call.Call` for a whole array, the tile op's
 key in :mod:`simt_pto.constraints`): its operands' kinds, shapes, dtypes and policy. Once a call of a signature has
 run, :class:`KeptLaunch` keeps its launches (the ``multicore`` backend's compiled kernels with every argument but
-the operands bound, :func:`simt_pto.kernels.a5.simt.multicore_launcher`; on the GPU backend the packed launch,
+the operands bound, :func:`simt_pto.kernels.a5.simt.multicore_launcher`; on the CUDA simulator its launches so bound,
+:func:`~simt_pto.kernels.a5.simt.simulator_launcher`; on the GPU backend the packed launch,
 :func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`; the A2/A3 loops), bound by the target's runtime (this module
 imports no kernel: the tile ops' dispatch imports it), in the signature's entry of the one
 signature cache (:data:`simt_pto.plan.SIGNATURES`). A later call of the signature hands its own operands to
@@ -226,6 +227,10 @@ class Entry:
         self.out: tuple | None = None
 
 
+HOST_KEEPING = ("multicore", "simulator")
+"""The backends whose kept launches run over host memory (:meth:`KeptLaunch.run`); ``a2a3`` keeps as ``multicore``."""
+
+
 def keeping_backend(policy: Policy) -> str | None:
     """Where a call of ``policy`` keeps its launches: ``"multicore"`` for ``a2a3`` (its row walk runs on the host
     alike) and for ``a5`` on that backend, ``"gpu"`` for ``a5`` on the GPU; None for the ``cpu`` target, the
@@ -233,7 +238,7 @@ def keeping_backend(policy: Policy) -> str | None:
     resolved without resolving it (:func:`simt_pto.backend.a5_backend` runs on the full path)."""
     if policy.target == "a5":
         resolved = _backend._resolved  # (no call: what the repeated call's path reads of the backend)
-        return resolved if resolved == "multicore" or resolved == "gpu" else None
+        return resolved if resolved in HOST_KEEPING or resolved == "gpu" else None
     return "multicore" if policy.target == "a2a3" else None
 
 
@@ -242,7 +247,7 @@ def gathered(policy: Policy, table, idx) -> Any | None:
     kind); None when the call takes the full path: no kept launch, or a check it fails (the full path then raises
     its refusal)."""
     keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
-    if keeps == "multicore":  # (keeping_backend, inline: this runs on every repeated call)
+    if keeps == "multicore" or keeps == "simulator":  # (keeping_backend, inline: this runs on every repeated call)
         found = whole_operands(policy, table, idx)
         if found is None:
             return None
@@ -275,7 +280,7 @@ def scattered(policy: Policy, table, src, idx) -> bool:
     A PyTorch table goes through torch's in-place rules first and has its version counter bumped once the launch
     may have written."""
     keeps = keeping_backend(policy)
-    if keeps == "multicore":
+    if keeps == "multicore" or keeps == "simulator":
         found = whole_operands(policy, table, idx, src)  # (a PyTorch table: its in-place rules checked here)
         if found is None:
             return False
@@ -510,5 +515,5 @@ def _keep_owner(owner: np.ndarray) -> None:
     _SPARE_OWNER.put((owner.size, owner.dtype), owner)
 
 
-__all__ = ["Entry", "KeptLaunch", "all_below", "device_operands", "gathered", "keeping_backend",
+__all__ = ["Entry", "HOST_KEEPING", "KeptLaunch", "all_below", "device_operands", "gathered", "keeping_backend",
            "scattered", "tile_checks", "tile_operands", "whole_indices", "whole_operands"]

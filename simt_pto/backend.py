@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 
 IMPORT_BEGAN = time.time()
@@ -246,6 +247,11 @@ def _resolve(choice: str) -> str:
     return choice
 
 
+ON_CHANGE: list[Callable[[], None]] = []
+"""Called after :func:`set_a5_backend` changes the backend: ``simt_pto.plan`` adds ``CallCache.clear_all`` (the
+kept launches of the calls so far are bound to the old backend's kernels, and must not run on the new one)."""
+
+
 def set_a5_backend(name: str) -> str:
     """Choose ``"gpu"``, ``"multicore"``, ``"simulator"`` or ``"auto"`` for the A5 target; returns the backend.
     The old ``"cpu"`` still selects ``"multicore"``, with a :class:`DeprecationWarning` (:func:`canonical_backend`).
@@ -261,7 +267,11 @@ def set_a5_backend(name: str) -> str:
         backend = _resolve(choice)
         if backend != "multicore":
             _prepare_cuda(backend)
+        changed = _resolved is not None and backend != _resolved
         _requested, _resolved = choice, backend
+    if changed:
+        for forget in ON_CHANGE:
+            forget()
     return backend
 
 

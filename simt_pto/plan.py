@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as _dt
+from .backend import ON_CHANGE
 from .enums import Coalesce, GatherExec, Layout, ScatterAtomicOp, ScatterConflict, TileType
 from .errors import OutOfBoundsError
 from .enums import IndexRule
@@ -163,6 +164,8 @@ class CallCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+
+ON_CHANGE.append(CallCache.clear_all)  # a new A5 backend: every kept launch was bound to the old one's kernels
 
 SIGNATURES = CallCache(maxsize=1024)
 """The one signature cache of the process: each call signature -> what validating it gave and what the runtime

@@ -551,3 +551,38 @@ def test_reject_row_nz_tile_narrower_than_logical_row():
     dst = nz_tile(d, 16, 16, valid=(2, 16))
     with pytest.raises(pto.ConstraintError, match="whole logical row"):
         pto.mgather(dst, tensor, row_idx_tile([0, 1]), target="a2a3")
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("op,oob", [("mgather", "zero"), ("mgather", "clamp"), ("mscatter", "skip")])
+def test_a_repeated_nz_tile_op_takes_its_kept_loop(op, oob, coalesce, monkeypatch):
+    """The second call of an NZ tile op's signature runs the loop its first call kept (no full path), and writes
+    what the full path writes, bit for bit (the full path is checked against the brute force above); a Row NZ
+    gather under ZERO keeps its pre-zeroing loop."""
+    from simt_pto.host import dispatch
+    from simt_pto.plan import CallCache
+    rng, d, kc0, matrix, tensor, shape, stride = nz_case("float16", "padded")
+    lrows, lcols = matrix.shape
+    if coalesce == "row":
+        tile = nz_tile(d, 16, lcols, valid=(9, lcols - 1), rng=rng)
+        idx_tile = row_idx_tile(oob_indices(rng, 9, lrows, oob))
+    else:
+        tile = nz_tile(d, 16, 2 * kc0, valid=(11, kc0 + 5), rng=rng)
+        idx_tile = elem_idx_tile(oob_indices(rng, 11 * (kc0 + 5), lrows * lcols, oob, (11, kc0 + 5)))
+    tile_bits, table_bits = bits(tile.data).copy(), bits(tensor.host_flat()).copy()
+
+    def call():
+        tile.data.view(tile_bits.dtype)[...] = tile_bits
+        tensor.host_flat().view(table_bits.dtype)[...] = table_bits
+        if op == "mgather":
+            pto.mgather(tile, tensor, idx_tile, coalesce=coalesce, oob=oob, target="a2a3")
+        else:
+            pto.mscatter(tensor, tile, idx_tile, coalesce=coalesce, atomic="add", oob=oob, target="a2a3")
+        return bits(tile.data).copy(), bits(tensor.host_flat()).copy()
+    CallCache.clear_all()
+    full = call()  # validated, run on the full path, its loop kept
+    monkeypatch.setattr(dispatch, "run_mgather", lambda plan: pytest.fail("the full path ran"))
+    monkeypatch.setattr(dispatch, "run_mscatter", lambda plan: pytest.fail("the full path ran"))
+    kept = call()
+    np.testing.assert_array_equal(kept[0], full[0])
+    np.testing.assert_array_equal(kept[1], full[1])

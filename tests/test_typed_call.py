@@ -101,6 +101,49 @@ def test_last_path_and_owner_layout_are_enums():
     assert "compact_owner" not in plans[0] and "compact_owner" in plans[1] and plans[1] == plans[2]
 
 
+# -- the kept launch serves every host backend ----------------------------------------------------------------------
+
+def test_the_simulator_keeps_whole_array_launches(simulator_backend, no_full_path, monkeypatch):
+    from simt_pto.kernels.a5 import simt
+    table, idx, src = operands(11, rows=16, cols=8, n=4)
+    written = np.zeros_like(table)
+    pto.gather(table, idx), pto.scatter(written, src, idx)  # the first calls keep their launches
+    no_full_path()
+    simulated, real = [], simt._simulate
+    monkeypatch.setattr(simt, "_simulate", lambda *args: (simulated.append(1), real(*args)))
+    other = np.array([15, 0, 7, 7], np.int32)
+    assert np.array_equal(pto.gather(table, other), table[other])
+    pto.scatter(written, src * 2, other)
+    want = np.zeros_like(table)
+    want[idx] = src
+    want[[15, 0, 7]] = 2 * src[[0, 1, 3]]  # Conflict::Last: the later position of the repeated 7 wins
+    assert np.array_equal(written, want)
+    assert simulated, "the kept launches did not run on the simulator"
+
+
+def test_the_simulator_keeps_tile_op_launches(simulator_backend):
+    table, idx, _ = operands(12, rows=16, cols=8, n=4)
+    for rows in (idx, idx[::-1].copy()):
+        dst = pto.Tile("float32", 4, 8)
+        index = pto.Tile("int32", 1, 8, valid=(1, 4))
+        index.set(rows.reshape(1, 4))
+        pto.mgather(dst, pto.GlobalTensor(table), index)
+        assert np.array_equal(dst.valid_numpy(), table[rows])
+    kept = [e for e in SIGNATURES._entries.values() if getattr(e, "kept", None) is not None
+            and not isinstance(e, kept_launch.Entry)]
+    assert kept, "the tile op's signature kept no launch on the simulator"
+
+
+def test_a_new_backend_forgets_the_kept_launches(simulator_backend):
+    table, idx, _ = operands(13)
+    pto.set_a5_backend("multicore")
+    pto.gather(table, idx)
+    assert any(getattr(e, "kept", None) is not None for e in SIGNATURES._entries.values())
+    pto.set_a5_backend("simulator")  # a launch bound to the multicore kernels must not run on the simulator
+    assert len(SIGNATURES) == 0
+    assert np.array_equal(pto.gather(table, idx), table[idx])
+
+
 # -- the kept launch serves every operand kind --------------------------------------------------------------------
 
 def _torch():

@@ -52,10 +52,15 @@ def rows_gatherer(plan, cols: int):
 
 def tile_gatherer(plan):
     """``(gather, dtype)``: the tile MGATHER of ``plan``'s signature with its compiled loop looked up once, for an
-    ND plan (None otherwise: NZ, GM -> L1): ``gather(dst, idx, table)`` over the destination tile's storage and the
-    flat table (raw bits, ``dtype``) through the index tile's storage (uint32). A repeated tile op keeps it."""
-    if plan.l1 or plan.nz:
+    ND or NZ plan (None for GM -> L1): ``gather(dst, idx, table)`` over the destination tile's storage and the
+    flat table (raw bits, ``dtype``) through the index tile's storage (uint32), as :func:`run_mgather` runs it. A
+    repeated tile op keeps it."""
+    if plan.l1:
         return None
+    if plan.nz:
+        rule = IndexRule(plan.rule)
+        walk_nz = walk.nz_walk(plan, lambda source: gather_loop(source, rule, _prefills(plan, rule)))
+        return (lambda dst, idx, table: walk_nz(dst, table, idx)), plan.dtype.bits
     run = rows_gatherer(plan, plan.cols)
     tile_rs, rows = plan.tile.cols, plan.rows
     idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
@@ -69,6 +74,12 @@ def run_mgather(plan) -> None:
         return run_mgather_l1_scalar(plan)
     dst = plan.tile
     rule = IndexRule(plan.rule)
-    prefill = plan.nz and plan.coalesce == Coalesce.ROW and rule == IndexRule.MASK and plan.oob is GatherOOB.ZERO
+    prefill = _prefills(plan, rule)
     walk.run_walk(plan, dst.data.view(plan.dtype.bits), dst.cols, plan.table.host_flat().view(plan.dtype.bits),
                   lambda source: gather_loop(source, rule, prefill))
+
+
+def _prefills(plan, rule: IndexRule) -> bool:
+    """Whether the gather's loop zeroes the whole tile first (a Row NZ gather under GatherOOB ZERO: masked rows are
+    then skipped)."""
+    return plan.nz and plan.coalesce == Coalesce.ROW and rule == IndexRule.MASK and plan.oob is GatherOOB.ZERO

@@ -72,11 +72,21 @@ def rows_scatterer(plan, cols: int):
 
 
 def tile_scatterer(plan):
-    """``(scatter, dtype)``: the tile MSCATTER of ``plan``'s signature (:func:`rows_scatterer` over its tile), for an
-    ND plan over a host table (None otherwise): ``scatter(src, idx, table)`` over the source tile's storage and the
-    flat table (``dtype``) through the index tile's storage (uint32). A repeated tile op keeps it."""
-    if plan.nz or plan.table.on_device:
+    """``(scatter, dtype)``: the tile MSCATTER of ``plan``'s signature (:func:`rows_scatterer` over its tile; an NZ
+    plan's walk, registered as :func:`run_mscatter` registers it), for a plan over a host table (None for a device
+    table): ``scatter(src, idx, table)`` over the source tile's storage and the flat table (``dtype``) through the
+    index tile's storage (uint32). A repeated tile op keeps it."""
+    if plan.table.on_device:
         return None
+    if plan.nz:
+        atomic, fmt = store_policy(plan)
+        rule = IndexRule(plan.rule)
+        walk_nz = walk.nz_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt))
+        register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.table_writers.run_exclusive
+
+        def scatter_nz(src, idx, table):
+            register(table, walk_nz, src, table, idx)
+        return scatter_nz, store.source_dtype(atomic, fmt, plan.dtype)
     run, dtype = rows_scatterer(plan, plan.cols)
     tile_rs, rows = plan.tile.cols, plan.rows
     idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols

@@ -181,17 +181,26 @@ def run_walk(plan, tile, tile_rs, table, loop) -> None:
     row for the ND walks) and ``table`` (the GM table's flat storage). ``loop(walk)`` is the op's compiled loop of
     a walk source for this plan's policy."""
     idx = index_bits(plan)
-    row = plan.coalesce == Coalesce.ROW
     if plan.nz:
-        nbatch, bcols, kc0, lcols, (s0, s1, s2, s3, s4) = nz_params(plan)
-        if row:
-            loop(row_nz)(tile, plan.tile.rows, table, idx, plan.idx_step, plan.rows, plan.capacity,
-                         nbatch, bcols, kc0, s0, s1, s2, s3, s4)
-        else:
-            loop(elem_nz)(tile, plan.tile.rows, table, idx, plan.idx.cols, plan.rows, plan.cols, plan.capacity,
-                          lcols, bcols, kc0, s0, s1, s2, s3, s4)
+        nz_walk(plan, loop)(tile, table, idx)
     else:
+        row = plan.coalesce == Coalesce.ROW
         run_nd(plan, tile, tile_rs, table, idx, plan.idx_step if row else plan.idx.cols, plan.rows, loop)
+
+
+def nz_walk(plan, loop):
+    """The NZ walk of ``plan`` (its tile's shape, its NZ table's geometry) and ``loop`` with its compiled loop looked
+    up once: ``run(tile, table, idx)`` over the tile's storage, the table's flat storage and the index tile's uint32
+    storage (what :func:`run_walk` runs for an NZ plan; a repeated A2/A3 NZ tile op keeps it)."""
+    nbatch, bcols, kc0, lcols, (s0, s1, s2, s3, s4) = nz_params(plan)
+    tile_rows, rows, capacity = plan.tile.rows, plan.rows, plan.capacity
+    if plan.coalesce == Coalesce.ROW:
+        row_loop, idx_step = loop(row_nz), plan.idx_step
+        return lambda tile, table, idx: row_loop(tile, tile_rows, table, idx, idx_step, rows, capacity, nbatch, bcols,
+                                                 kc0, s0, s1, s2, s3, s4)
+    elem_loop, idx_cols, cols = loop(elem_nz), plan.idx.cols, plan.cols
+    return lambda tile, table, idx: elem_loop(tile, tile_rows, table, idx, idx_cols, rows, cols, capacity, lcols,
+                                              bcols, kc0, s0, s1, s2, s3, s4)
 
 
 def run_nd(plan, tile, tile_rs, table, idx, idx_stride, rows, loop) -> None:

@@ -432,12 +432,10 @@ def _simulate(config, grid: int, warps: int, args) -> None:
             raise
 
 
-def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
-    """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
-    named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
-    looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
-    whole arrays and tile ops alike). None when ``spec`` holds an
-    array outside ``operands`` (a launch whose other arrays belong to its call)."""
+def _operand_picker(spec: LaunchSpec, operands: tuple[str, ...]):
+    """``(arguments, constants)``: ``arguments(arrays + constants)`` is ``spec``'s argument tuple with ``arrays`` in
+    the places of the arguments named ``operands``, every other argument as ``spec`` has it; None when ``spec``
+    holds an array outside ``operands`` (a launch whose other arrays belong to its call)."""
     names = [name for name, _ in spec.args]
     if [name for name, value in spec.args if name not in operands and isinstance(value, (np.ndarray, tuple))]:
         return None
@@ -447,6 +445,34 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     places = iter(range(len(operands), len(operands) + len(constants)))
     pick = operator.itemgetter(*[operands.index(name) if name in operands else next(places) for name in names])
     arguments = pick if len(names) > 1 else lambda source: (pick(source),)  # (itemgetter of one: no tuple)
+    return arguments, constants
+
+
+def simulator_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
+    """``run(*arrays)``: ``spec``'s launch on Numba's CUDA simulator with ``arrays`` in the places of its arguments
+    named ``operands`` (:func:`multicore_launcher`'s contract), run as :func:`launch` runs it there (one launch at a
+    time, read-only inputs on copies, the table's only writer). None as :func:`multicore_launcher`."""
+    picker = _operand_picker(spec, operands)
+    if picker is None:
+        return None
+    arguments, constants = picker
+
+    def run(*arrays) -> None:
+        launch(spec, "simulator", arguments(arrays + constants))
+    return run
+
+
+def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
+    """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
+    named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
+    looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
+    whole arrays and tile ops alike). None when ``spec`` holds an
+    array outside ``operands`` (a launch whose other arrays belong to its call)."""
+    picker = _operand_picker(spec, operands)
+    if picker is None:
+        return None
+    arguments, constants = picker
+    names = [name for name, _ in spec.args]
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.multicore_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_multicore runs on its caller
@@ -518,6 +544,7 @@ def host_store(atomic: int, fmt: int):
     return _store_element("cpu", atomic, fmt)
 
 
-__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "multicore_launcher", "multicore_workers", "family",
+__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "multicore_launcher", "multicore_workers",
+           "simulator_launcher", "family",
            "forget_compiled", "host_store", "kernel_source", "launch", "namespace",
            "trace_multicore_launches", "write_shared"]
