@@ -20,7 +20,8 @@ on those operands and nothing else, before anything is written:
 
 A call that fails a check gets False (or None) and nothing written: the caller takes the full path, which raises its
 one refusal. :func:`whole_operands` turns a whole-array call's host operands (numpy arrays, PyTorch CPU tensors, JAX
-arrays: those a kept launch takes as they are; any other kind, or a copy due, takes the full path) into its
+arrays, any other host producer of DLPack or the array interface: those a kept launch takes as they are; a copy due
+takes the full path) into its
 :class:`~simt_pto.call.Call` and the memory the launches take, leaving to the full path every tensor torch's rules
 (:mod:`simt_pto.torch_rules`) treat apart; :func:`device_operands` does the same for device arrays.
 """
@@ -42,7 +43,7 @@ from simt_pto.enums import BLayout, Coalesce
 from simt_pto.launch_spec import CallPlan, LaunchSpec
 from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 
-from .arrays import JAX, NUMPY, TORCH, checked_indices, new_device_array
+from .arrays import FOREIGN, JAX, NUMPY, TORCH, checked_indices, host_memory, new_device_array
 
 _UINT32 = np.dtype(np.uint32)
 _new = tuple.__new__
@@ -257,7 +258,7 @@ def gathered(policy: Policy, table, idx) -> Any | None:
             return None
         result = arrays["dst"].reshape(entry.out[2])  # (made in the result's dtype)
         kind = key.operands[0].kind
-        if kind == NUMPY:
+        if kind == NUMPY or kind == FOREIGN:  # (another host producer's table gathers into numpy, as on the full path)
             return result
         if kind == TORCH:  # (the caller's table is a tensor: torch is imported already)
             return sys.modules["torch"].from_numpy(result)
@@ -352,6 +353,19 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         if not view.flags.c_contiguous or not view.size:
             return None
         return Operand(JAX, view.shape, view.dtype, False, _address(view) & 7 if aligned else 0), view.reshape(-1)
+    if ((hasattr(obj, "__dlpack__") or hasattr(obj, "__array_interface__"))
+            and type(obj).__module__.partition(".")[0] != "dask"):  # (a Dask array is never read here: the Dask route)
+        # any other host producer (DLPack, the array interface): its memory as the full path reads it, in place
+        try:
+            view, kind = host_memory(obj, "operand")
+        except (TypeError, ValueError, BufferError):  # the full path raises its refusal
+            return None
+        if kind != FOREIGN or not view.flags.c_contiguous or not view.size or not view.dtype.isnative:
+            return None
+        if written and not view.flags.writeable:
+            return None
+        return (Operand(FOREIGN, view.shape, view.dtype, view.flags.writeable, _address(view) & 7 if aligned else 0),
+                view.reshape(-1))
     return None
 
 

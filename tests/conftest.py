@@ -285,3 +285,29 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
     ``import simt_pto``): the exit code and what it printed."""
     return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True,
                           timeout=120)
+
+
+# -- arrays of another library: producers that export one protocol only -------------------------------------------
+
+class DLPackOnly:
+    """Exports ``base``'s memory over DLPack and nothing else (no __array__, no __array_interface__)."""
+
+    def __init__(self, base):
+        self._base = base
+
+    def __dlpack__(self, **kwargs):
+        return self._base.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._base.__dlpack_device__()
+
+
+class ArrayInterfaceOnly:
+    """Exports ``base``'s memory through ``__array_interface__`` only."""
+
+    def __init__(self, base):
+        self._base = base
+
+    @property
+    def __array_interface__(self):
+        return self._base.__array_interface__

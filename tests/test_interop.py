@@ -18,36 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import simt_pto as pto
-from conftest import TARGETS, for_targets, requires_cuda
+from conftest import TARGETS, ArrayInterfaceOnly, DLPackOnly, for_targets, requires_cuda
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-# -- producers that export one protocol only ---------------------------------------------------------------------
-
-class DLPackOnly:
-    """Exports ``base``'s memory over DLPack and nothing else (no __array__, no __array_interface__)."""
-
-    def __init__(self, base):
-        self._base = base
-
-    def __dlpack__(self, **kwargs):
-        return self._base.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._base.__dlpack_device__()
-
-
-class ArrayInterfaceOnly:
-    """Exports ``base``'s memory through ``__array_interface__`` only."""
-
-    def __init__(self, base):
-        self._base = base
-
-    @property
-    def __array_interface__(self):
-        return self._base.__array_interface__
-
+# -- a producer of bfloat16 over DLPack (DLPackOnly, ArrayInterfaceOnly: tests/conftest.py) ------------------------
 
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype, _get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]

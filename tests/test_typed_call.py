@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
+from conftest import ArrayInterfaceOnly, DLPackOnly
 from simt_pto import call as typed_call
 from simt_pto.enums import Coalesce, LastPath, OwnerLayout
 from simt_pto.host import kept_launch
@@ -152,6 +153,27 @@ def _torch():
     except ImportError:
         pytest.skip("PyTorch is not installed")
     return module
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("protocol", ["dlpack", "array interface"])
+def test_a_repeated_call_on_another_host_producer_takes_the_kept_launch(target, protocol, no_full_path):
+    """Arrays of another library, exporting DLPack or the array interface only: a repeated gather returns numpy, a
+    repeated scatter writes the producer's memory in place, both from the kept launch."""
+    wrap = DLPackOnly if protocol == "dlpack" else ArrayInterfaceOnly
+    table, idx, src = operands(14)
+    written = table.copy()
+    pto.gather(wrap(table), wrap(idx), target=target)
+    pto.scatter(wrap(written), wrap(src), wrap(idx), target=target)
+    no_full_path()
+    other = np.random.default_rng(3).permutation(64)[:8].astype(np.int32)
+    got = pto.gather(wrap(table), wrap(other), target=target)
+    assert type(got) is np.ndarray and np.array_equal(got, table[other])
+    pto.scatter(wrap(written), wrap(src * 2), wrap(other), target=target)
+    want = table.copy()
+    want[idx] = src
+    want[other] = 2 * src
+    assert np.array_equal(written, want)
 
 
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
