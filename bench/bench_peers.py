@@ -15,9 +15,12 @@ Conflict::Last     ``table[idx] = src``       ``table.index_put_((idx,), src)`` 
                                               ``torch.use_deterministic_algorithms(True)``
 =================  =========================  ============================================================
 
-and two plain Numba ``prange`` loops, with nothing in them but the move: for the Elem gather, a gather that
-allocates its output (the "ceiling": what this machine's memory gives a parallel loop), and for the float32 Elem
-scatter Add, ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
+and plain Numba ``prange`` loops, each with nothing in it but the move (:data:`LOOP_PEERS`): for the Row gather, a
+parallel copy of as many bytes as it moves (``out[i] = src[i]`` over 8-byte words: what this machine's memory gives
+two streams; its rate is reported, and a run in which it falls below :data:`COPY_GBPS` says so) and the gather as a
+plain row copy (``out[i, :] = table[rows[i], :]``); for the Elem gather, a gather that allocates its output (the
+"ceiling": what this machine's memory gives a parallel loop); for the float32 Elem scatter Add,
+``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
 
 Shapes, for ``n`` elements moved: Row gather, ``n / 64`` random rows of a ``(4n / 64) x 64`` table; Elem gather and
 scatter Add, ``n`` random indices into a ``4n``-element table; Conflict::Last, ``n`` updates into ``n / 16`` slots (16
@@ -35,11 +38,11 @@ threads sleep between its calls instead of spinning on the cores our next call n
 (their fastest index type), converted before the timing (``--peer-index int32``: the very int32 array ours takes,
 converted inside each timed call, as a caller holding int32 indices sees it).
 
-Per-call overhead: calls per second of a whole-array ``pto.gather`` of 8 rows of a 64 x 64 float32 table (``a5`` on
-the ``multicore`` backend, and ``a2a3``) and of one 8 x 64 Row ``pto.mgather`` tile op (``a5``), against numpy's
-``table[idx]`` on the same 8 rows, and of one 8 x 64 Row ``pto.mscatter`` tile op against numpy's ``table[idx] =
-rows``: the ratio is our time per call / numpy's (the targets: at most 8x for a whole-array call, at most 6x for a
-tile op).
+Per-call overhead, on ``a5`` (the ``multicore`` backend) and on ``a2a3``: calls per second of a whole-array
+``pto.gather`` of 8 rows of a 64 x 64 float32 table and of one 8 x 64 Row ``pto.mgather`` tile op, against numpy's
+``table[idx]`` on the same 8 rows, and of the in-place whole-array ``pto.scatter`` of those 8 rows and one 8 x 64 Row
+``pto.mscatter`` tile op, against numpy's ``table[idx] = rows``: the ratio is our time per call / numpy's (the
+target: at most 5x, issue #40).
 
 Without PyTorch the benchmark says so and runs the numpy and ceiling columns. Outputs: ``peers.md`` (the tables),
 ``peers.csv`` (one line per op x dtype x size x peer) and ``peers.json`` (that and the environment) under
@@ -154,6 +157,40 @@ def ceiling_gather():
     return _ceiling
 
 
+_row_ceilings = None
+
+
+def row_ceilings():
+    """``(copy, row_copy)``: the Row gather's two ceilings, each one plain Numba ``prange`` loop with nothing else in
+    it (compiled once, on first use; raw bits, so one loop serves every element width).
+
+    * ``copy(src)``: ``out = np.empty_like(src); out[i] = src[i]`` over 8-byte words: a plain parallel copy of as
+      many bytes as the gather moves, what this machine's memory gives two streams (read and write);
+    * ``row_copy(table, rows)``: ``out[i, :] = table[rows[i], :]``: the gather itself as a plain loop."""
+    global _row_ceilings
+    if _row_ceilings is None:
+        @numba.njit(parallel=True)
+        def prange_copy(src):
+            out = np.empty_like(src)
+            for i in numba.prange(src.size):
+                out[i] = src[i]
+            return out
+
+        @numba.njit(parallel=True)
+        def prange_row_copy(table, rows):
+            out = np.empty((rows.size, table.shape[1]), table.dtype)
+            for i in numba.prange(rows.size):
+                out[i, :] = table[rows[i], :]
+            return out
+        _row_ceilings = prange_copy, prange_row_copy
+    return _row_ceilings
+
+
+COPY_GBPS = 18.0
+"""The plain parallel copy's rate (read + write, GB/s) on the 2-core development machine at 64M elements (issue #40):
+a run whose copy falls below it says so (the host was busy, or the machine is another)."""
+
+
 _atomic_loop = None
 
 
@@ -196,6 +233,13 @@ def row_gather(rng, n, dtype, torch, repeat):
         t_table, t_idx = torch.from_numpy(table), torch.from_numpy(pidx)
         peers["torch"] = lambda: torch.index_select(t_table, 0, t_idx)
         same_bits(peers["torch"]().numpy(), want, "torch.index_select")
+    copy, row_copy = row_ceilings()
+    words = want.reshape(-1).view(np.uint64)  # the gathered bytes (64 columns: a whole number of 8-byte words)
+    table_bits = bits(table)
+    peers["copy"] = lambda: copy(words)
+    same_bits(peers["copy"](), words, "prange copy")
+    peers["row copy"] = lambda: row_copy(table_bits, idx)
+    same_bits(peers["row copy"]().view(dtype), want, "prange row copy")
     del want
     return run_pairs(ours, peers, repeat)
 
@@ -334,33 +378,45 @@ def overhead(repeat: int) -> list[dict]:
     want = table[rows]
     gt = pto.GlobalTensor(table)
     idx_tile = pto.Tile.from_array(rows.reshape(1, 8))
-    dst = pto.Tile("float32", 8, 64)
-    written = np.zeros_like(table)
-    written_gt = pto.GlobalTensor(written)
-
-    def tile_op():
-        pto.mgather(dst, gt, idx_tile, coalesce="row", target="a5")
-
-    def tile_scatter():
-        pto.mscatter(written_gt, dst, idx_tile, coalesce="row", target="a5")
+    written = np.zeros_like(table)  # numpy's scatter writes here
 
     gather_peer = lambda: table[rows]  # noqa: E731
     scatter_peer = lambda: written.__setitem__(rows, want)  # noqa: E731
-    cases = [("whole-array pto.gather, 8 rows, a5 (multicore)", 8.0,
-              lambda: pto.gather(table, rows, coalesce="row", target="a5"), gather_peer),
-             ("whole-array pto.gather, 8 rows, a2a3", 8.0, lambda: pto.gather(table, rows, coalesce="row", target="a2a3"),
-              gather_peer),
-             ("8 x 64 Row pto.mgather tile op, a5 (multicore)", 6.0, tile_op, gather_peer),
-             ("8 x 64 Row pto.mscatter tile op (Conflict::Last), a5 (multicore), vs numpy's table[idx] = rows", 6.0,
-              tile_scatter, scatter_peer)]
-    same_bits(cases[0][2](), want, "a5 whole-array gather")
-    same_bits(cases[1][2](), want, "a2a3 whole-array gather")
-    tile_op()
-    same_bits(dst.valid_numpy(), want, "a5 tile op")
-    tile_scatter()
     expected = np.zeros_like(table)
     expected[rows] = want
-    same_bits(written, expected, "a5 tile scatter")
+    cases = []
+    for target in ("a5", "a2a3"):
+        where = "a5 (multicore)" if target == "a5" else "a2a3"
+        dst = pto.Tile("float32", 8, 64)
+        written = np.zeros_like(table)
+        written_gt = pto.GlobalTensor(written)
+
+        def whole_gather(target=target):
+            return pto.gather(table, rows, coalesce="row", target=target)
+
+        def whole_scatter(target=target, written=written):
+            pto.scatter(written, want, rows, coalesce="row", target=target)
+
+        def tile_gather(target=target, dst=dst):
+            pto.mgather(dst, gt, idx_tile, coalesce="row", target=target)
+
+        def tile_scatter(target=target, dst=dst, written_gt=written_gt):
+            pto.mscatter(written_gt, dst, idx_tile, coalesce="row", target=target)
+
+        same_bits(whole_gather(), want, f"{target} whole-array gather")
+        tile_gather()
+        same_bits(dst.valid_numpy(), want, f"{target} tile gather")
+        tile_scatter()
+        same_bits(written, expected, f"{target} tile scatter")
+        written[...] = 0
+        whole_scatter()
+        same_bits(written, expected, f"{target} whole-array scatter")
+        cases += [(f"whole-array pto.gather, 8 rows, {where}", 5.0, whole_gather, gather_peer),
+                  (f"whole-array pto.scatter, 8 rows in place (Conflict::Last), {where}, vs numpy's table[idx] = rows",
+                   5.0, whole_scatter, scatter_peer),
+                  (f"8 x 64 Row pto.mgather tile op, {where}", 5.0, tile_gather, gather_peer),
+                  (f"8 x 64 Row pto.mscatter tile op (Conflict::Last), {where}, vs numpy's table[idx] = rows", 5.0,
+                   tile_scatter, scatter_peer)]
     out = []
     for name, target, fn, peer in cases:
         k = calls_per_round(fn)
@@ -397,6 +453,22 @@ def environment(torch, torch_note: str | None) -> dict:
     return env
 
 
+LOOP_PEERS = {
+    "row_gather": (("copy", "Row gather vs a plain parallel copy of the same bytes (copy time / ours: the share of "
+                            "the copy's rate; target at least 0.6 from 16M)"),
+                   ("row copy", "Row gather vs a plain `prange` row copy (`out[i, :] = table[rows[i], :]`)")),
+    "elem_gather": (("ceiling", "Elem gather vs a plain Numba `prange` gather (the ceiling; target at least 0.8 "
+                                "from 1M)"),),
+    "scatter_add": (("atomic loop", "Elem scatter Add vs a plain `prange` loop of the same LLVM atomic"),),
+}
+"""The plain loops each op is held against beyond numpy and PyTorch: (peer name, row title)."""
+
+
+def copy_gbps(n: int, dtype: str, ms: float) -> float:
+    """The plain copy's rate in GB/s, reads and writes counted: ``n`` elements of ``dtype`` in ``ms``."""
+    return 2 * n * np.dtype(dtype).itemsize / (ms * 1e-3) / 1e9
+
+
 def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[str], torch_present: bool,
              overhead_rows: list[dict], env: dict, repeat: int) -> str:
     labels = [size_label(n) for n in sizes]
@@ -424,15 +496,26 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
                     cells.append(cell)
                 peer_names = np_peer + (f" / {torch_peer}" if torch_present else "")
                 lines.append(f"| {title}, vs {peer_names} | {dtype} | " + " | ".join(cells) + " |")
-            loop_peer, loop_title = {"elem_gather": ("ceiling", "Elem gather vs a plain Numba `prange` gather (the ceiling)"),
-                                     "scatter_add": ("atomic loop", "Elem scatter Add vs a plain `prange` loop of the same "
-                                                                    "LLVM atomic")}.get(op, (None, None))
-            for dtype in dtypes if loop_peer else ():
-                if not any((op, dtype, n, loop_peer) in by_key for n in sizes):
+            for loop_peer, loop_title in LOOP_PEERS.get(op, ()):
+                for dtype in dtypes:
+                    if not any((op, dtype, n, loop_peer) in by_key for n in sizes):
+                        continue
+                    cells = [f"{by_key[(op, dtype, n, loop_peer)]['ratio']:.2f}x" if (op, dtype, n, loop_peer) in by_key
+                             else "" for n in sizes]
+                    lines.append(f"| {loop_title} | {dtype} | " + " | ".join(cells) + " |")
+            for dtype in dtypes if op == "row_gather" else ():
+                if not any((op, dtype, n, "copy") in by_key for n in sizes):
                     continue
-                cells = [f"{by_key[(op, dtype, n, loop_peer)]['ratio']:.2f}x" if (op, dtype, n, loop_peer) in by_key
-                         else "" for n in sizes]
-                lines.append(f"| {loop_title} | {dtype} | " + " | ".join(cells) + " |")
+                cells = []
+                for n in sizes:
+                    r = by_key.get((op, dtype, n, "copy"))
+                    if r is None:
+                        cells.append("")
+                        continue
+                    rate = copy_gbps(n, dtype, r["peer_ms"])
+                    cells.append(f"{rate:.1f}" + (f" (below {COPY_GBPS:.0f})" if rate < COPY_GBPS else ""))
+                lines.append(f"| the plain parallel copy's rate, GB/s read + write (this machine: about "
+                             f"{COPY_GBPS:.0f}) | {dtype} | " + " | ".join(cells) + " |")
         lines += ["", "Times (median ms, ours / peer):", "", "| op | dtype | size | peer | ours ms | peer ms | ratio |",
                   "|---|---|---|---|---|---|---|"]
         for r in rows:
