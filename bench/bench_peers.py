@@ -16,8 +16,9 @@ Conflict::Last     ``table[idx] = src``       ``table.index_put_((idx,), src)`` 
 =================  =========================  ============================================================
 
 and plain Numba ``prange`` loops, each with nothing in it but the move (:data:`LOOP_PEERS`): for the Row gather, a
-parallel copy of as many bytes as it moves (``out[i] = src[i]`` over 8-byte words: what this machine's memory gives
-two streams; its rate is reported, and a run in which it falls below :data:`COPY_GBPS` says so) and the gather as a
+parallel copy of as many bytes as it moves (``out[i] = src[i]`` over 8-byte words into memory allocated before the
+timing: what this machine's memory gives two streams; its rate is reported, and a run in which it falls below
+:data:`COPY_GBPS` says so) and the gather as a
 plain row copy (``out[i, :] = table[rows[i], :]``); for the Elem gather, a gather that allocates its output (the
 "ceiling": what this machine's memory gives a parallel loop); for the float32 Elem scatter Add,
 ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
@@ -164,14 +165,14 @@ def row_ceilings():
     """``(copy, row_copy)``: the Row gather's two ceilings, each one plain Numba ``prange`` loop with nothing else in
     it (compiled once, on first use; raw bits, so one loop serves every element width).
 
-    * ``copy(src)``: ``out = np.empty_like(src); out[i] = src[i]`` over 8-byte words: a plain parallel copy of as
-      many bytes as the gather moves, what this machine's memory gives two streams (read and write);
+    * ``copy(src, out)``: ``out[i] = src[i]`` over 8-byte words into memory allocated once, before the timing: a
+      plain parallel copy of as many bytes as the gather moves, what this machine's memory gives two streams (read
+      and write) once no page is new (a gather that allocates its result also pays for its fresh pages);
     * ``row_copy(table, rows)``: ``out[i, :] = table[rows[i], :]``: the gather itself as a plain loop."""
     global _row_ceilings
     if _row_ceilings is None:
         @numba.njit(parallel=True)
-        def prange_copy(src):
-            out = np.empty_like(src)
+        def prange_copy(src, out):
             for i in numba.prange(src.size):
                 out[i] = src[i]
             return out
@@ -235,8 +236,9 @@ def row_gather(rng, n, dtype, torch, repeat):
         same_bits(peers["torch"]().numpy(), want, "torch.index_select")
     copy, row_copy = row_ceilings()
     words = want.reshape(-1).view(np.uint64)  # the gathered bytes (64 columns: a whole number of 8-byte words)
+    copied = np.zeros_like(words)  # the copy's destination, its pages touched once here
     table_bits = bits(table)
-    peers["copy"] = lambda: copy(words)
+    peers["copy"] = lambda: copy(words, copied)
     same_bits(peers["copy"](), words, "prange copy")
     peers["row copy"] = lambda: row_copy(table_bits, idx)
     same_bits(peers["row copy"]().view(dtype), want, "prange row copy")
