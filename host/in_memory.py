@@ -356,15 +356,8 @@ def a2a3_gather_tile(plan, dest: np.ndarray, table: np.ndarray, idx_bits: np.nda
     out_cols = dest.shape[1]
     gather_rows = dispatch.runner("a2a3").rows_gatherer(plan, out_cols)  # simt_pto.kernels.a2a3: loaded at first use
     bits = np.dtype(plan.dtype.bits)
-    table_bits = table.ravel().view(bits)
-    dst = dest.ravel().view(bits)
-    idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
-
-    def gather_tile(r0, r1):
-        require_jit("a2a3")
-        gather_rows(dst[r0 * out_cols:r1 * out_cols], out_cols, table_bits, idx_bits[r0 * idx_cols:r1 * idx_cols],
-                    idx_stride, r1 - r0)
-    return gather_tile
+    return _a2a3_tile(plan, gather_rows, dest.ravel().view(bits), out_cols, table.ravel().view(bits), idx_bits,
+                      idx_cols)
 
 
 def a2a3_scatter_tile(plan, table: np.ndarray, src: np.ndarray, idx_bits: np.ndarray,
@@ -376,14 +369,22 @@ def a2a3_scatter_tile(plan, table: np.ndarray, src: np.ndarray, idx_bits: np.nda
     host steps; the kept launch runs it over every row at once (:func:`_a2a3_scatter_launch`)."""
     src_rs = src.shape[1]
     scatter_rows, view = dispatch.runner("a2a3").rows_scatterer(plan, src_rs)  # kernels.a2a3: loaded at first use
-    table_flat, src_flat = table.ravel().view(view), src.ravel().view(view)
+    return _a2a3_tile(plan, scatter_rows, src.ravel().view(view), src_rs, table.ravel().view(view), idx_bits,
+                      idx_cols)
+
+
+def _a2a3_tile(plan, walk_rows, data: np.ndarray, data_cols: int, table: np.ndarray, idx_bits: np.ndarray,
+               idx_cols: int) -> Callable[[int, int], None]:
+    """``run_tile(r0, r1)``: ``walk_rows`` (an A2/A3 row walk: ``walk_rows(data, data_rs, table, idx, idx_stride,
+    rows)``) over rows ``[r0, r1)`` of the flat ``data`` (``data_cols`` per row) and of the flat uint32 ``idx_bits``
+    (``idx_cols`` per row)."""
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols  # Row: one index per row; Elem: a row of them
 
-    def scatter_tile(r0, r1):
+    def run_tile(r0, r1):
         require_jit("a2a3")
-        scatter_rows(src_flat[r0 * src_rs:r1 * src_rs], src_rs, table_flat, idx_bits[r0 * idx_cols:r1 * idx_cols],
-                     idx_stride, r1 - r0)
-    return scatter_tile
+        walk_rows(data[r0 * data_cols:r1 * data_cols], data_cols, table, idx_bits[r0 * idx_cols:r1 * idx_cols],
+                  idx_stride, r1 - r0)
+    return run_tile
 
 
 def _tile_steps(op, c: _Validated, run_tile, after=()) -> CallPlan:
