@@ -405,12 +405,17 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
                 {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)})
     torch = sys.modules.get("torch")
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor:
-        # (the same checks as _host_operand's, inline: a PyTorch call's per-call cost is mostly these). One C call
-        # per tensor tells a plain dense CPU tensor (:func:`_plain_keys`); numpy() then refuses one that requires
-        # grad and bfloat16 (no numpy dtype); its view's flags say whether the memory is C-contiguous.
-        plain, keys = _PLAIN_KEYS or _plain_keys(torch)
-        if keys(table) != plain or keys(idx) != plain:
-            return None
+        # (the checks of _host_operand, inline: a PyTorch call's per-call cost is mostly these). A tensor the call
+        # only reads needs numpy() alone: it refuses every tensor whose memory does not hold its values as they
+        # read (a lazy conjugation or negation, a zero tensor, meta, sparse, quantized and nested tensors, the
+        # torch.func wrappers, which have no storage), one that requires grad, and bfloat16 (no numpy dtype); an
+        # inference tensor is read as any other. The table a scatter writes must also be a plain dense tensor (one
+        # C call, :func:`_plain_keys`: an inference tensor is refused, as torch refuses writing one). Each view's
+        # flags then say whether its memory is C-contiguous.
+        if src is not None:
+            plain, keys = _PLAIN_KEYS or _plain_keys(torch)
+            if keys(table) != plain:
+                return None
         try:
             table_view, idx_view = table.numpy(), idx.numpy()
         except (TypeError, RuntimeError):
@@ -422,7 +427,7 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         if src is None:
             return (_new(Call, (policy, (table_operand, idx_operand))),
                     {"table": table_view.reshape(-1), "idx": idx_view if idx_view.ndim == 1 else idx_view.reshape(-1)})
-        if type(src) is not torch.Tensor or keys(src) != plain:
+        if type(src) is not torch.Tensor:
             return None
         try:
             src_view = src.numpy()

@@ -220,6 +220,15 @@ def test_what_the_full_path_refuses_is_refused_after_a_kept_launch_exists():
         pto.scatter(frozen, t_src, t_idx)
     negated = torch._neg_view(torch.from_numpy(table.copy()))
     assert np.array_equal(pto.gather(negated, t_idx).numpy(), -table[idx])  # read as torch reads it
+    written = torch.from_numpy(table.copy())
+    pto.scatter(written, torch._neg_view(t_src.clone()), t_idx)  # a source read as torch reads it
+    want = table.copy()
+    for p, r in enumerate(idx):
+        want[r] = -src[p]
+    assert np.array_equal(written.numpy(), want)
+    with torch.inference_mode():
+        frozen_idx = torch.from_numpy(idx[::-1].copy()).clone()
+    assert np.array_equal(pto.gather(frozen, frozen_idx).numpy(), table[idx[::-1]])  # reading one is allowed
 
 
 def test_a_repeated_jax_gather_takes_the_kept_launch(no_full_path):
