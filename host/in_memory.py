@@ -41,8 +41,9 @@ A call is validated before anything is written, then becomes one :class:`~simt_p
 signature only (its :class:`~simt_pto.call.Policy` and the operands' kinds, shapes and dtypes): it is kept in the
 signature's entry of :data:`simt_pto.plan.SIGNATURES` for host arrays. The operands' overlap and the index values are
 checked on every call. A call of a signature that has run, with operands a kept launch takes as they are
-(C-contiguous numpy, plain PyTorch CPU tensors, JAX arrays), skips even that: it runs the signature's kept launch
-(:mod:`.kept_launch`) on its own arrays, after the checks that depend on them.
+(C-contiguous numpy, plain PyTorch CPU tensors, JAX arrays, other host producers of DLPack or the array interface),
+skips even that: it runs the signature's kept launch (:mod:`.kept_launch`) on its own arrays, after the checks that
+depend on them.
 """
 from __future__ import annotations
 
@@ -124,9 +125,9 @@ def _signature(policy: Policy, table_a: WholeArray, idx_a: WholeArray) -> Call |
 def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None = None) -> _Validated:
     """Wrap and validate a whole-array call of ``policy``: the arrays, then ``check(table, idx)`` (the call's own
     operands), then the target's rules (``a5`` / ``a2a3``: the planner's; ``cpu``: the plan of one full tile,
-    ``plan_fn(policy, tensor, data tile, index tile)``) and the indices. The validation is kept in the call's entry of the signature cache
-    (:class:`~.kept_launch.Entry`, under ``key``, the call as :func:`~.kept_launch.whole_operands` saw it, else
-    :func:`_signature`'s)."""
+    ``plan_fn(policy, tensor, data tile, index tile)``) and the indices. The validation is kept in the call's entry
+    of the signature cache (:class:`~.kept_launch.Entry`, under ``key``, the call as
+    :func:`~.kept_launch.whole_operands` saw it, else :func:`_signature`'s)."""
     op, target, row = policy.op, policy.target, policy.coalesce == Coalesce.ROW
     table_a = wrap(table, "table", policy.dtype, two_d_only=row, op=op, target=target, written=op == "MSCATTER")
     idx_a = wrap(idx, "idx", op=op, target=target, rows_only=row)  # Row: one index per row, any shape
@@ -144,8 +145,9 @@ def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None =
             view = tiling.tile_view(op, target, policy.coalesce, table_a.dtype, idx_a.dtype, rows, cols,
                                     policy.tile_rows, rules.ub_budget, policy.dyn_ubuf_size)
             tile_rows, tile_cols = view.tile_rows, view.cols
-            plan = rules.plan.repointed(capacity=table_a.rows if row else table_a.size, row_stride=table_a.cols if row
-                                   else 0)
+            # Row: the table's rows, each validCols long; Elem: the table as one flat run of elements
+            capacity, row_stride = (table_a.rows, table_a.cols) if row else (table_a.size, 0)
+            plan = rules.plan.repointed(capacity=capacity, row_stride=row_stride)
             if not table_a.device:
                 SIGNATURES.put(key, Entry(tile_rows, plan, tile_cols))
         else:  # the CPU simulator (the reference) runs the tiles as tile ops: validated as one, by the tile op's rules
