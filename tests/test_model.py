@@ -182,6 +182,23 @@ def test_dtype_widths(name, itemsize):
     assert d.itemsize == itemsize and d.bits == np.dtype(f"uint{8 * itemsize}")
 
 
+@pytest.mark.parametrize("name", [d.name for d in pto.dtypes.ALL_DTYPES])
+def test_a_dtype_is_one_object_wherever_it_travels(name):
+    """DTypes compare by identity (one object per name): a pickled one (a Dask worker's, a process pool's), a copy
+    and a resolved spelling are the table's own object, and a policy holding one travels equal and hashes alike."""
+    import copy
+    import pickle
+
+    from simt_pto.call import gather_policy
+    d = pto.dtypes.resolve(name)
+    assert pickle.loads(pickle.dumps(d)) is d and copy.copy(d) is d and copy.deepcopy(d) is d
+    assert pto.dtypes.resolve(d.numpy if name not in ("hifloat8",) else name) is d
+    policy = gather_policy("row", "clamp", "a5", None, None, True, name)
+    shipped = pickle.loads(pickle.dumps(policy))
+    assert shipped == policy and hash(shipped) == hash(policy) and shipped.dtype is d
+    assert d != pto.dtypes.resolve("uint8" if name != "uint8" else "int8")
+
+
 # -- GlobalTensor ---------------------------------------------------------------------------------------------
 
 def test_global_tensor_defaults_2d():
