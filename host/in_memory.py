@@ -138,7 +138,7 @@ def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None =
     if entry is None:
         rows, cols = idx_a.rows, table_a.cols if row else idx_a.cols
         if target != "cpu":  # the target's planner: the shape-free rules once per (policy, dtype), then arithmetic
-            if op == "MSCATTER" and not table_a.device and not table_a.obj.flags.writeable:
+            if op == "MSCATTER" and not (table_a.device or table_a.obj.flags.writeable):  # (the rule raises)
                 constraints.check_writable_table(op, target, False)
             rules = (SIGNATURES.lookup((constraints.WHOLE_ARRAY_RULES, policy, table_a.dtype.name))
                      or constraints.validated_whole_array(policy, table_a.dtype))

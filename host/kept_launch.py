@@ -248,7 +248,7 @@ def gathered(policy: Policy, table, idx) -> Any | None:
     kind); None when the call takes the full path: no kept launch, or a check it fails (the full path then raises
     its refusal)."""
     keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
-    if keeps == "multicore" or keeps == "simulator":  # (keeping_backend, inline: this runs on every repeated call)
+    if keeps in HOST_KEEPING:  # (keeping_backend, inline: this runs on every repeated call)
         found = whole_operands(policy, table, idx)
         if found is None:
             return None
@@ -281,7 +281,7 @@ def scattered(policy: Policy, table, src, idx) -> bool:
     A PyTorch table goes through torch's in-place rules first and has its version counter bumped once the launch
     may have written."""
     keeps = keeping_backend(policy)
-    if keeps == "multicore" or keeps == "simulator":
+    if keeps in HOST_KEEPING:
         found = whole_operands(policy, table, idx, src)  # (a PyTorch table: its in-place rules checked here)
         if found is None:
             return False

@@ -335,13 +335,11 @@ def validated_whole_array(policy: Policy, dtype: _dt.DType) -> WholeArrayRules:
         raise ValueError("validated_whole_array: the a5 / a2a3 whole-array rules, got target 'cpu'")
     budget = ub.budget(op, target, policy.dyn_ubuf_size)
     _check_element_dtype(op, target, dtype, "dst" if op == "MGATHER" else "src")
-    if op == "MGATHER":
-        plan = Plan(op, target, policy.coalesce, policy.oob, index_rule(policy.oob, policy.strict), dtype, None,
-                    None, None, 0, strict=policy.strict)
-    else:
+    if op == "MSCATTER":
         _check_atomic(op, target, policy.atomic, policy.conflict, dtype)
-        plan = Plan(op, target, policy.coalesce, policy.oob, index_rule(policy.oob, policy.strict), dtype, None,
-                    None, None, 0, atomic=policy.atomic, conflict=policy.conflict, strict=policy.strict)
+    # (a gather's policy holds the Plan's own defaults: atomic NONE, conflict LAST)
+    plan = Plan(op, target, policy.coalesce, policy.oob, index_rule(policy.oob, policy.strict), dtype, None, None, None,
+                0, atomic=policy.atomic, conflict=policy.conflict, strict=policy.strict)
     rules = WholeArrayRules(plan, budget)
     _PLANS.put(key, rules)
     return rules

@@ -143,13 +143,21 @@ def test_an_a2a3_add_loop_runs_as_the_only_writer_of_its_table(monkeypatch, a2a3
     for call, target, idx, src in ((a2a3_call, "a2a3", idx_a2a3, src_a2a3), (a5_call, "a5", idx_a5, src_a5)):
         CALLS[call](np.zeros(64, np.int32), idx, src, "add", target)  # compiled and kept before they race
     widened = WidenedA2A3Loop(monkeypatch)
+    _race_adds(widened, table, (a2a3_call, idx_a2a3, src_a2a3), (a5_call, idx_a5, src_a5), "the A2/A3 loop")
+
+
+def _race_adds(widened, table, a2a3, a5, loop: str) -> None:
+    """The A2/A3 Add ``a2a3`` and, while ``widened`` holds its loop with the table loaded, the A5 Add ``a5`` (each
+    ``(call, idx, src)``) into ``table``: every add of both lands, the A5 call waited for ``loop``, and no writer
+    stays registered."""
+    (a2a3_call, idx_a2a3, src_a2a3), (a5_call, idx_a5, src_a5) = a2a3, a5
     run_threads(lambda: CALLS[a2a3_call](table, idx_a2a3, src_a2a3, "add", "a2a3"),
                 widened.other(lambda: CALLS[a5_call](table, idx_a5, src_a5, "add", "a5")))
-    expected = np.zeros(64, np.int64)
-    np.add.at(expected, idx_a2a3, 3)
-    np.add.at(expected, idx_a5, 5)
+    expected = np.zeros(table.size, np.int64)
+    np.add.at(expected, idx_a2a3, src_a2a3)
+    np.add.at(expected, idx_a5, src_a5)
     np.testing.assert_array_equal(table, expected)
-    assert widened.other_done_inside is False, "the A5 call wrote while the A2/A3 loop had the table loaded"
+    assert widened.other_done_inside is False, f"the A5 call wrote while {loop} had the table loaded"
     assert_no_writer_registered()
 
 
@@ -173,14 +181,7 @@ def test_a_repeated_a2a3_add_runs_its_kept_loop_as_the_only_writer_of_its_table(
         raise AssertionError("the A2/A3 call took the full path")
     monkeypatch.setattr(dispatch, "run_mscatter", refuse)  # (the A5 tile op takes its kept launch too)
     monkeypatch.setattr(in_memory, "full_scatter", refuse)
-    run_threads(lambda: CALLS[a2a3_call](table, idx_a2a3, src_a2a3, "add", "a2a3"),
-                widened.other(lambda: CALLS["tile"](table, idx_a5, src_a5, "add", "a5")))
-    expected = np.zeros(64, np.int64)
-    np.add.at(expected, idx_a2a3, 3)
-    np.add.at(expected, idx_a5, 5)
-    np.testing.assert_array_equal(table, expected)
-    assert widened.other_done_inside is False, "the A5 call wrote while the kept A2/A3 loop had the table loaded"
-    assert_no_writer_registered()
+    _race_adds(widened, table, (a2a3_call, idx_a2a3, src_a2a3), ("tile", idx_a5, src_a5), "the kept A2/A3 loop")
 
 
 def test_an_a2a3_add_loop_holds_up_no_writer_of_another_table(monkeypatch):
