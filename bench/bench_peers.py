@@ -16,10 +16,11 @@ Conflict::Last     ``table[idx] = src``       ``table.index_put_((idx,), src)`` 
 =================  =========================  ============================================================
 
 and plain Numba ``prange`` loops, each with nothing in it but the move (:data:`LOOP_PEERS`): for the Row gather, a
-parallel copy of as many bytes as it moves (``out[i] = src[i]`` over 8-byte words into memory allocated before the
-timing: what this machine's memory gives two streams; its rate is reported, and a run in which it falls below
-:data:`COPY_GBPS` says so) and the gather as a
-plain row copy (``out[i, :] = table[rows[i], :]``); for the Elem gather, a gather that allocates its output (the
+parallel copy of as many bytes as it moves (``out[i] = src[i]`` over 8-byte words: what this machine's memory gives
+two streams), timed twice: into memory allocated before the timing, against our gather into ``out=`` memory
+allocated likewise (the copy's rate is reported, and a run in which it falls below :data:`COPY_GBPS` says so), and
+into a new array each call, against our gather making its result; and the gather as a plain row copy
+(``out[i, :] = table[rows[i], :]``) into a new array each call; for the Elem gather, a gather that allocates its output (the
 "ceiling": what this machine's memory gives a parallel loop); for the float32 Elem scatter Add,
 ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
 
@@ -163,12 +164,12 @@ _row_ceilings = None
 
 def row_ceilings():
     """``(copy, row_copy)``: the Row gather's two ceilings, each one plain Numba ``prange`` loop with nothing else in
-    it (compiled once, on first use; raw bits, so one loop serves every element width).
+    it (compiled once, on first use; raw bits, so one loop serves every element width), writing the memory it is
+    given, as our gather writes its ``out=`` or a new array:
 
-    * ``copy(src, out)``: ``out[i] = src[i]`` over 8-byte words into memory allocated once, before the timing: a
-      plain parallel copy of as many bytes as the gather moves, what this machine's memory gives two streams (read
-      and write) once no page is new (a gather that allocates its result also pays for its fresh pages);
-    * ``row_copy(table, rows)``: ``out[i, :] = table[rows[i], :]``: the gather itself as a plain loop."""
+    * ``copy(src, out)``: ``out[i] = src[i]`` over 8-byte words: a plain parallel copy of as many bytes as the gather
+      moves, what this machine's memory gives two streams (read and write);
+    * ``row_copy(table, rows, out)``: ``out[i, :] = table[rows[i], :]``: the gather itself as a plain loop."""
     global _row_ceilings
     if _row_ceilings is None:
         @numba.njit(parallel=True)
@@ -178,8 +179,7 @@ def row_ceilings():
             return out
 
         @numba.njit(parallel=True)
-        def prange_row_copy(table, rows):
-            out = np.empty((rows.size, table.shape[1]), table.dtype)
+        def prange_row_copy(table, rows, out):
             for i in numba.prange(rows.size):
                 out[i, :] = table[rows[i], :]
             return out
@@ -236,14 +236,23 @@ def row_gather(rng, n, dtype, torch, repeat):
         same_bits(peers["torch"]().numpy(), want, "torch.index_select")
     copy, row_copy = row_ceilings()
     words = want.reshape(-1).view(np.uint64)  # the gathered bytes (64 columns: a whole number of 8-byte words)
-    copied = np.zeros_like(words)  # the copy's destination, its pages touched once here
     table_bits = bits(table)
-    peers["copy"] = lambda: copy(words, copied)
-    same_bits(peers["copy"](), words, "prange copy")
-    peers["row copy"] = lambda: row_copy(table_bits, idx)
+    # into new memory each call, as our gather's result (numpy's allocator: large arrays on huge pages)
+    peers["new copy"] = lambda: copy(words, np.empty_like(words))
+    same_bits(peers["new copy"](), words, "prange copy")
+    shape = want.shape
+    peers["row copy"] = lambda: row_copy(table_bits, idx, np.empty(shape, table_bits.dtype))
     same_bits(peers["row copy"]().view(dtype), want, "prange row copy")
+    out = run_pairs(ours, peers, repeat)
+    # into memory allocated once, before the timing (its pages touched): our gather's out= against the copy's
+    into, copied = np.zeros_like(want), np.zeros_like(words)
+    ours_into = lambda: pto.gather(table, idx, coalesce="row", target="a5", out=into)  # noqa: E731
+    same_bits(ours_into(), want, "a5 Row gather into out=")
+    copy_into = lambda: copy(words, copied)  # noqa: E731
+    same_bits(copy_into(), words, "prange copy into memory allocated once")
     del want
-    return run_pairs(ours, peers, repeat)
+    out.update(run_pairs(ours_into, {"copy": copy_into}, repeat))
+    return out
 
 
 def elem_gather(rng, n, dtype, torch, repeat):
@@ -456,9 +465,13 @@ def environment(torch, torch_note: str | None) -> dict:
 
 
 LOOP_PEERS = {
-    "row_gather": (("copy", "Row gather vs a plain parallel copy of the same bytes (copy time / ours: the share of "
-                            "the copy's rate; target at least 0.6 from 16M)"),
-                   ("row copy", "Row gather vs a plain `prange` row copy (`out[i, :] = table[rows[i], :]`)")),
+    "row_gather": (("copy", "Row gather into `out=` vs a plain parallel copy of the same bytes, both into memory "
+                            "allocated once (copy time / ours: the share of the copy's rate; target at least 0.6 "
+                            "from 16M)"),
+                   ("new copy", "Row gather vs a plain parallel copy of the same bytes, both into a new array each "
+                                "call (the share of the copy's rate)"),
+                   ("row copy", "Row gather vs a plain `prange` row copy (`out[i, :] = table[rows[i], :]`) into a "
+                                "new array each call")),
     "elem_gather": (("ceiling", "Elem gather vs a plain Numba `prange` gather (the ceiling; target at least 0.8 "
                                 "from 1M)"),),
     "scatter_add": (("atomic loop", "Elem scatter Add vs a plain `prange` loop of the same LLVM atomic"),),

@@ -108,22 +108,22 @@ def _widened(plan, cols, build, *arrays):
 
 # -- gather -------------------------------------------------------------------------------------------------
 
-def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None):
+def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None, dest=None):
     """``(call, result)``: the plan of a whole-array gather (one launch of ``simt_mgather_row_kernel`` /
     ``simt_mgather_elem_kernel`` over the tiles) and ``result()``, which gives the gathered array once the plan
     has run. A device table gathers into a new device array of its own kind and dtype; a host table into a host
-    array (on the GPU, through device memory: the plan's last step copies it to the host)."""
+    array (on the GPU, through device memory: the plan's last step copies it to the host): ``dest`` where given
+    (flat, C-contiguous host memory of the plan's bits, the caller's ``out=``), else a new one."""
     gpu = (a5_backend() if backend is None else backend) == "gpu"
     bits, n = plan.dtype.bits, idx.rows * out_cols
     table_flat, idx_flat = _flat(table, bits), _flat(idx, np.uint32)
     result = host_out = None
-    if not gpu:
-        out = host_out = np.empty(n, dtype=bits)  # the kernels write every element (the gather or T(0))
-    elif table.device:
+    if gpu and table.device:
         result, out = _empty_device(table.obj, n)
         out = out.view(bits)
-    else:
-        out, host_out = _cuda().device_array(n, dtype=bits), np.empty(n, dtype=bits)
+    else:  # the kernels write every element (the gather or T(0)): new memory needs no zeros
+        host_out = np.empty(n, dtype=bits) if dest is None else dest
+        out = _cuda().device_array(n, dtype=bits) if gpu else host_out
     rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
     policy = KernelPolicy.of(plan.rule)
     if plan.coalesce == Coalesce.ROW:

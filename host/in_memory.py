@@ -320,9 +320,14 @@ def _gather(policy: Policy, table, idx, backend=None, out=None, key: Call | None
         return CallPlan(()), (lambda: out) if out_a else (
             lambda: like(c.table, np.zeros(out_shape, dtype=c.table.dtype.numpy))), c
     if c.target == "a5":
-        call, gathered = _a5_side()[0].gather_launches(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend)
+        # a host out in place (no copy) where a host table gathers into it; a device table gathers on the device
+        direct = out_a is not None and not out_a.device and not out_a.copied and not c.table.device
+        dest = out_a.obj.reshape(-1).view(c.table.dtype.bits) if direct else None
+        call, gathered = _a5_side()[0].gather_launches(c.plan, c.table, c.idx, c.tile_rows, out_cols, backend, dest)
         if out_a is None:
             return call, lambda: like(c.table, gathered().reshape(out_shape)), c
+        if direct:
+            return _bumps_version(call, out_a), lambda: out, c
         copy = HostStep("copy the gathered elements into out", lambda: _copy_into(out_a, gathered()))
         return _bumps_version(_followed_by(call, copy), out_a), lambda: out, c
     if out_a is not None and not out_a.device:  # the tiles write the caller's out (or its contiguous copy)

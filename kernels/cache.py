@@ -38,6 +38,7 @@ import functools
 import hashlib
 import os
 import pickle
+import _signal  # signal's C functions (see uninterrupted)
 import signal
 import sys
 import threading
@@ -376,12 +377,14 @@ def uninterrupted(compile_for_args, *args, **kws):
     global _holding
     if _holding or threading.current_thread() is not threading.main_thread():
         return compile_for_args(*args, **kws)  # only the main thread takes signals
-    previous = signal.getsignal(signal.SIGINT)
+    # (_signal: this runs on every multicore launch of more than one thread, where signal's enum wrappers cost more
+    # than waking the helpers)
+    previous = _signal.getsignal(signal.SIGINT)
     if not callable(previous):  # ignored, the default (the process dies, leaving nothing half-built), or not ours
         return compile_for_args(*args, **kws)
     received = []
     try:
-        signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+        _signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
     except ValueError:  # not the main interpreter
         return compile_for_args(*args, **kws)
     _holding = True
@@ -389,7 +392,7 @@ def uninterrupted(compile_for_args, *args, **kws):
         return compile_for_args(*args, **kws)
     finally:
         _holding = False
-        signal.signal(signal.SIGINT, previous)  # from here a new SIGINT goes to ``previous`` directly
+        _signal.signal(signal.SIGINT, previous)  # from here a new SIGINT goes to ``previous`` directly
         if received:
             previous(signal.SIGINT, received[0])
 
