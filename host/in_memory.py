@@ -522,33 +522,27 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
 
 
 def _a2a3_gather_launch(c: _Validated, shape: tuple) -> KeptLaunch:
-    """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.rows_gatherer`) over every
+    """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.bound_gatherer`) over every
     row of the call at once (a gather's rows are independent: the tiles' order cannot show), from the caller's table
     and indices into a new result."""
     plan = c.plan
     rows, idx_cols = c.idx.rows, c.idx.cols
     out_cols = int(np.prod(shape, dtype=np.int64)) // rows
-    gather_rows = dispatch.runner("a2a3").rows_gatherer(plan, out_cols)
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols
+    launch = dispatch.runner("a2a3").bound_gatherer(plan, out_cols, out_cols, idx_stride, rows)
     bits = np.dtype(plan.dtype.bits)
-
-    def launch(dst, idx, table):  # (only a process with Numba's JIT has run the full path that keeps this)
-        gather_rows(dst, out_cols, table, idx, idx_stride, rows)
     return KeptLaunch(((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),),
                       made={"dst": (rows * out_cols, bits)}, indices=whole_indices(plan))
 
 
 def _a2a3_scatter_launch(c: _Validated) -> KeptLaunch:
-    """The kept launch of an ``a2a3`` scatter: its ND loop (:func:`simt_pto.kernels.a2a3.rows_scatterer`) over every
+    """The kept launch of an ``a2a3`` scatter: its ND loop (:func:`simt_pto.kernels.a2a3.bound_scatterer`) over every
     row of the call at once, in order (the loop is sequential: one pass over the rows in order is the tiles in
     order), straight from the caller's source and indices into the caller's table."""
     plan = c.plan
     rows, src_rs = c.idx.rows, c.src.cols
-    scatter_rows, dtype = dispatch.runner("a2a3").rows_scatterer(plan, src_rs)
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else c.idx.cols
-
-    def launch(src, idx, table):  # (only a process with Numba's JIT has run the full path that keeps this)
-        scatter_rows(src, src_rs, table, idx, idx_stride, rows)
+    launch, dtype = dispatch.runner("a2a3").bound_scatterer(plan, src_rs, src_rs, idx_stride, rows)
     view = np.dtype(dtype)
     return KeptLaunch(((launch, (("src", view), ("idx", np.dtype(np.uint32)), ("table", view))),),
                       apart=(("table", "src"), ("table", "idx")), indices=whole_indices(plan))

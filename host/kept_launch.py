@@ -47,6 +47,7 @@ from .arrays import FOREIGN, JAX, NUMPY, TORCH, checked_indices, host_memory, ne
 
 _UINT32 = np.dtype(np.uint32)
 _new = tuple.__new__
+_view = np.ndarray.view
 
 
 class KeptLaunch:
@@ -65,7 +66,8 @@ class KeptLaunch:
     * ``scan``: on the device, the index scan (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`) or None.
     """
 
-    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers")
+    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers",
+                 "_viewed")
 
     def __init__(self, steps: tuple, *, made: dict | None = None, apart: tuple = (), indices: Callable | None = None,
                  checked_by: int | None = None, aligned_to: int = 1, scan: Any = None, device: bool = False):
@@ -75,6 +77,8 @@ class KeptLaunch:
         # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
         self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
                                size, dtype) for name, (size, dtype) in self.made.items()])
+        # host steps as (launch, array names, their views' dtypes) (zip: no comprehension's frame on a first call)
+        self._viewed = () if device else tuple([(launch, *zip(*views)) for launch, views in steps])
 
     # -- binding ---------------------------------------------------------------------------------------------
 
@@ -138,12 +142,13 @@ class KeptLaunch:
             return False
         for name, make, size, dtype in self._makers:
             arrays[name] = make(size, dtype)
+        # each launch's arrays viewed as it takes them, by C calls alone (a comprehension is a Python frame per step)
         if self.checked_by is None:
-            for launch, views in self.steps:
-                launch(*[arrays[name].view(dtype) for name, dtype in views])
+            for launch, names, dtypes in self._viewed:
+                launch(*map(_view, map(arrays.__getitem__, names), dtypes))
         else:
-            for at, (launch, views) in enumerate(self.steps):
-                launch(*[arrays[name].view(dtype) for name, dtype in views])
+            for at, (launch, names, dtypes) in enumerate(self._viewed):
+                launch(*map(_view, map(arrays.__getitem__, names), dtypes))
                 if at == self.checked_by and arrays["refused"].any():
                     return False  # an index past the table: the full path refuses the call (only owners written)
         if "owner" in self.made:

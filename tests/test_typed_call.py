@@ -283,14 +283,15 @@ def _files_entered(call) -> set[str]:
     return _traced(call)[0]
 
 
-def test_a_repeated_call_enters_at_most_five_files():
-    if pto.a5_backend() != "multicore":
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_repeated_call_enters_at_most_five_files(target):
+    if target == "a5" and pto.a5_backend() != "multicore":
         pytest.skip("the multicore backend's kept launches are traced")
     table, idx, _ = operands(10)
     flat_idx = (idx * 64 + 3).astype(np.int32)
     src = np.ones(8, np.float32)
-    calls = [lambda: pto.gather(table, idx, coalesce="row", oob="clamp"),
-             lambda: pto.scatter(table.reshape(-1), src, flat_idx, coalesce="elem", atomic="add")]
+    calls = [lambda: pto.gather(table, idx, coalesce="row", oob="clamp", target=target),
+             lambda: pto.scatter(table.reshape(-1), src, flat_idx, coalesce="elem", atomic="add", target=target)]
     for call in calls:
         call(), call()  # the first keeps the launch
         files = _files_entered(call)

@@ -61,10 +61,16 @@ def tile_gatherer(plan):
         rule = IndexRule(plan.rule)
         walk_nz = walk.nz_walk(plan, lambda source: gather_loop(source, rule, _prefills(plan, rule)))
         return (lambda dst, idx, table: walk_nz(dst, table, idx)), plan.dtype.bits
-    run = rows_gatherer(plan, plan.cols)
-    tile_rs, rows = plan.tile.cols, plan.rows
     idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
-    return (lambda dst, idx, table: run(dst, tile_rs, table, idx, idx_stride, rows)), plan.dtype.bits
+    return bound_gatherer(plan, plan.cols, plan.tile.cols, idx_stride, plan.rows), plan.dtype.bits
+
+
+def bound_gatherer(plan, cols: int, dst_rs: int, idx_stride: int, rows: int):
+    """:func:`rows_gatherer` bound to one signature's shape: ``gather(dst, idx, table)`` (the operands in the order
+    a kept launch passes them): a tile op's tile (:func:`tile_gatherer`), or every row of a whole-array gather at
+    once. The binding lives here, beside the loop, so that a repeated call runs no host module's code."""
+    run = rows_gatherer(plan, cols)
+    return lambda dst, idx, table: run(dst, dst_rs, table, idx, idx_stride, rows)
 
 
 def run_mgather(plan) -> None:

@@ -87,10 +87,17 @@ def tile_scatterer(plan):
         def scatter_nz(src, idx, table):
             register(table, walk_nz, src, table, idx)
         return scatter_nz, store.source_dtype(atomic, fmt, plan.dtype)
-    run, dtype = rows_scatterer(plan, plan.cols)
-    tile_rs, rows = plan.tile.cols, plan.rows
     idx_stride = plan.idx_step if plan.coalesce == Coalesce.ROW else plan.idx.cols
-    return (lambda src, idx, table: run(src, tile_rs, table, idx, idx_stride, rows)), dtype
+    return bound_scatterer(plan, plan.cols, plan.tile.cols, idx_stride, plan.rows)
+
+
+def bound_scatterer(plan, cols: int, src_rs: int, idx_stride: int, rows: int):
+    """``(scatter, dtype)``: :func:`rows_scatterer` bound to one signature's shape, ``scatter(src, idx, table)`` (the
+    operands in the order a kept launch passes them): a tile op's tile (:func:`tile_scatterer`), or every row of a
+    whole-array scatter in one pass. The binding lives here, beside the loop, so that a repeated call runs no
+    host module's code."""
+    run, dtype = rows_scatterer(plan, cols)
+    return (lambda src, idx, table: run(src, src_rs, table, idx, idx_stride, rows)), dtype
 
 
 def run_mscatter(plan) -> None:
