@@ -1,0 +1,43 @@
+"""``bench/worst_of_runs.py``, which makes README's CPU table from several ``bench_peers.py`` runs: each cell is the
+lowest ratio of the runs (peer time / ours: the run least in our favour), each per-call case the highest (our time /
+numpy's)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _worst_of_runs():
+    sys.path.insert(0, str(BENCH))  # (it imports bench_peers beside it)
+    try:
+        spec = importlib.util.spec_from_file_location("worst_of_runs", BENCH / "worst_of_runs.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _run(ratios: dict, per_call: float) -> dict:
+    return {"results": [{"op": op, "dtype": "float32", "size": size, "peer": peer, "ratio": ratio}
+                        for (op, size, peer), ratio in ratios.items()],
+            "overhead": [{"case": "gather", "times_numpy": per_call, "us_per_call": per_call, "numpy_us_per_call": 1.0}]}
+
+
+def test_each_cell_is_the_lowest_ratio_and_each_per_call_case_the_highest(tmp_path, capsys):
+    runs = [_run({("row_gather", 1 << 20, "torch"): 1.5, ("row_gather", 1 << 18, "torch"): 0.9}, 5.2),
+            _run({("row_gather", 1 << 20, "torch"): 0.8, ("row_gather", 1 << 18, "torch"): 1.1}, 4.9),
+            _run({("row_gather", 1 << 20, "torch"): 1.2}, 5.0)]
+    paths = []
+    for k, run in enumerate(runs):
+        paths.append(tmp_path / f"run{k}.json")
+        paths[-1].write_text(json.dumps(run))
+    assert _worst_of_runs().main([str(p) for p in paths]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| row_gather | torch |"))
+    assert row == "| row_gather | torch | float32 | 0.90x (0.90-1.10, 2 of 3 runs) | 0.80x (0.80-1.50) |"
+    assert "| gather | 5.2x (4.9-5.2) | 4.9-5.2 | 1.00-1.00 |" in out
