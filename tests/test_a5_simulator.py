@@ -14,6 +14,7 @@ import pytest
 import simt_pto as pto
 from test_a5_gather import test_gather_matrix as gather_case
 from test_a5_scatter import test_scatter_matrix as scatter_case
+from test_interop import gather_oracle
 from test_l1 import test_elem as l1_elem_case
 
 GATHERS = [  # simt_mgather_row_kernel, simt_mgather_elem_kernel, the (1, 1) scalar fallback
@@ -60,3 +61,18 @@ def test_owner_last_on_the_simulator(simulator_backend, coalesce):
     got = table.copy()
     pto.scatter(got, src, idx, coalesce=coalesce, conflict="last", last_path="owner")
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_the_simulator_gathers_into_a_contiguous_out_in_place(simulator_backend, coalesce):
+    """The whole-array gather's launch writes the caller's ``out`` itself (``test_interop``'s in-place test on the
+    other backends), at an address off the 8-byte boundary, and no byte around it."""
+    table = np.arange(48, dtype=np.float32).reshape(12, 4)
+    idx = np.array([[3, 11, 0], [7, 7, 2]], np.int32)
+    shape = idx.shape + ((4,) if coalesce == "row" else ())
+    size = int(np.prod(shape))
+    buffer = np.full(size + 2, -1, np.float32)
+    out = buffer[1:1 + size].reshape(shape)
+    assert pto.gather(table, idx, coalesce=coalesce, out=out) is out
+    assert out.tobytes() == gather_oracle(table, idx, coalesce).tobytes()
+    assert buffer[0] == -1 and buffer[-1] == -1

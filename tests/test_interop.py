@@ -388,21 +388,6 @@ def test_gather_writes_a_contiguous_out_in_place(rng, target, coalesce, offset):
         assert peak < out.nbytes // 2, f"{peak} bytes allocated while gathering {out.nbytes} bytes into out"
 
 
-@pytest.mark.parametrize("coalesce", ["row", "elem"])
-def test_the_simulator_writes_a_contiguous_out_in_place(simulator_backend, coalesce):
-    """The CUDA simulator's launch writes the caller's ``out`` too, at an address off the 8-byte boundary, and no
-    byte around it."""
-    table = np.arange(48, dtype=np.float32).reshape(12, 4)
-    idx = np.array([[3, 11, 0], [7, 7, 2]], np.int32)
-    shape = idx.shape + ((4,) if coalesce == "row" else ())
-    size = int(np.prod(shape))
-    buffer = np.full(size + 2, -1, np.float32)
-    out = buffer[1:1 + size].reshape(shape)
-    assert pto.gather(table, idx, coalesce=coalesce, out=out) is out
-    assert out.tobytes() == gather_oracle(table, idx, coalesce).tobytes()
-    assert buffer[0] == -1 and buffer[-1] == -1
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_bad_out_is_refused_before_anything_is_written(target):
     table = np.arange(32, dtype=np.float32).reshape(8, 4)
