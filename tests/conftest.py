@@ -78,6 +78,21 @@ def simulator_backend():
         pto.set_a5_backend(previous)
 
 
+def _runs_on_the_simulator(item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    callspec = getattr(item, "callspec", None)
+    return "simulator_backend" in names or (
+        "cpu_or_simulator_backend" in names and callspec is not None
+        and callspec.params.get("cpu_or_simulator_backend") == "simulator")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that run on the CUDA simulator go first, in their order. ``numba.cuda``'s mode is fixed at its first
+    import in a process, and a test that compiles for a GPU (real mode) before them would leave them skipped: with
+    ``-n``, which tests a worker had run before them depended on the scheduling, so a CI run skipped some of them."""
+    items.sort(key=lambda item: not _runs_on_the_simulator(item))
+
+
 @pytest.fixture(params=["multicore", "simulator"])
 def cpu_or_simulator_backend(request):
     """The test once on the ``multicore`` backend (the A5 kernels compiled for the CPU's worker threads) and once on
