@@ -79,11 +79,12 @@ def simulator_backend():
 
 
 def _runs_on_the_simulator(item) -> bool:
-    names = getattr(item, "fixturenames", ())
-    callspec = getattr(item, "callspec", None)
-    return "simulator_backend" in names or (
-        "cpu_or_simulator_backend" in names and callspec is not None
-        and callspec.params.get("cpu_or_simulator_backend") == "simulator")
+    """A test that takes :func:`simulator_backend`, is marked ``simulator``, or has a parameter naming the simulator
+    (``cpu_or_simulator_backend``'s ``"simulator"``, a path such as ``"simulator atomic"``)."""
+    if "simulator_backend" in getattr(item, "fixturenames", ()) or item.get_closest_marker("simulator"):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(isinstance(v, str) and (v == "simulator" or v.startswith("simulator ")) for v in params.values())
 
 
 def pytest_collection_modifyitems(session, config, items):

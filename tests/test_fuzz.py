@@ -429,6 +429,7 @@ def test_tile_ops_match_the_oracle_or_refuse_cleanly(call):
     assert np.array_equal(core, want), "scatter result"
 
 
+@pytest.mark.simulator
 @requires_cuda
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

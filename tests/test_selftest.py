@@ -150,6 +150,7 @@ def test_replay_refuses_a_file_that_is_not_a_case(capsys, tmp_path):
     assert exit_.value.code == 2 and "is not a selftest case" in capsys.readouterr().err
 
 
+@pytest.mark.simulator
 @requires_cuda
 def test_selftest_on_the_simulator(capsys):
     """A tenth of the cases, the kernels interpreted by Numba's CUDA simulator."""
