@@ -77,7 +77,7 @@ class KeptLaunch:
         # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
         self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
                                size, dtype) for name, (size, dtype) in self.made.items()])
-        # host steps as (launch, array names, their views' dtypes) (zip: no comprehension's frame on a first call)
+        # host steps as (launch, array names, their views' dtypes), the form run() passes to map
         self._viewed = () if device else tuple([(launch, *zip(*views)) for launch, views in steps])
 
     # -- binding ---------------------------------------------------------------------------------------------
