@@ -7,7 +7,7 @@ repeated ``pto.scatter`` runs):
 * ``alone``: one shared owner array, the claim on the calling thread (``owner_claim_one_worker_updates``);
 * ``shared``: one shared owner array claimed with atomics by every worker;
 * ``private``: a copy of the owners per worker, claimed with plain stores, the claim being the range check
-  (``host/a5_whole_array._claim_copies``; what the dispatch takes from ``owner_copy_min_updates`` updates on);
+  (``host/a5_planner._claim_copies``; what the dispatch takes from ``owner_copy_min_updates`` updates on);
 * ``serial``: no owners, the serial loop itself on the calling thread (``simt_mscatter_elem_serial_kernel``;
   what the dispatch takes up to ``serial_last_max_updates`` updates, or into a table of up to
   ``serial_last_max_table_bytes``);

@@ -31,7 +31,7 @@ import numpy as np
 
 import simt_pto as pto
 from bench_cpu import paired_times  # the one paired-rounds timer of the benchmarks
-from simt_pto.host import a5, a5_whole_array, in_memory
+from simt_pto.host import a5_planner, a5_runner, in_memory
 
 FILL = 7
 """The table's value before the calls (no update writes it: sources are drawn from -128..-1)."""
@@ -84,7 +84,7 @@ def scatter_last(table, src, idx, layout="auto"):
     if layout == "auto":
         pto.scatter(table, src, idx, coalesce="elem", conflict="last", target="a5")
     else:
-        a5.run_plan(in_memory.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5", owner=layout))
+        a5_runner.run_plan(in_memory.scatter_plan(table, src, idx, coalesce="elem", conflict="last", target="a5", owner=layout))
 
 
 def bench_one(table, n, repeat, rng, forced="auto"):
@@ -99,7 +99,7 @@ def bench_one(table, n, repeat, rng, forced="auto"):
     def peer():
         table[idx] = src
 
-    layout = a5_whole_array.owner_layout(table.size, n) if forced == "auto" else forced
+    layout = a5_planner.owner_layout(table.size, n) if forced == "auto" else forced
     extra_mb, method = peak_extra_mb(ours)
     ok = check(table, src, idx)
     peer_mb, _ = peak_extra_mb(peer)

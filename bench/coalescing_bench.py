@@ -202,9 +202,9 @@ class Device:
 
     def __init__(self, repeats: int, peers: bool):
         from numba import cuda
-        from simt_pto.host import a5
-        self.cuda, self.a5, self.repeats = cuda, a5, repeats
-        self.on_gpu = a5.on_gpu()
+        from simt_pto.host import a5_runner
+        self.cuda, self.a5, self.repeats = cuda, a5_runner, repeats
+        self.on_gpu = a5_runner.on_gpu()
         self.spin = self._spinner() if self.on_gpu else None
         self.torch = self.cupy = None
         if peers and self.on_gpu:

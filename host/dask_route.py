@@ -696,11 +696,11 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
 # -- warming the workers ------------------------------------------------------------------------------------------
 
 _WARM_COMPACT_SLOTS = 1 << 18
-"""Slots of a warm-up table that the owner path serves with one owner per distinct slot (``a5_whole_array.owner_layout``:
+"""Slots of a warm-up table that the owner path serves with one owner per distinct slot (``a5_planner.owner_layout``:
 far more slots than 32 per update)."""
 WARM_COLS = (1, 2, 4, 8)
 """Row widths :func:`warm` runs: a Row gather and the owner write move rows in units of 8, 4 or 2 bytes or one
-element (``simt_pto.host.a5_whole_array.row_move_unit``), one kernel signature each; these widths reach every unit."""
+element (``simt_pto.host.a5_planner.row_move_unit``), one kernel signature each; these widths reach every unit."""
 
 
 def _warm_calls(name, target):

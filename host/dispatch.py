@@ -4,7 +4,7 @@
 
 * ``cpu``: :mod:`simt_pto.kernels.cpu`, the CPU simulator's semantics in numpy (the golden);
 * ``a2a3``: :mod:`simt_pto.kernels.a2a3`, the A2/A3 paths as sequential Numba loops;
-* ``a5``: :mod:`simt_pto.host.a5`, the SIMT kernels' dispatch, on the backend :func:`simt_pto.backend.a5_backend`
+* ``a5``: :mod:`simt_pto.host.a5_runner`, the SIMT kernels' dispatch, on the backend :func:`simt_pto.backend.a5_backend`
   chooses at the first A5 call (``gpu``, ``multicore`` or ``simulator``; ``SIMT_PTO_A5_BACKEND`` /
   ``set_a5_backend``).
 
@@ -20,7 +20,7 @@ from simt_pto.backend import JitRequiredError, MissingExtraError, a5_backend, fi
 
 from .kept_launch import KeptLaunch, tile_checks, tile_operands
 
-RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5"}
+RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5_runner"}
 """The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
 
 
@@ -79,7 +79,7 @@ def run_mgather(plan) -> None:
 def run_kept(signature, tile, table, idx) -> bool:
     """A repeated tile op (MGATHER or MSCATTER) of a validated signature (:func:`simt_pto.constraints.cached_mgather`
     / ``cached_mscatter``) on the launch its target keeps for it (a5 on ``multicore``:
-    ``simt_pto.host.a5.run_kept``; a2a3: its ND loop, :func:`_kept_a2a3`), checked only in what depends on the
+    ``simt_pto.host.a5_runner.run_kept``; a2a3: its ND loop, :func:`_kept_a2a3`), checked only in what depends on the
     call's memory and index values. False when the target keeps none or the call needs the full path: nothing was
     run."""
     if signature.target == "a2a3":

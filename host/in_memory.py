@@ -30,7 +30,7 @@ A call is validated before anything is written, then becomes one :class:`~simt_p
   and its indices as a whole (:func:`simt_pto.plan.check_indices`). The tile op's layout, mode and geometry rules
   hold by construction for the tiles a whole-array call is cut into; ``tests/test_whole_array_rules.py`` validates
   random calls' full tiles through them and compares. On ``a5`` the plan is the kernel launches of
-  :mod:`.a5_whole_array`; on ``a2a3`` one host step per tile, each running the target's ND loop over the tile's rows
+  :mod:`.a5_planner`; on ``a2a3`` one host step per tile, each running the target's ND loop over the tile's rows
   straight from the caller's arrays (:func:`a2a3_gather_tile`, :func:`a2a3_scatter_tile`).
 * ``cpu``, the reference: the tiles run as tile ops, so the call is validated as one full tile through the tile
   op's own rules (:func:`simt_pto.host.tiling.full_tiles`, ``constraints.validated_*``) plus its indices as a whole.
@@ -205,11 +205,11 @@ def _host_tensor(plan, host_table):
 
 @functools.cache
 def _a5_side():
-    """(:mod:`.a5_whole_array`, :mod:`.a5`), imported at the first ``a5`` call: the A5 side loads the kernels and Numba.
+    """(:mod:`.a5_planner`, :mod:`.a5_runner`), imported at the first ``a5`` call: the A5 side loads the kernels and Numba.
     Cached: an import statement in a function costs about a microsecond on every call."""
     with first_use:  # they load Numba and the kernels, maybe while another thread does too
-        from . import a5, a5_whole_array
-    return a5_whole_array, a5
+        from . import a5_planner, a5_runner
+    return a5_planner, a5_runner
 
 
 def _backend(policy: Policy) -> str | None:
@@ -409,7 +409,7 @@ def gather_plan(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = 
                 strict: bool = True, dtype: DTypeArg = None, backend: str | None = None,
                 out: ArrayLike | None = None) -> CallPlan:
     """What :func:`gather` with these arguments runs, validated and built but not run: on ``a5`` its kernel launch
-    (:func:`simt_pto.host.a5_whole_array.gather_launches`, for ``backend``, default the current A5 backend), on ``a2a3`` /
+    (:func:`simt_pto.host.a5_planner.gather_launches`, for ``backend``, default the current A5 backend), on ``a2a3`` /
     ``cpu`` one host step per tile, each naming the flat C-order positions of the indices it takes (and, with
     ``out``, the copy into it where one is needed); no step for an ``idx`` with no elements. The tiles are those
     :func:`gather` runs: ``tile_rows`` rows of one index each (Row), of ``idx``'s last axis, or of one element
@@ -650,7 +650,7 @@ def scatter_plan(table: ArrayLike, src: ArrayLike, idx: ArrayLike, *, coalesce: 
                  dyn_ubuf_size: int | None = None, strict: bool = True, last_path: str = "auto",
                  dtype: DTypeArg = None, backend: str | None = None, owner: str | None = None) -> CallPlan:
     """What :func:`scatter` with these arguments runs, validated and built but not run (nothing is written): on
-    ``a5`` its kernel launches (:func:`simt_pto.host.a5_whole_array.scatter_launches`, for ``backend``, default the current
+    ``a5`` its kernel launches (:func:`simt_pto.host.a5_planner.scatter_launches`, for ``backend``, default the current
     A5 backend; ``owner`` forces the owner path's layout, ``"dense"`` or ``"compact"``), on ``a2a3`` / ``cpu`` one
     host step per tile (naming the flat C-order positions of the indices it takes; the tiles of :func:`gather`,
     ``tile_rows`` included); for a non-contiguous table, then the write-back of its contiguous copy; nothing for an

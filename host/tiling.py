@@ -2,7 +2,7 @@
 
 A kernel author splits a large gather or scatter into tiles that fit the unified buffer and issues MGATHER /
 MSCATTER per tile (MSCATTER.md, "Tiled-Iteration Pattern"; "UB Memory Budget"). Everything that reasons
-about those tiles uses the functions here: the whole-array ops (:mod:`.in_memory`, :mod:`.a5_whole_array`), the coalescing
+about those tiles uses the functions here: the whole-array ops (:mod:`.in_memory`, :mod:`.a5_planner`), the coalescing
 analyzer, ``simt-pto inspect``, selftest and the benchmarks.
 
 * :func:`data_tile` / :func:`index_tile`: the smallest tiles of ``rows x cols`` valid elements under the 32-byte

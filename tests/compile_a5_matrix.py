@@ -11,7 +11,7 @@ launch names its kernel, its policy and its arguments), not listed by hand:
 * the tile ops: every element dtype of ``ELEMENT_DTYPES["a5"]`` (``atomic_dtypes("a5", op)`` for each
   ScatterAtomicOp), both index dtypes, Row / Elem, every OOB policy, strict on and off, both
   ScatterConflict values; each call is validated by ``constraints.plan_*`` (target ``a5``) and planned by
-  ``simt_pto.host.a5.mgather_launches`` / ``mscatter_launches``;
+  ``simt_pto.host.a5_planner.mgather_launches`` / ``mscatter_launches``;
 * the GM -> L1 gathers (a MAT NZ destination, GM index and scratch tensors), both GatherExec values, through
   the same ``validated_mgather`` / ``mgather_launches`` (``GatherExec::Scalar`` launches no SIMT kernel);
 * the whole-array ops (``simt_pto.host.in_memory.gather_plan`` / ``scatter_plan``: what ``simt_pto.gather`` /
@@ -157,8 +157,8 @@ def _calls():
 
 def _tile_launches(plan):
     """The launches of a tile op's call plan (none for a scalar fallback)."""
-    from simt_pto.host import a5
-    return (a5.mgather_launches if plan.op == "MGATHER" else a5.mscatter_launches)(plan).launches
+    from simt_pto.host import a5_planner
+    return (a5_planner.mgather_launches if plan.op == "MGATHER" else a5_planner.mscatter_launches)(plan).launches
 
 
 def _l1_plan(kw, exec_):
@@ -205,10 +205,10 @@ def _whole_array_launches(op, kw):
     launches = [launch for path, owner in paths
                 for launch in in_memory.scatter_plan(table, src, idx, atomic=kw["atomic"], conflict=kw["conflict"],
                                                  last_path=path, owner=owner, **common).launches]
-    if last and not row:  # the multicore claim into a copy of the owners per worker (a5_whole_array._claim_copies)
+    if last and not row:  # the multicore claim into a copy of the owners per worker (a5_planner._claim_copies)
         from unittest import mock
-        from simt_pto.host import a5_whole_array
-        with mock.patch.object(a5_whole_array, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
+        from simt_pto.host import a5_planner
+        with mock.patch.object(a5_planner, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
             launches += in_memory.scatter_plan(table, src, idx, conflict="last", last_path="owner", owner="dense",
                                            **common).launches
     return launches

@@ -12,7 +12,7 @@ A5, Shape-adaptive launch" (``dim3{32, kLaunchWarps}``, integer division as in C
   step.
 
 Plans are built with ``simt_pto.constraints.validated_mgather / validated_mscatter``; their call plans
-(``simt_pto.host.a5.mgather_launches / mscatter_launches``) are read without running.
+(``simt_pto.host.a5_planner.mgather_launches / mscatter_launches``) are read without running.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import constraints
-from simt_pto.host import a5
+from simt_pto.host import a5_planner, a5_runner
 from simt_pto.kernels.a5 import KERNELS, simt
 from simt_pto.kernels.a5 import mgather as a5_mgather
 from simt_pto.kernels.a5 import mscatter as a5_mscatter
@@ -67,11 +67,11 @@ def _only_launch(call):
 
 
 def resolve_mgather(plan):
-    return _only_launch(a5.mgather_launches(plan))
+    return _only_launch(a5_planner.mgather_launches(plan))
 
 
 def resolve_mscatter(plan):
-    return _only_launch(a5.mscatter_launches(plan))
+    return _only_launch(a5_planner.mscatter_launches(plan))
 
 
 def compiled(launch):
@@ -213,13 +213,13 @@ def test_scatter_kernel_selection(coalesce, atomic, conflict, name):
 @pytest.mark.parametrize("oob", ["undefined", "skip", "clamp", "wrap"])
 def test_scatter_elem_1x1_is_the_scalar_fallback(atomic, conflict, oob):
     plan = scatter_plan(1, 1, "elem", atomic, conflict, oob, dtype="float32")
-    (step,) = a5.mscatter_launches(plan).steps
+    (step,) = a5_planner.mscatter_launches(plan).steps
     assert isinstance(step, HostStep) and step.name.startswith("MScatterScalarImpl")
 
 
 @pytest.mark.parametrize("oob", ["undefined", "clamp", "wrap", "zero"])
 def test_gather_selection(oob):
-    (step,) = a5.mgather_launches(gather_plan(1, 1, "elem", oob)).steps
+    (step,) = a5_planner.mgather_launches(gather_plan(1, 1, "elem", oob)).steps
     assert isinstance(step, HostStep) and step.name.startswith("MGatherScalarImpl")
     row_1x1 = resolve_mgather(gather_plan(1, 1, "row", oob))                       # Row (1, 1) still launches
     assert row_1x1.kernel == "simt_mgather_row_kernel" and row_1x1.geometry.launch_warps == 1
@@ -309,7 +309,7 @@ def test_resolved_launch_runs_the_op():
                                          dst, pto.GlobalTensor(table_vals), idx, None)
     launch = resolve_mgather(plan)
     assert (launch.geometry.row_warps, launch.geometry.warps_per_row) == (3, 2)
-    a5.run_plan(a5.mgather_launches(plan), "multicore")
+    a5_runner.run_plan(a5_planner.mgather_launches(plan), "multicore")
     np.testing.assert_array_equal(dst.valid_numpy(), table_vals[[4, 0, 2]])
 
 
@@ -332,7 +332,7 @@ POLICY_FIELDS = {
 def _whole_array_launches():
     """Every launch the whole-array ops plan for a small call of each kind (nothing runs)."""
     from unittest import mock
-    from simt_pto.host import in_memory, a5_whole_array
+    from simt_pto.host import in_memory, a5_planner
     table, idx = np.zeros((40, 8), np.float32), np.arange(20, dtype=np.int32)
     src = np.ones((20, 8), np.float32)
     calls = [in_memory.gather_plan(table, idx), in_memory.gather_plan(table.reshape(-1), idx, coalesce="elem")]
@@ -343,7 +343,7 @@ def _whole_array_launches():
                   in_memory.scatter_plan(t, s, idx, coalesce=coalesce, last_path="slot")]
         calls += [in_memory.scatter_plan(t, s, idx, coalesce=coalesce, last_path="owner", owner=layout)
                   for layout in ("dense", "compact")]
-    with mock.patch.object(a5_whole_array, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
+    with mock.patch.object(a5_planner, "_claim_copies", lambda updates, slots, owner_dtype, backend: 2):
         calls.append(in_memory.scatter_plan(table.reshape(-1), src[:, 0].copy(), idx, coalesce="elem", last_path="owner",
                                         owner="dense"))  # the multicore claim into a copy of the owners per worker
     return [launch for call in calls for launch in call.launches]

@@ -395,11 +395,11 @@ def test_a_cached_tile_op_reads_and_writes_the_new_operands():
 
 def _forbid_the_full_tile_path(monkeypatch):
     """Make validating or building a tile MGATHER fail: a call that still runs took its signature's kept launch."""
-    from simt_pto.host import a5
+    from simt_pto.host import a5_runner
 
     def full_path(*args, **kwargs):
         raise AssertionError("the call took the full path")
-    monkeypatch.setattr(a5, "mgather_launches", full_path)
+    monkeypatch.setattr(a5_runner, "mgather_launches", full_path)
     monkeypatch.setattr(constraints, "validated_mgather", full_path)
 
 
@@ -407,8 +407,8 @@ def _forbid_the_full_tile_path(monkeypatch):
 @pytest.mark.parametrize("index_dtype", ["int32", "uint32"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
 def test_a_repeated_tile_gather_runs_its_kept_launch_on_the_new_operands(coalesce, index_dtype, dtype, monkeypatch):
-    from simt_pto.host import a5
-    if a5.a5_backend() != "multicore":
+    from simt_pto.host import a5_runner
+    if a5_runner.a5_backend() != "multicore":
         pytest.skip("the kept launches are the multicore backend's")
     rng = np.random.default_rng(5)
 
@@ -438,8 +438,8 @@ def test_a_repeated_tile_gather_applies_its_oob_policy_to_the_new_indices(coales
     """Indices out of range go through the kept launch under every policy that places or drops them (oracle:
     ``simt_pto.reference``; ``undefined`` with ``strict=False`` reads 0 there, the emulator's memory-safe result)."""
     from simt_pto import reference
-    from simt_pto.host import a5
-    if a5.a5_backend() != "multicore":
+    from simt_pto.host import a5_runner
+    if a5_runner.a5_backend() != "multicore":
         pytest.skip("the kept launches are the multicore backend's")
     policy, strict = ("undefined", False) if oob == "undefined-unchecked" else (oob, True)
     table = table_of(rows=16, cols=32)
@@ -479,8 +479,8 @@ def test_a_repeated_tile_scatter_runs_its_kept_launch_on_the_new_operands(coales
     """Oracles: ``reference.last_writer_scatter`` (Last), ``np.add.at`` / ``np.maximum.at`` (atomics), numpy's
     assignment for Default with distinct slots."""
     from simt_pto import reference
-    from simt_pto.host import a5
-    if a5.a5_backend() != "multicore":
+    from simt_pto.host import a5_runner
+    if a5_runner.a5_backend() != "multicore":
         pytest.skip("the kept launches are the multicore backend's")
     slots, cols = 40, 32
     capacity = slots if coalesce == "row" else slots * cols
@@ -518,7 +518,7 @@ def test_a_repeated_tile_scatter_runs_its_kept_launch_on_the_new_operands(coales
 
     def full_path(*args, **kwargs):
         raise AssertionError("the call took the full path")
-    monkeypatch.setattr(a5, "mscatter_launches", full_path)
+    monkeypatch.setattr(a5_runner, "mscatter_launches", full_path)
     monkeypatch.setattr(constraints, "validated_mscatter", full_path)
     call(1)
     call(2)
@@ -528,13 +528,13 @@ def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monke
     """A kept float16 Add launch works on the table's 32-bit words; a table of its signature that starts mid-word
     must take the full path's boundary-word form instead (chosen per call from the address: on x86 a misaligned
     word CAS would still add right, so the test watches which plan ran)."""
-    from simt_pto.host import a5
+    from simt_pto.host import a5_planner, a5_runner, boundary_words
     plans = []
 
-    def recorded(plan, build=a5.mscatter_launches):
+    def recorded(plan, build=a5_planner.mscatter_launches):
         plans.append(build(plan))
         return plans[-1]
-    monkeypatch.setattr(a5, "mscatter_launches", recorded)
+    monkeypatch.setattr(a5_runner, "mscatter_launches", recorded)
     memory = np.zeros(65, np.float16)
     even = memory[:-1] if memory.ctypes.data % 4 == 0 else memory[1:]
     odd = memory[1:] if memory.ctypes.data % 4 == 0 else memory[:-1]
@@ -551,7 +551,7 @@ def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monke
         assert np.array_equal(table, want)
         assert memory[0 if table is odd else 64] == 0  # the byte pair outside the table is untouched
     # built: the first even table's plan (then kept), and each odd table's, in its boundary-word form
-    assert [call.guard_name for call in plans] == [None] + [a5.BoundaryWords.GUARD_NAME] * 2
+    assert [call.guard_name for call in plans] == [None] + [boundary_words.BoundaryWords.GUARD_NAME] * 2
 
 
 def test_a_changed_tile_is_validated_again():

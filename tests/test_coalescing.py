@@ -477,7 +477,7 @@ def _tiles(op, coalesce, dtype, table_shape, tile, idx_vals, kw, rng):
 @pytest.mark.parametrize("op, coalesce, dtype, table_shape, tile, kw", SIM_CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}-{'-'.join(f'{v}' for v in c[5].values())}" for c in SIM_CASES])
 def test_analyzer_matches_the_simulated_kernel(op, coalesce, dtype, table_shape, tile, kw, rng, simulator_backend):
-    from simt_pto.host.a5 import mgather_launches, mscatter_launches
+    from simt_pto.host.a5_planner import mgather_launches, mscatter_launches
     R, C = tile
     capacity = table_shape[0] if coalesce == "row" else table_shape[0] * table_shape[1]
     shape = (R,) if coalesce == "row" else (R, C)

@@ -2,7 +2,7 @@
 
 One subprocess (``tests/compile_a5_matrix.py``, ``numba.cuda`` in real mode; this process keeps the
 simulator) enumerates the specializations from the call plans the dispatch builds (``constraints.plan_*`` +
-``host.a5.mgather_launches`` / ``mscatter_launches`` over every dtype, atomic op, conflict, OOB policy, coalesce and
+``host.a5_planner.mgather_launches`` / ``mscatter_launches`` over every dtype, atomic op, conflict, OOB policy, coalesce and
 index dtype; the GM -> L1 gathers; the whole-array ops' plans, ``host.in_memory.gather_plan`` / ``scatter_plan``; the
 device index check), dedupes them by (kernel, policy, argument types), compiles each once with
 ``numba.cuda.compile_ptx`` and assembles that PTX with ``ptxas -v`` for sm_80 and sm_90.

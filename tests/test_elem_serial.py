@@ -21,7 +21,7 @@ import pytest
 import simt_pto as pto
 from simt_pto import reference
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
-from simt_pto.host import a5, in_memory, tuning
+from simt_pto.host import a5_planner, in_memory, tuning
 from simt_pto.kernels import writers
 from simt_pto.kernels.a5 import simt
 from simt_pto.launch_spec import KernelPolicy
@@ -100,13 +100,13 @@ def test_which_launches_have_a_plain_store_form():
     """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, of at most plain_add_max_updates
     elements names the plain-store kernel; the plan says so."""
     most = tuning.current().plain_add_max_updates
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_serial_kernel"
-    assert a5.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_serial_kernel"
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_serial_kernel"
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
-    assert a5.elem_alone_kernel(ScatterAtomicOp.NONE, ElementFormat.NATIVE, 64) is None
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
-    assert a5.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE, 64) is None
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_serial_kernel"
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_serial_kernel"
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_serial_kernel"
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.NONE, ElementFormat.NATIVE, 64) is None
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE, 64) is None
     table, idx = np.zeros(64, np.float32), np.arange(40, dtype=np.int32)
     plan = in_memory.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", atomic="add")
     (launch,) = plan.launches

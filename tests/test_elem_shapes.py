@@ -167,8 +167,8 @@ def run_scatter(table, src, idx, target, atomic, conflict, last_path, owner, oob
     call = in_memory.scatter_plan(table, src, idx, owner=owner, **kwargs)
     assert_tiles(call, idx.size, most)
     if owner is not None:
-        from simt_pto.host import a5
-        a5.run_plan(call)
+        from simt_pto.host import a5_runner
+        a5_runner.run_plan(call)
         return table
     return pto.scatter(table, src, idx, **kwargs)
 
@@ -351,9 +351,9 @@ def test_dask_elem_tiles_are_the_in_memory_calls(rng):
 def test_the_gpu_path_splits_rows_too_on_the_simulator(simulator_backend, monkeypatch, rng):
     """The GPU backend's code path (host arrays staged on the device), run by Numba's CUDA simulator: a row of 40
     float32 (320 B with its indices) does not fit dyn_ubuf_size=256, so tiles of 32 elements split the rows."""
-    from simt_pto.host import a5, a5_whole_array
-    monkeypatch.setattr(a5, "a5_backend", lambda: "gpu")
-    monkeypatch.setattr(a5_whole_array, "a5_backend", lambda: "gpu")
+    from simt_pto.host import a5_planner, a5_runner
+    monkeypatch.setattr(a5_runner, "a5_backend", lambda: "gpu")
+    monkeypatch.setattr(a5_planner, "a5_backend", lambda: "gpu")
     table = rng.integers(0, 100, 50).astype(np.float32)
     idx = rng.integers(0, 50, (2, 40)).astype(np.int32)
     assert_tiles(in_memory.gather_plan(table, idx, coalesce="elem", dyn_ubuf_size=256), idx.size, 32)

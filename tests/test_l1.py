@@ -331,7 +331,7 @@ def test_row_column_index_tensor(target):
 
 def test_simt_launch_geometry_and_dispatch():
     from simt_pto.geometry import l1_elem_geometry
-    from simt_pto.host.a5 import mgather_l1_launches, mgather_launches
+    from simt_pto.host.a5_planner import mgather_l1_launches, mgather_launches
     from simt_pto.launch_spec import HostStep
     assert l1_elem_geometry(16, 8).block == (32, 4)          # 128 elements: 4 warps
     assert l1_elem_geometry(16, 16).launch_warps == 8

@@ -209,7 +209,7 @@ def test_validate_last_command(capsys):
 
 
 def test_row_gather_moves_rows_in_the_widest_unit_that_divides_them(rng):
-    from simt_pto.host.a5_whole_array import row_move_unit
+    from simt_pto.host.a5_planner import row_move_unit
     aligned = np.zeros(64, np.uint64).view(np.uint8)
     assert row_move_unit(4, 64, aligned) == 8        # 256-byte rows: 8-byte moves
     assert row_move_unit(4, 3, aligned) == 4         # 12-byte rows: 4-byte moves
@@ -223,7 +223,7 @@ def test_row_gather_moves_rows_in_the_widest_unit_that_divides_them(rng):
         assert np.array_equal(pto.gather(np.ascontiguousarray(table), idx), table[idx])
 
 
-# -- the plan of a whole-array call (host/in_memory.py, host/a5_whole_array.py) -------------------------------------------
+# -- the plan of a whole-array call (host/in_memory.py, host/a5_planner.py) -------------------------------------------
 
 def _plan_names(call):
     return [launch.kernel for launch in call.launches]
@@ -322,9 +322,9 @@ def test_one_refusal_for_tile_ops_and_whole_array_calls():
 
 def _on_the_gpu_runner(monkeypatch):
     """The GPU backend's code path (device arrays, staging, copies back) run by Numba's CUDA simulator."""
-    from simt_pto.host import a5, a5_whole_array
-    monkeypatch.setattr(a5, "a5_backend", lambda: "gpu")
-    monkeypatch.setattr(a5_whole_array, "a5_backend", lambda: "gpu")
+    from simt_pto.host import a5_planner, a5_runner
+    monkeypatch.setattr(a5_runner, "a5_backend", lambda: "gpu")
+    monkeypatch.setattr(a5_planner, "a5_backend", lambda: "gpu")
 
 
 def test_the_gpu_path_on_the_simulator(simulator_backend, monkeypatch, rng):
@@ -349,7 +349,7 @@ def test_the_gpu_path_on_the_simulator(simulator_backend, monkeypatch, rng):
 def test_the_gpu_runner_stages_a_host_table_once_per_call(simulator_backend, monkeypatch, rng):
     """The slot-centric Last path is one launch per tile: the host table goes to the device once and comes back
     once, not once per tile."""
-    from simt_pto.host import a5, in_memory
+    from simt_pto.host import a5_runner, in_memory
     _on_the_gpu_runner(monkeypatch)
     table = np.zeros(16, np.float32)
     src = rng.random(24).astype(np.float32)
@@ -357,10 +357,10 @@ def test_the_gpu_runner_stages_a_host_table_once_per_call(simulator_backend, mon
     call = in_memory.scatter_plan(table, src, idx, coalesce="elem", last_path="slot", tile_rows=8)
     assert len(call.launches) == 3
     staged, copied = [], []
-    to_device, copy_to_host = a5.to_device, a5.copy_to_host
-    monkeypatch.setattr(a5, "to_device", lambda a: staged.append(a) or to_device(a))
-    monkeypatch.setattr(a5, "copy_to_host", lambda d, h: copied.append(h) or copy_to_host(d, h))
-    a5.run_plan(call)
+    to_device, copy_to_host = a5_runner.to_device, a5_runner.copy_to_host
+    monkeypatch.setattr(a5_runner, "to_device", lambda a: staged.append(a) or to_device(a))
+    monkeypatch.setattr(a5_runner, "copy_to_host", lambda d, h: copied.append(h) or copy_to_host(d, h))
+    a5_runner.run_plan(call)
     the_table = call.launches[0].arguments["table"]
     assert sum(a is the_table for a in staged) == 1 and sum(h is the_table for h in copied) == 1
     assert np.array_equal(table, serial_scatter(np.zeros(16, np.float32), src, idx, "elem"))

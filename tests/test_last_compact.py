@@ -1,7 +1,7 @@
-"""Conflict::Last on the owner path, sized by the updates (host/a5_whole_array.py, issue 21 item 5).
+"""Conflict::Last on the owner path, sized by the updates (host/a5_planner.py, issue 21 item 5).
 
 The owner path keeps one owner per table slot (``dense``) or one per distinct slot the updates reach
-(``compact``), as ``a5_whole_array.owner_layout`` chooses. Both must give the sequential result bit for bit, and a
+(``compact``), as ``a5_planner.owner_layout`` chooses. Both must give the sequential result bit for bit, and a
 few updates into a large table must cost memory in the number of updates, not in the table's size.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
-from simt_pto.host import a5_whole_array, tuning
+from simt_pto.host import a5_planner, tuning
 from simt_pto.enums import IndexRule
 
 from conftest import as_bits, random_values, sentinel_bits
@@ -72,7 +72,7 @@ def _case(rng, coalesce, dtype, oob, cols):
 
 
 def _run(monkeypatch, layout, table, src, idx, coalesce, oob, strict=True, tile_rows=8):
-    monkeypatch.setattr(a5_whole_array, "owner_layout", lambda capacity, updates: layout)
+    monkeypatch.setattr(a5_planner, "owner_layout", lambda capacity, updates: layout)
     rec = Recorder(monkeypatch)
     buf, view = _guarded(table)
     pto.scatter(view, src, idx, coalesce=coalesce, oob=oob, conflict="last", target="a5", last_path="owner",
@@ -152,11 +152,11 @@ def test_compact_row_write_spans_several_blocks(monkeypatch, rng):
 def test_compact_slots_numbers_the_distinct_slots():
     """Hand-computed: capacity 10, indices [5, -1, 3, 5, 100, 12] (-1 is 4294967295)."""
     raw = np.array([5, -1, 3, 5, 100, 12], np.int32)
-    slots, ids = a5_whole_array.compact_slots(raw, 10, IndexRule.MASK, np.int32)
+    slots, ids = a5_planner.compact_slots(raw, 10, IndexRule.MASK, np.int32)
     assert slots.tolist() == [3, 5] and ids.tolist() == [1, -1, 0, 1, -1, -1] and ids.dtype == np.int32
-    slots, ids = a5_whole_array.compact_slots(raw, 10, IndexRule.CLAMP)
+    slots, ids = a5_planner.compact_slots(raw, 10, IndexRule.CLAMP)
     assert slots.tolist() == [3, 5, 9] and ids.tolist() == [1, 2, 0, 1, 2, 2]
-    slots, ids = a5_whole_array.compact_slots(raw, 10, IndexRule.WRAP)  # 4294967295 % 10 == 5
+    slots, ids = a5_planner.compact_slots(raw, 10, IndexRule.WRAP)  # 4294967295 % 10 == 5
     assert slots.tolist() == [0, 2, 3, 5] and ids.tolist() == [3, 3, 2, 3, 0, 1]
 
 
@@ -173,12 +173,12 @@ def test_compact_owner_on_the_simulator(simulator_backend, monkeypatch, rng):
 # -- the choice, and what it costs ---------------------------------------------------------------------------------
 
 def test_owner_layout_is_chosen_by_cost():
-    assert a5_whole_array.owner_layout(1 << 16, 1) == "dense"  # a small table: no sort
-    assert a5_whole_array.owner_layout(4 << 20, 1 << 20) == "dense"  # the table comparable to the updates
-    assert a5_whole_array.owner_layout(1_500_000_000, 10) == "compact"
-    assert a5_whole_array.owner_layout(1 << 33, 2) == "compact"
+    assert a5_planner.owner_layout(1 << 16, 1) == "dense"  # a small table: no sort
+    assert a5_planner.owner_layout(4 << 20, 1 << 20) == "dense"  # the table comparable to the updates
+    assert a5_planner.owner_layout(1_500_000_000, 10) == "compact"
+    assert a5_planner.owner_layout(1 << 33, 2) == "compact"
     slots = tuning.current().dense_owner_slots_per_update * 1000 + tuning.current().dense_owner_min_slots
-    assert a5_whole_array.owner_layout(slots, 1000) == "dense" and a5_whole_array.owner_layout(slots + 1, 1000) == "compact"
+    assert a5_planner.owner_layout(slots, 1000) == "dense" and a5_planner.owner_layout(slots + 1, 1000) == "compact"
 
 
 @pytest.mark.parametrize("coalesce, shape", [("elem", (1 << 28,)), ("row", (1 << 24, 16))])

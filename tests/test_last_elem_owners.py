@@ -1,4 +1,4 @@
-"""Conflict::Last, Elem, on the dense owner path (host/a5_whole_array.py, issue 24): each owner is the largest flat source
+"""Conflict::Last, Elem, on the dense owner path (host/a5_planner.py, issue 24): each owner is the largest flat source
 position ``p`` that writes its slot (an atomic max), in 4 bytes while every position fits, and the write pass reads
 ``src[p]``. The result must be the serial loop's bit for bit, whatever the value bits (all ones, NaN payloads, -0.0);
 the oracle is the loop itself, on raw bits, or the reference's last writer per slot.
@@ -10,7 +10,7 @@ import pytest
 
 import simt_pto as pto
 from simt_pto import geometry
-from simt_pto.host import a5_whole_array, in_memory, kept_launch, tuning
+from simt_pto.host import a5_planner, in_memory, kept_launch, tuning
 from simt_pto.plan import CallCache
 
 from conftest import as_bits, random_values
@@ -56,7 +56,7 @@ def test_the_elem_owner_path_gives_the_serial_bits(rng, dtype, oob):
 
 def test_owners_widen_past_int32_positions():
     """A position owner is int32 while every flat position fits, int64 from ``2**31`` positions on."""
-    assert a5_whole_array._owner_dtype(2 ** 31 - 1) == np.int32 and a5_whole_array._owner_dtype(2 ** 31) == np.int64
+    assert a5_planner._owner_dtype(2 ** 31 - 1) == np.int32 and a5_planner._owner_dtype(2 ** 31) == np.int64
 
 
 @pytest.mark.parametrize("claim", ["shared", "copies"])
@@ -64,7 +64,7 @@ def test_owners_widen_past_int32_positions():
 def test_the_owner_path_on_the_workers(rng, monkeypatch, tune, dtype, claim):
     """A claim past owner_claim_one_worker_updates updates runs on the worker threads: into one shared owner array with
     atomics, prefetching over at least CLAIM_PREFETCH_MIN_SLOTS owners (``shared``), or into a copy of the owners per
-    worker (``copies``, :func:`a5_whole_array._claim_copies`). Against the reference's last writer per slot (indices with
+    worker (``copies``, :func:`a5_planner._claim_copies`). Against the reference's last writer per slot (indices with
     repeats, the table's last slots untouched), the full path and then the kept launches."""
     from simt_pto import reference
     from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
@@ -78,7 +78,7 @@ def test_the_owner_path_on_the_workers(rng, monkeypatch, tune, dtype, claim):
     src = random_values(rng, n, dtype)
     table = random_values(rng, slots, dtype)
     want = as_bits(reference.last_writer_scatter(table, idx.astype(np.int64), src))
-    assert a5_whole_array.owner_layout(slots, n) == "dense"
+    assert a5_planner.owner_layout(slots, n) == "dense"
     claim_launch = in_memory.scatter_plan(table, src, idx, coalesce="elem", last_path="owner",
                                       owner="dense", backend="multicore").launches[1]
     copies = multicore_workers() if claim == "copies" and multicore_workers() > 1 else 1
@@ -103,7 +103,7 @@ def test_the_owner_copies_give_the_serial_bits(cpu_or_simulator_backend, rng, mo
     (every position then wins its slot, so none may be missed). The serial loop's bits, full path then kept
     launches."""
     CallCache.clear_all()
-    monkeypatch.setattr(a5_whole_array, "_claim_copies", lambda updates, slots, owner_dtype, backend: 3)
+    monkeypatch.setattr(a5_planner, "_claim_copies", lambda updates, slots, owner_dtype, backend: 3)
     table, src, idx = _case(rng, dtype, oob, shape=(17, 10))
     if writers == "one":
         table = random_values(rng, (211,), dtype)
@@ -128,7 +128,7 @@ def test_the_private_claim_refuses_an_index_past_the_table_before_any_write(rng,
     block's ``refused`` flag, and the call is refused with the full path's error before the write: the table, the
     source and the indices keep their bits."""
     from simt_pto.errors import OutOfBoundsError
-    monkeypatch.setattr(a5_whole_array, "_claim_copies", lambda updates, slots, owner_dtype, backend: 3)
+    monkeypatch.setattr(a5_planner, "_claim_copies", lambda updates, slots, owner_dtype, backend: 3)
     table = random_values(rng, (23,), "float32")
     src = random_values(rng, (17, 10), "float32")
     clean = rng.integers(0, 23, (17, 10)).astype(np.int32)
@@ -159,7 +159,7 @@ def test_owner_copies_are_taken_for_few_owners_on_the_workers(monkeypatch):
     """A copy of the owners per worker on ``multicore``, only for a claim of more than owner_copy_min_updates
     updates on several workers into owners of at most owner_copy_max_bytes, with at least
     owner_copy_updates_per_slot updates per owner of all copies."""
-    from simt_pto.host import a5_whole_array as host
+    from simt_pto.host import a5_planner as host
     monkeypatch.setattr(host, "multicore_workers", lambda: 2)
     i32, many = np.dtype(np.int32), 1 << 22
     most = tuning.current().owner_copy_max_bytes // 4
@@ -192,7 +192,7 @@ def test_small_owner_passes_run_on_the_calling_thread(monkeypatch):
     (the calling thread walks the items in order, no hand-off to the worker pool); a claim into a copy of the owners
     per worker is a block of one warp per copy; larger passes, and every pass of a plan for another backend, keep the
     flat grid. Planning runs nothing."""
-    monkeypatch.setattr(a5_whole_array, "multicore_workers", lambda: 2)
+    monkeypatch.setattr(a5_planner, "multicore_workers", lambda: 2)
     one, copies = (1, 1), (2, 1)
     few, some = 1 << 10, tuning.current().owner_write_one_worker_slots + 1
     many = tuning.current().owner_copy_max_bytes // 4 + 1  # int32 owners past what a copy may hold

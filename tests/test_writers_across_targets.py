@@ -326,19 +326,19 @@ def test_a_staged_boundary_element_is_written_by_its_call_alone(monkeypatch, cpu
     """An odd-length float16 table that ends its allocation ends mid-word: A5 stages its last element, adds into
     the staged copy and writes it back after the launch. An A2/A3 Add into that element in between would be
     overwritten: it waits for the A5 call instead."""
-    from simt_pto.host import a5
+    from simt_pto.host import boundary_words
     table = np.zeros(5, np.float16)  # its own allocation: the last element's word reaches past it
     idx, ones = np.arange(5), np.ones(5, np.float16)
     CALLS["tile"](np.zeros(5, np.float16), idx, ones, "add", "a2a3")
     staged, a2a3_done, inside = threading.Event(), threading.Event(), []
-    stage = a5.BoundaryWords.stage
+    stage = boundary_words.BoundaryWords.stage
 
     def widened_stage(self):
         stage(self)
         if self.pieces:
             staged.set()
             inside.append(a2a3_done.wait(WINDOW_S))
-    monkeypatch.setattr(a5.BoundaryWords, "stage", widened_stage)
+    monkeypatch.setattr(boundary_words.BoundaryWords, "stage", widened_stage)
 
     def a2a3_add():
         assert staged.wait(60)
@@ -415,7 +415,7 @@ def test_a_gpu_call_on_a_host_table_runs_as_its_only_writer(monkeypatch):
     is a read-modify-write of all of it, so it runs as the table's only writer. No GPU here: the staged run is
     replaced by one that loads the table, waits, and stores it back plus one, as the copy back would; an A5 Add
     from another thread must come after it, or be lost."""
-    from simt_pto.host import a5
+    from simt_pto.host import a5_runner
     table = np.zeros(64, np.int32)
     plan = pto.scatter_plan(table, np.ones(4, np.int32), np.arange(4), coalesce="elem", atomic="add", target="a5")
     started = threading.Event()
@@ -427,8 +427,8 @@ def test_a_gpu_call_on_a_host_table_runs_as_its_only_writer(monkeypatch):
         threading.Event().wait(WINDOW_S)
         table[:] = loaded + 1  # the device's result, copied back over the whole host table
 
-    monkeypatch.setattr(a5, "_run_staged", staged_copy_back)
-    gpu_call = threading.Thread(target=a5.run_plan, args=(plan, "gpu"))
+    monkeypatch.setattr(a5_runner, "_run_staged", staged_copy_back)
+    gpu_call = threading.Thread(target=a5_runner.run_plan, args=(plan, "gpu"))
     gpu_call.start()
     assert started.wait(10)
     pto.scatter(table, np.full(3, 5, np.int32), np.array([0, 1, 63]), coalesce="elem", atomic="add", target="a5")

@@ -11,7 +11,7 @@
   reset, claim and write;
 * ``"tile"``: the tile op, :func:`simt_pto.mgather` / :func:`simt_pto.mscatter` on one tile
   (:func:`simt_pto.constraints.validated_mgather` / :func:`~simt_pto.constraints.validated_mscatter`, then
-  :func:`simt_pto.host.a5.mgather_launches` / :func:`~simt_pto.host.a5.mscatter_launches`), replayed for every
+  :func:`simt_pto.host.a5_planner.mgather_launches` / :func:`~simt_pto.host.a5_planner.mscatter_launches`), replayed for every
   tile of the index, each tile in the same UB tile: what only a tile op has (an explicit ``tile_padded``,
   ``tile_layout``, ``idx_layout``; the ``(1, 1)`` Elem scalar fallback).
 
@@ -695,15 +695,15 @@ def _tile_call(op, coalesce, raw, C, table_shape, tile_shape, dtype, *, atomic, 
     idx_tile = tiling.index_tile(coalesce, R, C, idx_layout, _dt.int32)
     table = GlobalTensor(np.zeros(table_shape, dtype=dtype.numpy), dtype=dtype)
     with first_use:  # the A5 dispatch loads the kernels package: at the first analysis, not at import
-        from simt_pto.host import a5
+        from simt_pto.host import a5_planner
     if op == "MGATHER":
         policy = mgather_policy(coalesce, oob, "a5", GatherExec.SCALAR, strict, dyn_ubuf_size)
         plan = constraints.validated_mgather(policy, data, table, idx_tile)
-        call = a5.mgather_launches(plan)
+        call = a5_planner.mgather_launches(plan)
     else:
         policy = mscatter_policy(coalesce, atomic, oob, conflict, "a5", strict, dyn_ubuf_size)
         plan = constraints.validated_mscatter(policy, table, data, idx_tile)
-        call = a5.mscatter_launches(plan)
+        call = a5_planner.mscatter_launches(plan)
     launches = call.launches
     # the whole index, as the whole-array call refuses it (the API checks one tile at a time)
     check_indices(op, "a5", plan.capacity, plan.rule,

@@ -3,7 +3,7 @@
 The call is built and validated exactly as the API does it (:func:`simt_pto.constraints.validated_mgather` /
 :func:`~simt_pto.constraints.validated_mscatter` with target ``"a5"``, so a call the spec forbids raises the
 same :class:`~simt_pto.ConstraintError`), the launch is the A5 dispatch's own
-(:func:`simt_pto.host.a5.mgather_launches` / :func:`~simt_pto.host.a5.mscatter_launches`: its
+(:func:`simt_pto.host.a5_planner.mgather_launches` / :func:`~simt_pto.host.a5_planner.mscatter_launches`: its
 :class:`~simt_pto.launch_spec.LaunchSpec`), then that spec's kernel, bound to its policy
 (:func:`simt_pto.kernels.a5.simt.bound_source`), is compiled to PTX with ``numba.cuda.compile_ptx`` for the
 argument types of the spec's arguments and the requested compute capability, and assembled with the CUDA wheels'
@@ -162,10 +162,10 @@ def _zeros(d, shape):
 def call_plan(plan):
     """The A5 dispatch's :class:`~simt_pto.launch_spec.CallPlan` for a validated plan (what the call launches).
 
-    Imports ``simt_pto.host.a5`` (and the kernels): call it in a process whose ``numba.cuda`` is in real mode
+    Imports ``simt_pto.host.a5_planner`` (and the kernels): call it in a process whose ``numba.cuda`` is in real mode
     (see :func:`compile_here`)."""
-    from simt_pto.host import a5
-    return (a5.mgather_launches if plan.op == "MGATHER" else a5.mscatter_launches)(plan)
+    from simt_pto.host import a5_planner
+    return (a5_planner.mgather_launches if plan.op == "MGATHER" else a5_planner.mscatter_launches)(plan)
 
 
 def launch_of(plan):

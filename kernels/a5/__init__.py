@@ -3,7 +3,7 @@
 The kernels (:mod:`.mgather`, GM -> L1 included, and :mod:`.mscatter`) are plain Python over the intrinsics of
 :mod:`.intrinsics`; :mod:`.simt` compiles them for a CUDA GPU, Numba's CUDA simulator or the CPU, and
 launches them. Choosing a kernel for a call, staging and the scalar fallbacks are host code
-(:mod:`simt_pto.host.a5`). Importing this package imports no ``numba.cuda``: the backend is resolved at the
+(:mod:`simt_pto.host.a5_runner`). Importing this package imports no ``numba.cuda``: the backend is resolved at the
 first launch.
 """
 from .mgather import simt_mgather_elem_kernel, simt_mgather_l1_elem_kernel, simt_mgather_row_kernel

@@ -64,7 +64,7 @@ def simt_mgather_elem_kernel(rule: IndexRule):
 # MGATHER.md, "GM → L1 Gather". The cube core (AIC) has two executors: ``Scalar`` (Row and Elem) walks the GM
 # indices itself (simt_pto.kernels.cube_l1_walk, shared with A2/A3's scalar pipe); ``Simt`` (Elem only) runs
 # the kernel below on the AIV (GM -> GM scratch, NZ), then the AIC copies the scratch onto the L1 tile
-# (simt_pto.host.a5.mgather_l1_launches chooses and sequences them).
+# (simt_pto.host.a5_planner.mgather_l1_launches chooses and sequences them).
 
 @functools.cache
 def simt_mgather_l1_elem_kernel(rule: IndexRule):

@@ -88,7 +88,7 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
       loads before it are done, so each atomic waits for its own cache miss; plain adds overlap theirs (measured in
       ``HostTuning.plain_add_max_updates`` in ``host/tuning.py``).
     * With atomic NONE it is Conflict::Last's serial loop itself (a later position overwrites an earlier one), the
-      whole-array Elem Last of a few million updates or into a table of a few MB (``host/a5_whole_array.takes_serial_last``); its stores
+      whole-array Elem Last of a few million updates or into a table of a few MB (``host/a5_planner.takes_serial_last``); its stores
       compose with other writers as the owner path's do.
 
     A 16-bit float Add on a table that starts or ends mid-word has no such form: its boundary words hold bytes
@@ -139,7 +139,7 @@ def simt_mscatter_elem_last_kernel(rule: IndexRule):
     return simt_mscatter_elem_last_kernel
 
 
-# -- Conflict::Last at scale: the owner-based path (host/a5_whole_array.py) ---------------------------------------
+# -- Conflict::Last at scale: the owner-based path (host/a5_planner.py)
 # Pass 0 marks every destination slot unowned (-1) on the device; pass 1 claims each slot for the largest
 # flat source index that writes it (an atomic max, after the OOB remap); pass 2 walks the destination and
 # writes each owned slot from its owner. Bitwise identical to the slot-centric kernels and to the
@@ -213,7 +213,7 @@ def simt_mscatter_elem_owner_write_kernel():
     return simt_mscatter_elem_owner_write_kernel
 
 
-# -- Conflict::Last at scale on several CPU workers: private owners (host/a5_whole_array.py) --------------------------
+# -- Conflict::Last at scale on several CPU workers: private owners (host/a5_planner.py)
 # Two workers claiming one small owner array trade its cache lines at every claim. With a private copy of the
 # owners per block (the host launches one block per worker), block ``b`` claims its contiguous share of the
 # positions into copy ``b``, and the write takes each slot's largest owner over the copies. A CPU block runs on one
@@ -252,7 +252,7 @@ def simt_mscatter_elem_private_owner_write_kernel():
     return simt_mscatter_elem_private_owner_write_kernel
 
 
-# -- Conflict::Last at scale, sized by the updates: the compact owner path (host/a5_whole_array.py) ---------------
+# -- Conflict::Last at scale, sized by the updates: the compact owner path (host/a5_planner.py)
 # For a few updates into a large table, one owner per table slot costs O(slots) memory and time. The host
 # remaps the indices with the OOB rule and numbers the distinct slots they reach (``slots``, ascending);
 # ``ids[p]`` is the number of update ``p``'s slot, or -1 for an update the rule drops. The owner array then

@@ -1,10 +1,19 @@
-"""The A5 side of the whole-array ops (:mod:`simt_pto.host.in_memory`): what a whole-array call launches, as a
-:class:`~simt_pto.launch_spec.CallPlan` of multi-block launches of the A5 kernels.
+"""The A5 planner: a call, a tile op or a whole array, becomes the :class:`~simt_pto.launch_spec.CallPlan` its
+launches run (the kernel launches, :class:`~simt_pto.launch_spec.LaunchSpec`, and the host steps: the ``(1, 1)``
+Elem scalar fallbacks, the cube core's GM -> L1 walk and copy, the owner passes of Conflict::Last), which
+:func:`simt_pto.host.a5_runner.run_plan` runs on an A5 backend (MGATHER.md / MSCATTER.md, "A5 Form",
+"Performance Considerations — A5"). Every argument list of a launch is written here, once per kernel.
 
-Block ``b`` of a tile launch runs tile ``b`` (rows ``[b * tile_rows, ...)`` of the call's 2-D view of the indices:
-index rows, or the elements of an Elem index cut as one flat run in C order, :func:`simt_pto.host.tiling.tile_view`)
-with the geometry of one full tile: ``idx.rows`` / ``idx.cols`` below are that view. One call is one plan
-(:func:`gather_launches`, :func:`scatter_launches`), run by :func:`simt_pto.host.a5.run_plan`:
+**Tile ops.** :func:`mgather_launches` / :func:`mscatter_launches` are what one ``pto.mgather`` / ``pto.mscatter``
+launches: one block over the tile, with its strides (ColMajor and padded tiles), the L1 kernel
+(:func:`mgather_l1_launches`) and the ``(1, 1)`` scalar fallbacks. ``simt-pto inspect`` compiles the same specs
+without a GPU and the coalescing analyzer replays them.
+
+**Whole arrays.** :func:`gather_launches` / :func:`scatter_launches` are what one ``pto.gather`` / ``pto.scatter``
+launches, as multi-block launches of the same kernels. Block ``b`` of a tile launch runs tile ``b`` (rows
+``[b * tile_rows, ...)`` of the call's 2-D view of the indices: index rows, or the elements of an Elem index cut as
+one flat run in C order, :func:`simt_pto.host.tiling.tile_view`) with the geometry of one full tile: ``idx.rows`` /
+``idx.cols`` below are that view. One call is one plan:
 
 * gather: one launch, ``grid`` = the tiles;
 * scatter, atomics or Conflict::Default: one launch, ``grid`` = the tiles;
@@ -19,7 +28,7 @@ On the ``multicore`` backend an owner pass over few slots or updates runs on the
 of one warp (:attr:`~.tuning.HostTuning.owner_reset_one_worker_slots`, :attr:`~.tuning.HostTuning.owner_claim_one_worker_updates`).
 
 Device arrays are used in place; host arrays stay host arrays in the plan, and on the GPU backend
-:func:`~simt_pto.host.a5.run_plan` stages them on the device once per call and copies back the ones a launch
+:func:`~simt_pto.host.a5_runner.run_plan` stages them on the device once per call and copies back the ones a launch
 writes, inside the call's guard (a mid-word 16-bit float Add's boundary words). The plans are built for a
 backend (``backend``, default the current one): on the GPU the owner arrays and a gather's output are device
 memory, allocated while the plan is built; nothing runs until the plan does.
@@ -27,28 +36,261 @@ memory, allocated while the plan is built; nothing runs until the plan does.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from simt_pto import dtypes, geometry
 from simt_pto.backend import a5_backend, imported
-from simt_pto.enums import Coalesce, ScatterAtomicOp, ScatterConflict
+from simt_pto.enums import Coalesce, ElementFormat, GatherExec, ScatterAtomicOp, ScatterConflict
 from simt_pto.kernels import store
+from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.a5.simt import multicore_workers
-from simt_pto.kernels.index_policy import remap_array
+from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
+from simt_pto.kernels.index_policy import remap_array, remap_index
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
-from . import a5, tuning
-from .arrays import new_device_array, to_host
 
+from . import tuning
+from .arrays import base_address, new_device_array, to_host
+from .boundary_words import BoundaryWords, holding
 
 
 def _cuda():
     return imported("numba.cuda")
 
 
+# -- a tile op: one block over the tile ----------------------------------------------------------------------------
+
+def table_memory(plan, dtype):
+    """The table's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
+    return gm_memory(plan.table, dtype)
+
+
+def gm_memory(tensor, dtype):
+    """A GM tensor's flat memory viewed as ``dtype``: a numpy view, or a device view without copying."""
+    if tensor.on_device:
+        return _cuda().as_cuda_array(tensor.array).reshape(tensor.size).view(dtype)
+    return tensor.flat.view(dtype)
+
+
+def tile_bits(tile):
+    """The tile's storage as raw bits (the kernels move bits). An index tile's bits are its uint32 indices: the
+    ISA casts every index to uint32 before it is used (MGATHER.md / MSCATTER.md, constraints: "Indices are cast to
+    uint32_t first"), so int32 and uint32 index tiles launch the same specialization."""
+    return tile.data.view(tile.dtype.bits)
+
+
+def mgather_l1_launches(plan) -> CallPlan:
+    """A GM -> L1 MGATHER (MAT destination), MGATHER.md "GM → L1 Gather": for ``GatherExec::Simt`` (Elem only)
+    ``simt_mgather_l1_elem_kernel`` sized by :func:`geometry.l1_elem_geometry` over the padded NZ tile, writing the
+    GM scratch, then the AIC's bulk ``copy_gm_to_cbuf`` of the first ``Rows * Cols`` scratch elements onto the L1
+    tile; for ``GatherExec::Scalar`` the cube core's scalar walk (no SIMT launch)."""
+    if plan.exec != GatherExec.SIMT:
+        return CallPlan((HostStep("the cube core's scalar GM -> L1 walk", lambda: run_mgather_l1_scalar(plan)),))
+    dst, bits, n = plan.tile, plan.dtype.bits, plan.tile_elems
+    scratch = gm_memory(plan.scratch, bits)
+
+    def copy_gm_to_cbuf():
+        staged = scratch[:n].copy_to_host() if plan.scratch.on_device else scratch[:n]
+        tile_bits(dst)[:] = staged
+    launch = launch_spec("simt_mgather_l1_elem_kernel", KernelPolicy.of(plan.rule),
+                         geometry.l1_elem_geometry(dst.rows, dst.cols), writes=("scratch",), scratch=scratch,
+                         table=table_memory(plan, bits), idx=gm_memory(plan.idx, np.uint32), idx_rs=plan.idx_step,
+                         valid_rows=plan.rows, valid_cols=plan.cols, table_size=plan.capacity, tile_rows=dst.rows,
+                         tile_elems=n, kc0=plan.kc0)
+    return CallPlan((launch, HostStep("copy_gm_to_cbuf: the scratch onto the L1 tile", copy_gm_to_cbuf)))
+
+
+def mgather_launches(plan) -> CallPlan:
+    """What an MGATHER launches: ``simt_mgather_row_kernel`` / ``simt_mgather_elem_kernel`` (one block), the
+    ``(1, 1)`` Elem case's ``MGatherScalarImpl``, or the GM -> L1 path (:func:`mgather_l1_launches`)."""
+    if plan.l1:
+        return mgather_l1_launches(plan)
+    dst, table = plan.tile, table_memory(plan, plan.dtype.bits)
+    rs, cs = dst.strides
+    policy = KernelPolicy.of(plan.rule)
+    # the arguments as literals: a tile op builds its launch on every call
+    rows, cols = plan.rows, plan.cols
+    if plan.coalesce == Coalesce.ROW:
+        geo = geometry.row_geometry(rows, cols)
+        return CallPlan((LaunchSpec("simt_mgather_row_kernel", policy, (
+            ("dst", tile_bits(dst)), ("dst_rs", rs), ("dst_cs", cs), ("idx", tile_bits(plan.idx)),
+            ("idx_step", plan.idx_step), ("table", table), ("table_rows", plan.capacity), ("valid_rows", rows),
+            ("valid_cols", cols), ("tile_rows", rows), ("row_warps", geo.row_warps),
+            ("warps_per_row", geo.warps_per_row)), geo, 1, ("dst",)),))
+    if rows == 1 and cols == 1:
+        return CallPlan((HostStep("MGatherScalarImpl: the (1, 1) Elem gather on the AIV scalar pipe",
+                                  lambda: mgather_scalar_impl(plan)),))
+    irs, ics = plan.idx.strides
+    return CallPlan((LaunchSpec("simt_mgather_elem_kernel", policy, (
+        ("dst", tile_bits(dst)), ("dst_rs", rs), ("dst_cs", cs), ("idx", tile_bits(plan.idx)), ("idx_rs", irs),
+        ("idx_cs", ics), ("table", table), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", cols),
+        ("tile_rows", rows)), geometry.elem_geometry(rows, cols), 1, ("dst",)),))
+
+
+class TableMemory(NamedTuple):
+    """A scatter's table as its launches see it, for a call whose plan has no GlobalTensor (a whole-array call:
+    a whole array); it has the attributes of one that :func:`gm_memory` and :class:`BoundaryWords` read."""
+
+    array: Any
+    """The caller's array (host or device memory)."""
+    size: int
+    """Its elements."""
+    on_device: bool
+    flat: np.ndarray | None
+    """Its flat host memory (a numpy view), or None for a device array."""
+
+
+def element_format(plan, table=None) -> ElementFormat:
+    """The scatter's element format (:func:`simt_pto.kernels.store.element_format`); a 16-bit float Add on a table
+    that starts or ends mid-word takes the F16_EDGE / BF16_EDGE form (:class:`BoundaryWords`). ``table``: the
+    written table (a :class:`TableMemory`), default the plan's."""
+    fmt = store.element_format(plan.atomic, plan.dtype.name)
+    if fmt in store.EDGE and not _whole_words(gm_memory(plan.table if table is None else table, np.uint16)):
+        return store.EDGE[fmt]
+    return fmt
+
+
+def _whole_words(bits) -> bool:
+    """True when 16-bit table memory is whole 32-bit words: it starts on a 4-byte boundary, its length is even."""
+    return bits.size % 2 == 0 and base_address(bits) % 4 == 0
+
+
+def scatter_table(plan, fmt, table=None):
+    """(table argument, boundary) for a scatter: raw bits for stores, the typed element for native atomics,
+    the (int32, uint32) views for float32 Max / Min, the table's uint32 words for 16-bit float atomics, and for
+    a table that starts or ends mid-word the word triple of a :class:`BoundaryWords` (returned as ``boundary``:
+    the launch must run inside its :meth:`BoundaryWords.held`, see :func:`holding`)."""
+    table = plan.table if table is None else table
+    if fmt == ElementFormat.NATIVE:
+        dtype = plan.dtype.bits if plan.atomic == ScatterAtomicOp.NONE else plan.dtype.numpy
+        return gm_memory(table, dtype), None
+    if fmt == ElementFormat.F32_ORDER:
+        return (gm_memory(table, np.int32), gm_memory(table, np.uint32)), None
+    if fmt in (ElementFormat.F16, ElementFormat.BF16):
+        return gm_memory(table, np.uint32), None
+    boundary = BoundaryWords(table, gm_memory(table, np.uint16))
+    return boundary.arg, boundary
+
+
+def scatter_policy(plan, fmt: ElementFormat) -> KernelPolicy:
+    """The compile-time policy of a scatter's kernels."""
+    return KernelPolicy.of(plan.rule, plan.atomic, fmt, plan.conflict)
+
+
+def mscatter_launches(plan) -> CallPlan:
+    """What an MSCATTER launches: the source-centric ``simt_mscatter_row_kernel`` / ``simt_mscatter_elem_kernel``
+    (atomics, Conflict::Default), the slot-centric ``simt_mscatter_row_last_kernel`` /
+    ``simt_mscatter_elem_last_kernel`` (Conflict::Last), or the ``(1, 1)`` Elem case's ``MScatterScalarImpl``;
+    a mid-word 16-bit float Add runs inside its boundary words' guard."""
+    if plan.coalesce == Coalesce.ELEM and plan.rows == 1 and plan.cols == 1:
+        if plan.table.on_device:  # one lane of the Elem kernel: a device atomic, as every other writer's
+            return _elem_scatter_launches(plan)
+        return CallPlan((HostStep("MScatterScalarImpl: the (1, 1) Elem scatter on the AIV scalar pipe",
+                                  lambda: mscatter_scalar_impl(plan)),))
+    if plan.coalesce == Coalesce.ELEM and not _last(plan):
+        return _elem_scatter_launches(plan)
+    fmt = element_format(plan)
+    table, boundary = scatter_table(plan, fmt)
+    src = plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype))
+    rs, cs = plan.tile.strides
+    policy = scatter_policy(plan, fmt)
+    if plan.coalesce == Coalesce.ROW and _last(plan):
+        launch = launch_spec("simt_mscatter_row_last_kernel", KernelPolicy.of(plan.rule, None, None, plan.conflict),
+                             geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
+                             src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
+                             valid_rows=plan.rows, valid_cols=plan.cols)
+    elif plan.coalesce == Coalesce.ROW:
+        geo = geometry.row_geometry(plan.rows, plan.cols)
+        launch = launch_spec("simt_mscatter_row_kernel", policy, geo, writes=("table",), table=table, src=src,
+                             src_rs=rs, src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
+                             valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps,
+                             warps_per_row=geo.warps_per_row)
+    else:
+        irs, ics = plan.idx.strides
+        launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy.of(plan.rule, None, None, plan.conflict),
+                             geometry.last_geometry(plan.capacity), writes=("table",), table=table, src=src, src_rs=rs,
+                             src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
+                             valid_rows=plan.rows, valid_cols=plan.cols)
+    return guarded((launch,), boundary)
+
+
+def _last(plan) -> bool:
+    return plan.atomic == ScatterAtomicOp.NONE and plan.conflict == ScatterConflict.LAST
+
+
+def guarded(steps, boundary) -> CallPlan:
+    """The plan of ``steps``, run inside ``boundary``'s :meth:`BoundaryWords.held` when a mid-word 16-bit float
+    Add has one (:func:`scatter_table`)."""
+    if boundary is None:
+        return CallPlan(tuple(steps))
+    return CallPlan(tuple(steps), guard=boundary.held, guard_name=BoundaryWords.GUARD_NAME)
+
+
+
+
+def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
+    """``LaunchSpec.multicore_plain_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_serial_kernel``
+    for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
+    :attr:`~.tuning.HostTuning.plain_add_max_updates` elements, else None."""
+    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values() or updates > tuning.current().plain_add_max_updates:
+        return None
+    return "simt_mscatter_elem_serial_kernel"
+
+
+def _elem_scatter_launches(plan) -> CallPlan:
+    """``simt_mscatter_elem_kernel`` over the plan's tile (also the device form of the ``(1, 1)`` fallback)."""
+    fmt = element_format(plan)
+    table, boundary = scatter_table(plan, fmt)
+    rs, cs = plan.tile.strides
+    irs, ics = plan.idx.strides
+    launch = launch_spec("simt_mscatter_elem_kernel", scatter_policy(plan, fmt),
+                         geometry.elem_geometry(plan.rows, plan.cols), writes=("table",),
+                         multicore_plain_kernel=elem_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols), table=table,
+                         src=plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), src_rs=rs,
+                         src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
+                         valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows)
+    return guarded((launch,), boundary)
+
+
+# -- the (1, 1) Elem scalar fallbacks: no SIMT launch --------------------------------------------------------------
+
+def _scalar_slot(plan):
+    raw = plan.idx.data[plan.idx.offsets()[0, 0]]
+    return remap_index(raw, plan.capacity, plan.rule)
+
+
+def mgather_scalar_impl(plan) -> None:
+    """``MGatherScalarImpl`` (MGATHER.md, A5): the ``(1, 1)`` Elem gather on the AIV scalar pipe."""
+    slot, in_range = _scalar_slot(plan)
+    value = 0
+    if in_range:
+        memory = table_memory(plan, plan.dtype.bits)
+        value = memory[slot:slot + 1].copy_to_host()[0] if plan.table.on_device else memory[slot]
+    tile_bits(plan.tile)[plan.tile.offsets()[0, 0]] = value
+
+
+def mscatter_scalar_impl(plan) -> None:
+    """``MScatterScalarImpl`` (MSCATTER.md, A5): the ``(1, 1)`` Elem scatter on the AIV scalar pipe, one
+    read-modify-write of the slot in host memory. It runs as an atomic (:func:`simt_pto.kernels.a5.simt.host_store`),
+    as every other writer of the table does, so that calls from several threads lose no update (a device table
+    takes one lane of ``simt_mscatter_elem_kernel`` instead: :func:`mscatter_launches`)."""
+    slot, in_range = _scalar_slot(plan)
+    if not in_range:
+        return
+    fmt = element_format(plan)
+    at = plan.tile.offsets()[0, 0]
+    value = plan.tile.data[at:at + 1].view(store.source_dtype(plan.atomic, fmt, plan.dtype))[0]
+    table, boundary = scatter_table(plan, fmt)
+    with holding(boundary):
+        simt.write_shared(table, simt.host_store(plan.atomic, fmt), table, slot, value)
+
+
+# -- a whole array: multi-block launches of the same kernels -------------------------------------------------------
+
 def _flat(a, dtype):
     """The array's memory as a flat ``dtype`` view: a device view of a device array, else a host view (the GPU
-    backend's :func:`~simt_pto.host.a5.run_plan` stages it)."""
+    backend's :func:`~simt_pto.host.a5_runner.run_plan` stages it)."""
     if a.device:
         return _cuda().as_cuda_array(a.obj).reshape(a.size).view(dtype)
     return to_host(a).reshape(-1).view(dtype)
@@ -83,7 +325,7 @@ def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
         return itemsize
     row_bytes, addresses = itemsize * cols, 0
     for a in arrays:  # a unit divides every address when it divides their bitwise or
-        addresses |= a5.base_address(a)
+        addresses |= base_address(a)
     for unit in (8, 4, 2):
         if unit > itemsize and row_bytes % unit == 0 and addresses % unit == 0:
             return unit
@@ -106,7 +348,7 @@ def _widened(plan, cols, build, *arrays):
     return build(unit_dtype, units, hardware=build(plan.dtype.bits, cols))
 
 
-# -- gather -------------------------------------------------------------------------------------------------
+# -- a whole-array gather ------------------------------------------------------------------------------------------
 
 def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None, dest=None):
     """``(call, result)``: the plan of a whole-array gather (one launch of ``simt_mgather_row_kernel`` /
@@ -152,14 +394,9 @@ def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None, dest=No
     return CallPlan(tuple(steps)), gathered
 
 
-def gather(plan, table, idx, tile_rows, out_shape, out_cols):
-    """Run :func:`gather_launches` on the current A5 backend: the gathered array, of shape ``out_shape``."""
-    call, result = gather_launches(plan, table, idx, tile_rows, out_cols)
-    a5.run_plan(call)
-    return result().reshape(out_shape)
 
 
-# -- scatter ------------------------------------------------------------------------------------------------
+# -- a whole-array scatter -----------------------------------------------------------------------------------------
 
 def scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_work, backend=None, owner=None):
     """The plan of a whole-array scatter into ``table`` (see the module docstring for its launches). ``last_path``
@@ -167,9 +404,9 @@ def scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_
     at most ``slot_path_max_work``); ``owner`` (the owner path): ``"dense"``, ``"compact"``, or None for the
     cheaper one (:func:`owner_layout`)."""
     backend = a5_backend() if backend is None else backend
-    memory = a5.TableMemory(table.obj, table.size, table.device, None if table.device else to_host(table).reshape(-1))
-    fmt = a5.element_format(plan, memory)
-    table_arg, boundary = a5.scatter_table(plan, fmt, memory)  # a mid-word 16-bit float Add: the plan's guard
+    memory = TableMemory(table.obj, table.size, table.device, None if table.device else to_host(table).reshape(-1))
+    fmt = element_format(plan, memory)
+    table_arg, boundary = scatter_table(plan, fmt, memory)  # a mid-word 16-bit float Add: the plan's guard
     src_flat = _flat(src, store.source_dtype(plan.atomic, fmt, plan.dtype))
     idx_flat = _flat(idx, np.uint32)
     rows, cols = idx.rows, (src.cols if plan.coalesce == Coalesce.ROW else idx.cols)
@@ -189,17 +426,13 @@ def scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_
                 raise ValueError(f"owner: expected 'dense', 'compact' or None, got {owner!r}")
             last_owner = _last_owner_dense if layout == "dense" else _last_owner_compact
             steps = last_owner(plan, table, table_arg, src_flat, idx, idx_flat, rows, cols, tile_rows, backend)
-    return a5.guarded(steps, boundary)
+    return guarded(steps, boundary)
 
-
-def scatter(plan, table, src, idx, tile_rows, last_path, slot_path_max_work):
-    """Run :func:`scatter_launches` on the current A5 backend."""
-    a5.run_plan(scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_work))
 
 
 def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     """Atomics and Conflict::Default: one launch of the tile op's kernel over all tiles (their writes compose)."""
-    grid, policy = _tile_grid(rows, tile_rows), a5.scatter_policy(plan, fmt)
+    grid, policy = _tile_grid(rows, tile_rows), scatter_policy(plan, fmt)
     if plan.atomic == ScatterAtomicOp.NONE and plan.coalesce == Coalesce.ROW:  # Conflict::Default: a row copy
         threads = _multicore_threads(rows * cols * plan.dtype.itemsize, tuning.current().row_copy_one_thread_bytes)
     else:
@@ -213,7 +446,7 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
                            warps_per_row=geo.warps_per_row)
     return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, cols), grid=grid,
                        writes=("table",), multicore_threads=threads,
-                       multicore_plain_kernel=a5.elem_alone_kernel(plan.atomic, fmt, rows * cols), table=table_arg, src=src,
+                       multicore_plain_kernel=elem_alone_kernel(plan.atomic, fmt, rows * cols), table=table_arg, src=src,
                        src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
                        idx_cs=1, table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
 
@@ -417,5 +650,7 @@ def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, 
     return _reset(owner, backend), claim, write
 
 
-__all__ = ["compact_slots", "gather",
-           "gather_launches", "owner_layout", "row_move_unit", "scatter", "scatter_launches"]
+__all__ = ["TableMemory", "compact_slots", "element_format", "elem_alone_kernel", "gather_launches", "gm_memory",
+           "guarded", "mgather_l1_launches", "mgather_launches", "mgather_scalar_impl", "mscatter_launches",
+           "mscatter_scalar_impl", "owner_layout", "row_move_unit", "scatter_launches", "scatter_policy",
+           "scatter_table", "table_memory", "takes_serial_last", "tile_bits"]
