@@ -29,7 +29,7 @@ import numpy as np
 from simt_pto.enums import ElementFormat, ScatterAtomicOp
 from simt_pto.launch_spec import KernelPolicy
 from .cache import njit  # numba.njit, made safe for the disk cache and Ctrl-C
-from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits
+from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits, add_bits_cpu
 
 # -- the element formats: how a (ScatterAtomicOp, dtype) is stored (simt_pto.enums.ElementFormat) -------------
 
@@ -172,7 +172,10 @@ def bind(fn, namespace: dict):
 
 @functools.cache
 def _sequential_helpers() -> dict:
-    scope: dict = {}
+    # the CPU's 16-bit float adder (softfloat.add_bits_cpu, as the A5 kernels compiled for the CPU take it): the same
+    # bits as the integer adder, and a fraction of its compile time in every loop that inlines the rule
+    scope: dict = {"add_bits": add_bits_cpu}
+    scope["rmw_add_half"] = njit(inline="always")(bind(rmw_add_half.py_func, scope))
     for helper in HELPERS:
         scope[helper.__name__] = njit(inline="always")(bind(helper, scope))
     return scope
