@@ -499,11 +499,11 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
             return
         shape = tuple(gathered.shape)
         dtype = c.table.dtype.numpy
-        if c.target == "a5":
+        if c.target == "a5":  # (key.operands[-1]: the indices as the caller passes them, on every call of the key)
             kept = _a5_side()[1].keep_on_host(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
-                                              keeps, made=("dst",), indices=whole_indices(c.plan))
+                                              keeps, made=("dst",), indices=whole_indices(c.plan, idx_dtype=key.operands[-1].dtype))
         else:
-            kept = _a2a3_gather_launch(c, shape)
+            kept = _a2a3_gather_launch(c, shape, key)
         if kept is not None:
             size = int(np.prod(shape, dtype=np.int64))
             kept.make_as("dst", size, dtype)  # the result's own dtype: each launch takes its view of it
@@ -521,7 +521,7 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
             SIGNATURES.put(found[0], entry)
 
 
-def _a2a3_gather_launch(c: _Validated, shape: tuple) -> KeptLaunch:
+def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call) -> KeptLaunch:
     """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.bound_gatherer`) over every
     row of the call at once (a gather's rows are independent: the tiles' order cannot show), from the caller's table
     and indices into a new result."""
@@ -532,10 +532,10 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple) -> KeptLaunch:
     launch = dispatch.runner("a2a3").bound_gatherer(plan, out_cols, out_cols, idx_stride, rows)
     bits = np.dtype(plan.dtype.bits)
     return KeptLaunch(((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),),
-                      made={"dst": (rows * out_cols, bits)}, indices=whole_indices(plan))
+                      made={"dst": (rows * out_cols, bits)}, indices=whole_indices(plan, idx_dtype=key.operands[-1].dtype))
 
 
-def _a2a3_scatter_launch(c: _Validated) -> KeptLaunch:
+def _a2a3_scatter_launch(c: _Validated, key: Call) -> KeptLaunch:
     """The kept launch of an ``a2a3`` scatter: its ND loop (:func:`simt_pto.kernels.a2a3.bound_scatterer`) over every
     row of the call at once, in order (the loop is sequential: one pass over the rows in order is the tiles in
     order), straight from the caller's source and indices into the caller's table."""
@@ -545,7 +545,8 @@ def _a2a3_scatter_launch(c: _Validated) -> KeptLaunch:
     launch, dtype = dispatch.runner("a2a3").bound_scatterer(plan, src_rs, src_rs, idx_stride, rows)
     view = np.dtype(dtype)
     return KeptLaunch(((launch, (("src", view), ("idx", np.dtype(np.uint32)), ("table", view))),),
-                      apart=(("table", "src"), ("table", "idx")), indices=whole_indices(plan))
+                      apart=(("table", "src"), ("table", "idx")),
+                      indices=whole_indices(plan, idx_dtype=key.operands[-1].dtype))
 
 
 def _weightless(plan: Plan) -> Plan:
@@ -729,7 +730,7 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
     if policy.target == "a2a3":
         entry = SIGNATURES.get(key) if key is not None and not c.table.device else None
         if entry is not None and entry.kept is None and not c.table.copied:
-            entry.kept = _a2a3_scatter_launch(c)
+            entry.kept = _a2a3_scatter_launch(c, key)
         return
     if keeps in kept_launch.HOST_KEEPING and key is not None:
         entry = SIGNATURES.get(key)
@@ -742,7 +743,7 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
         entry.kept = _a5_side()[1].keep_on_host(
             call, {"table": c.table.obj.reshape(-1), "src": c.src.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
             keeps, made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
-            indices=whole_indices(c.plan, checks_range=not refuses))
+            indices=whole_indices(c.plan, checks_range=not refuses, idx_dtype=key.operands[-1].dtype))
     elif keeps == "gpu" and c.table.device and c.idx.device and c.src.device:
         found = device_operands(policy, table, idx, src)
         if found is None or SIGNATURES.get(found[0]) is not None or not _takes_whole(call, found[1]):

@@ -77,8 +77,7 @@ class KeptLaunch:
         # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
         self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
                                size, dtype) for name, (size, dtype) in self.made.items()])
-        # host steps as (launch, array names, their views' dtypes), the form run() passes to map
-        self._viewed = () if device else tuple([(launch, *zip(*views)) for launch, views in steps])
+        self._viewed = () if device else self._host_steps()
 
     # -- binding ---------------------------------------------------------------------------------------------
 
@@ -114,6 +113,11 @@ class KeptLaunch:
                 else:
                     return None
                 views.append((name, np.dtype(value.dtype)))
+            # the arrays a call hands over in the dtype the launch takes go last, where run() passes them unviewed
+            viewed, handed = [], []
+            for view in views:
+                (handed if view[0] in made or view[0] == "idx" and indices is not None else viewed).append(view)
+            views = viewed + handed
             launch = launcher(spec, tuple(name for name, _ in views))
             if launch is None:
                 return None
@@ -126,6 +130,23 @@ class KeptLaunch:
         views: a gather's result in its own dtype, which each launch views as it took it)."""
         self.made[name] = (size, np.dtype(dtype))
         self._makers = tuple([(n, make, *(self.made[n] if n == name else (s, d))) for n, make, s, d in self._makers])
+        self._viewed = self._host_steps()
+
+    def _host_steps(self) -> tuple:
+        """The host steps as run() takes them: ``(launch, names, dtypes, as_they_are)``. ``names`` are viewed as
+        ``dtypes`` (each a C call); ``as_they_are``, the launch's last arguments, are passed as they are: the index
+        bits ``indices`` makes (uint32) and the arrays the call makes in the launch's own dtype."""
+        given = {"idx": _UINT32} if self.indices is not None else {}
+        for name, (_, dtype) in self.made.items():
+            given[name] = dtype
+        host = []
+        for launch, views in self.steps:  # (loops and zip, no comprehension: a first call's trace counts frames)
+            cut = len(views)
+            while cut and given.get(views[cut - 1][0]) == views[cut - 1][1]:
+                cut -= 1
+            names, dtypes = zip(*views) if views else ((), ())
+            host.append((launch, names[:cut], dtypes[:cut], names[cut:]))
+        return tuple(host)
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -143,12 +164,13 @@ class KeptLaunch:
         for name, make, size, dtype in self._makers:
             arrays[name] = make(size, dtype)
         # each launch's arrays viewed as it takes them, by C calls alone (a comprehension is a Python frame per step)
+        get = arrays.__getitem__
         if self.checked_by is None:
-            for launch, names, dtypes in self._viewed:
-                launch(*map(_view, map(arrays.__getitem__, names), dtypes))
+            for launch, names, dtypes, as_they_are in self._viewed:
+                launch(*map(_view, map(get, names), dtypes), *map(get, as_they_are))
         else:
-            for at, (launch, names, dtypes) in enumerate(self._viewed):
-                launch(*map(_view, map(arrays.__getitem__, names), dtypes))
+            for at, (launch, names, dtypes, as_they_are) in enumerate(self._viewed):
+                launch(*map(_view, map(get, names), dtypes), *map(get, as_they_are))
                 if at == self.checked_by and arrays["refused"].any():
                     return False  # an index past the table: the full path refuses the call (only owners written)
         if "owner" in self.made:
@@ -201,18 +223,18 @@ def tile_checks(plan) -> dict:
     if plan.coalesce == Coalesce.ROW:
         walk = slice(0, rows * plan.idx_step, plan.idx_step)
 
-        def index_bits(storage):
-            return storage.view(_UINT32)[walk]
+        def index_bits(bits):
+            return bits[walk]
     else:
         padded, row_major = (plan.idx.rows, plan.idx.cols), plan.idx.blayout == BLayout.ROW_MAJOR
 
-        def index_bits(storage):
-            bits = storage.view(_UINT32)
+        def index_bits(bits):
             grid = bits.reshape(padded) if row_major else bits.reshape(padded[::-1]).T
             return grid[:rows, :cols]
 
     def indices(arrays: dict) -> bool:
-        return all_below(index_bits(arrays["idx"]), capacity)
+        bits = arrays["idx"] = arrays["idx"].view(_UINT32)  # (the launches take the tile's storage as its bits)
+        return all_below(index_bits(bits), capacity)
     return {"apart": apart, "indices": indices}
 
 
@@ -332,7 +354,7 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if written and not obj.flags.writeable:
             return None
-        return Operand(NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0), obj.reshape(-1)
+        return Operand(NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0), obj.ravel()
     torch = sys.modules.get("torch")  # (a tensor exists only in a process that has imported torch)
     if torch is not None and isinstance(obj, torch.Tensor):
         # one C call tells a plain dense CPU tensor from every tensor torch_rules treats apart (a lazy negation or
@@ -349,7 +371,7 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         if not view.size:
             return None
         return (Operand(TORCH, view.shape, view.dtype, True, obj.data_ptr() & 7 if aligned else 0),
-                view if view.ndim == 1 else view.reshape(-1))
+                view if view.ndim == 1 else view.ravel())
     if type(obj).__module__.startswith("jax") and not written:
         try:
             view = np.asarray(obj)  # a JAX CPU array's own memory, read-only
@@ -357,7 +379,7 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if not view.flags.c_contiguous or not view.size:
             return None
-        return Operand(JAX, view.shape, view.dtype, False, _address(view) & 7 if aligned else 0), view.reshape(-1)
+        return Operand(JAX, view.shape, view.dtype, False, _address(view) & 7 if aligned else 0), view.ravel()
     if ((hasattr(obj, "__dlpack__") or hasattr(obj, "__array_interface__"))
             and type(obj).__module__.partition(".")[0] != "dask"):  # (a Dask array is never read here: the Dask route)
         # any other host producer (DLPack, the array interface): its memory as the full path reads it, in place
@@ -370,7 +392,7 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         if written and not view.flags.writeable:
             return None
         return (Operand(FOREIGN, view.shape, view.dtype, view.flags.writeable, _address(view) & 7 if aligned else 0),
-                view.reshape(-1))
+                view.ravel())
     return None
 
 
@@ -397,7 +419,7 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, flags.writeable,
                                                      _address(table) & 7)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
-                {"table": table.reshape(-1), "idx": idx if idx.ndim == 1 else idx.reshape(-1)})
+                {"table": table.ravel(), "idx": idx if idx.ndim == 1 else idx.ravel()})
     if type(table) is np.ndarray and type(src) is np.ndarray and type(idx) is np.ndarray:  # a numpy scatter, inline
         flags = table.flags
         if not (flags.c_contiguous and flags.writeable and src.flags.c_contiguous and idx.flags.c_contiguous
@@ -407,7 +429,7 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
                                      _new(Operand, (NUMPY, src.shape, src.dtype, src.flags.writeable,
                                                     _address(src) & 7)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
-                {"table": table.reshape(-1), "src": src.reshape(-1), "idx": idx.reshape(-1)})
+                {"table": table.ravel(), "src": src.ravel(), "idx": idx.ravel()})
     torch = sys.modules.get("torch")
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor:
         # (the checks of _host_operand, inline: a PyTorch call's per-call cost is mostly these). A tensor the call
@@ -431,7 +453,7 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         idx_operand = _new(Operand, (TORCH, idx_view.shape, idx_view.dtype, True, 0))
         if src is None:
             return (_new(Call, (policy, (table_operand, idx_operand))),
-                    {"table": table_view.reshape(-1), "idx": idx_view if idx_view.ndim == 1 else idx_view.reshape(-1)})
+                    {"table": table_view.ravel(), "idx": idx_view if idx_view.ndim == 1 else idx_view.ravel()})
         if type(src) is not torch.Tensor:
             return None
         try:
@@ -443,7 +465,7 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         return (_new(Call, (policy, (table_operand,
                                      _new(Operand, (TORCH, src_view.shape, src_view.dtype, True, src.data_ptr() & 7)),
                                      idx_operand))),
-                {"table": table_view.reshape(-1), "src": src_view.reshape(-1), "idx": idx_view.reshape(-1)})
+                {"table": table_view.ravel(), "src": src_view.ravel(), "idx": idx_view.ravel()})
     got_table = _host_operand(table, written=src is not None)
     if got_table is None:
         return None
@@ -489,21 +511,40 @@ def device_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[st
             {name: (pointer, size) for name, (_, pointer, size) in zip(names, found)})
 
 
-def whole_indices(plan, checks_range: bool = True) -> Callable[[dict], bool]:
+def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = None) -> Callable[[dict], bool]:
     """A whole-array call's index step: the caller's index array, narrowed as the full path narrows it, as flat
     uint32 bits in ``arrays["idx"]``; False under a policy that leaves out-of-range indices undefined when one is out
-    of range (unless a launch checks the range itself: ``checks_range=False``)."""
+    of range (unless a launch checks the range itself: ``checks_range=False``). ``idx_dtype``: the signature's index
+    dtype (a numpy dtype: every call of the signature has it, it is part of the key), when known."""
     check = checks_range and plan.checks_range
     op, target, capacity = plan.op, plan.target, plan.capacity
+    if idx_dtype is not None and idx_dtype.itemsize == 4 and idx_dtype.kind in "iu" and idx_dtype.isnative:
+        # int32 / uint32 indices are their bits as they are: the step below without its dtype tests (on every call)
+        if not check:
+            def as_bits(arrays: dict) -> bool:
+                arrays["idx"] = arrays["idx"].view(_UINT32)
+                return True
+            return as_bits
+
+        def bits_below(arrays: dict) -> bool:
+            bits = arrays["idx"] = arrays["idx"].view(_UINT32)  # (flat: whole_operands' view)
+            if bits.size <= SMALL_INDEX_COUNT:  # (all_below, inline)
+                return bits.size == 0 or max(bits.tolist()) < capacity
+            return int(bits.max()) < capacity
+        return bits_below
 
     def indices(arrays: dict) -> bool:
         raw = arrays["idx"]
-        dt = raw.dtype
-        if not (dt.itemsize == 4 and dt.kind in "iu" and dt.isnative):  # (int32 / uint32 need no narrowing)
+        if not _as_bits(raw.dtype):  # (int32 / uint32 need no narrowing)
             raw = checked_indices(raw, op, target)
         bits = arrays["idx"] = raw.view(_UINT32)  # (flat and C-contiguous: a view)
         return not check or all_below(bits, capacity)
     return indices
+
+
+def _as_bits(dt: np.dtype) -> bool:
+    """Whether indices of ``dt`` are read as their uint32 bits as they are (int32 / uint32, native byte order)."""
+    return dt.itemsize == 4 and dt.kind in "iu" and dt.isnative
 
 
 def all_below(bits: np.ndarray, capacity: int) -> bool:

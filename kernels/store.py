@@ -175,7 +175,7 @@ def _sequential_helpers() -> dict:
     # the CPU's 16-bit float adder (softfloat.add_bits_cpu, as the A5 kernels compiled for the CPU take it): the same
     # bits as the integer adder, and a fraction of its compile time in every loop that inlines the rule
     scope: dict = {"add_bits": add_bits_cpu}
-    scope["rmw_add_half"] = njit(inline="always")(bind(rmw_add_half.py_func, scope))
+    scope["rmw_add_half"] = njit(inline="always")(bind(getattr(rmw_add_half, "py_func", rmw_add_half), scope))  # (jit off: a function)
     for helper in HELPERS:
         scope[helper.__name__] = njit(inline="always")(bind(helper, scope))
     return scope
