@@ -128,7 +128,7 @@ class TableWriters:
         """Register ``token`` as a composing writer of ``table``; wait while a plain writer runs, or an exclusive
         one is announced, on memory it shares. Call it inside the ``try`` whose ``finally`` calls
         :meth:`leave_shared` with the same token."""
-        table = table_key(table)
+        table = table[0] if isinstance(table, tuple) else table  # (table_key, inline)
         shared = self._shared
         shared[token] = table  # registered first, checked second (module docstring)
         if not self._alone and not self._exclusive:  # no plain writer anywhere: nothing to check
@@ -240,12 +240,12 @@ def write_shared(table, write, *args) -> None:
     as such for its duration (:meth:`TableWriters.enter_shared`: it waits while a plain writer writes, or waits to
     write, memory ``table`` shares)."""
     registry = table_writers
-    token = registry.token()
+    token = next(registry._tokens)  # (token() and leave_shared(), inline: a small launch's registration is most of it)
     try:
         registry.enter_shared(token, table)
         write(*args)
     finally:
-        registry.leave_shared(token)
+        registry._shared.pop(token, None)
 
 
 def _forget_writers() -> None:  # a forked child has none of the parent's threads, so none of their writers

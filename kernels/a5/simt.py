@@ -482,7 +482,11 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
 
         def run_writer(*arrays) -> None:
             args = arguments(arrays + constants)
-            _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
+            if alone is None and whole_grid is not None and fault_hook is None and _trace is None:
+                # (_launch_multicore_writer and _run_range, inline: a small call's one range, registered)
+                write_shared(args[table_at], kernel, whole_grid, *args)
+            else:
+                _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
         return run_writer
 
     def run(*arrays) -> None:
