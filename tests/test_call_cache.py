@@ -237,6 +237,37 @@ def test_a_repeated_gather_runs_without_the_full_path_and_reads_the_new_arrays(t
 
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("oob", ["clamp", "wrap"])
+def test_a_repeated_call_reads_negative_int32_indices_as_their_uint32_cast(target, coalesce, oob, no_full_path):
+    """A repeated call (its kept launch, which takes the index bits as uint32) casts as the ISA does: -1 is
+    4294967295, which Clamp takes to the last slot and Wrap to ``4294967295 % capacity`` (oracle:
+    :func:`simt_pto.reference.slots`)."""
+    from simt_pto import reference
+    table = table_of(rows=16, cols=8)
+    capacity = 16 if coalesce == "row" else table.size
+    src_shape = (8, 8) if coalesce == "row" else (8,)
+
+    def call(seed):
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(-3 * capacity, 3 * capacity, 8).astype(np.int32)
+        idx[0] = -1
+        reached = reference.slots(idx, capacity, oob)
+        got = pto.gather(table, idx, coalesce=coalesce, oob=oob, target=target)
+        assert np.array_equal(got, table[reached] if coalesce == "row" else table.ravel()[reached])
+        written = np.zeros_like(table) if coalesce == "row" else np.zeros(table.size, table.dtype)
+        src = rng.integers(-9, 9, src_shape).astype(np.float32)  # (whole numbers: every order of adds is exact)
+        want = written.copy()
+        np.add.at(want, reached, src)
+        pto.scatter(written, src, idx, coalesce=coalesce, atomic="add", oob=oob, target=target)
+        assert np.array_equal(written, want)
+    call(0)
+    no_full_path()
+    for seed in (1, 2):
+        call(seed)
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
 def test_indices_a_repeated_gather_cannot_take_get_the_full_paths_refusal(target, coalesce):
     table = table_of()
     capacity = 64 if coalesce == "row" else table.size
