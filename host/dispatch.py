@@ -16,9 +16,10 @@ import importlib
 
 import numpy as np
 
+from simt_pto import backend as _backends
 from simt_pto.backend import JitRequiredError, MissingExtraError, a5_backend, first_use, require_jit
 
-from .kept_launch import KeptLaunch, tile_checks, tile_operands
+from .kept_launch import HOST_KEEPING, KeptLaunch, tile_checks, tile_operands
 
 RUNNERS = {"cpu": "simt_pto.kernels.cpu", "a2a3": "simt_pto.kernels.a2a3", "a5": "simt_pto.host.a5_runner"}
 """The module that runs each target's plans (``run_mgather(plan)``, ``run_mscatter(plan)``)."""
@@ -82,10 +83,13 @@ def run_kept(signature, tile, table, idx) -> bool:
     ``simt_pto.host.a5_runner.run_kept``; a2a3: its ND loop, :func:`_kept_a2a3`), checked only in what depends on the
     call's memory and index values. False when the target keeps none or the call needs the full path: nothing was
     run."""
-    if signature.target == "a2a3":
+    target = signature.target
+    # a2a3, and a5 on a backend the process has resolved that keeps launches over host memory (resolving it checked
+    # the JIT; choosing another backend forgets every kept launch): the kept launch, with no other call
+    if target == "a2a3" or target == "a5" and _backends._resolved in HOST_KEEPING:
         kept = signature.kept
         return kept is not None and kept.run(tile_operands(signature.op, tile, table, idx))
-    if signature.target != "a5":
+    if target != "a5":
         return False
     try:
         backend = a5_backend()
