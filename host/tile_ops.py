@@ -20,6 +20,8 @@ from simt_pto.tile import Tile
 
 from . import dispatch
 
+_MGATHER_POLICY, _MSCATTER_POLICY = mgather_policy.memo, mscatter_policy.memo
+
 
 def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesce: CoalesceLike = Coalesce.ROW,
             oob: GatherOOBLike = GatherOOB.UNDEFINED, target: str = "a5", exec: GatherExecLike = GatherExec.SCALAR,
@@ -34,7 +36,10 @@ def mgather(dst: Tile, table: GlobalTensor, idx: Tile | GlobalTensor, *, coalesc
     are cast to uint32 first and out-of-range ones follow ``oob``. A ``MAT`` destination takes the
     GM -> L1 path (``idx`` a GM tensor; Elem needs ``scratch``). Returns ``dst``.
     """
-    policy = mgather_policy(coalesce, oob, target, exec, strict, dyn_ubuf_size)  # every option, once
+    try:  # every option, once: a spelling normalised before is found in C, with no Python frame
+        policy = _MGATHER_POLICY(coalesce, oob, target, exec, strict, dyn_ubuf_size)
+    except TypeError:  # an unhashable option: normalised here, or refused with the normaliser's message
+        policy = mgather_policy(coalesce, oob, target, exec, strict, dyn_ubuf_size)
     # a repeated call (a kernel's tile loop) runs on what its target keeps for its signature
     signature = constraints.cached_mgather(policy, dst, table, idx, scratch)
     if signature is not None and dispatch.run_kept(signature, dst, table, idx):
@@ -58,13 +63,24 @@ def mscatter(table: GlobalTensor, src: Tile, idx: Tile, *, coalesce: CoalesceLik
 
     Returns ``table``.
     """
-    policy = mscatter_policy(coalesce, atomic, oob, conflict, target, strict, dyn_ubuf_size)  # every option, once
+    options = (coalesce, atomic, oob, conflict, target, strict, dyn_ubuf_size)
+    try:  # every option, once (as in mgather)
+        policy = _MSCATTER_POLICY(*options)
+    except TypeError:
+        policy = mscatter_policy(*options)
+    if getattr(table, "torch_tensor", None) is None:  # (not a PyTorch table: no in-place rules, no guard to enter)
+        _mscatter(policy, table, src, idx)
+        return table
     with _torch_write(table, "table", "MSCATTER", policy.target):
-        signature = constraints.cached_mscatter(policy, table, src, idx)  # as in mgather
-        if signature is not None and dispatch.run_kept(signature, src, table, idx):
-            return table
-        dispatch.run_mscatter(constraints.validated_mscatter(policy, table, src, idx))
+        _mscatter(policy, table, src, idx)
     return table
+
+
+def _mscatter(policy, table, src, idx) -> None:
+    signature = constraints.cached_mscatter(policy, table, src, idx)  # as in mgather
+    if signature is not None and dispatch.run_kept(signature, src, table, idx):
+        return
+    dispatch.run_mscatter(constraints.validated_mscatter(policy, table, src, idx))
 
 
 def _torch_write(gtensor, what: str, op: str, target: str | None) -> contextlib.AbstractContextManager:
