@@ -307,8 +307,8 @@ def scattered(policy: Policy, table, src, idx) -> bool:
     over every row in order); False, with nothing written, when the call takes the full path.
     A PyTorch table goes through torch's in-place rules first and has its version counter bumped once the launch
     may have written."""
-    keeps = keeping_backend(policy)
-    if keeps in HOST_KEEPING:
+    keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
+    if keeps in HOST_KEEPING:  # (keeping_backend, inline, as in gathered)
         found = whole_operands(policy, table, idx, src)  # (a PyTorch table: its in-place rules checked here)
         if found is None:
             return False

@@ -248,6 +248,14 @@ def write_shared(table, write, *args) -> None:
         registry._shared.pop(token, None)
 
 
+def run_exclusive(table, run, *args):
+    """``run(*args)``, a plain writer of the host array ``table`` with no atomic form, registered as its only writer
+    for as long as it runs (:meth:`TableWriters.run_exclusive`), in the registry of the process as it is at the
+    call: what a loop bound once and kept calls (a bound method of the registry would keep a forked child on its
+    parent's registry, with the writers of threads the child does not have)."""
+    return table_writers.run_exclusive(table, run, *args)
+
+
 def _forget_writers() -> None:  # a forked child has none of the parent's threads, so none of their writers
     global table_writers
     table_writers = TableWriters()
@@ -256,4 +264,4 @@ def _forget_writers() -> None:  # a forked child has none of the parent's thread
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_writers)
 
-__all__ = ["TableWriters", "table_key", "table_writers", "write_shared"]
+__all__ = ["TableWriters", "run_exclusive", "table_key", "table_writers", "write_shared"]

@@ -437,3 +437,33 @@ def test_a_gpu_call_on_a_host_table_runs_as_its_only_writer(monkeypatch):
     np.add.at(expected, [0, 1, 63], 5)
     assert np.array_equal(table, expected)
     assert_no_writer_registered()
+
+
+KEPT_ADD_IN_A_FORKED_CHILD = r"""
+import os, sys
+import numpy as np
+import simt_pto as pto
+from simt_pto.host import in_memory
+from simt_pto.kernels import writers
+
+table, src, idx = np.zeros(64, np.float32), np.ones(8, np.float32), np.arange(8, dtype=np.int32)
+pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a2a3")  # keeps its loop (a plain Add: exclusive)
+writers.table_writers._exclusive[1 << 40] = writers._Exclusive(table, None)  # a parent thread's writer at the fork
+pid = os.fork()
+if pid == 0:
+    in_memory.full_scatter = lambda *args, **kwargs: os._exit(4)  # the child's call must take the kept loop
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a2a3")
+    os._exit(0 if table[0] == 2 else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX only")
+def test_a_kept_a2a3_add_in_a_forked_child_registers_in_the_childs_registry():
+    """A forked child has none of its parent's threads, so none of their writers (its registry starts empty). A
+    loop kept in the parent and run in the child registers in the child's registry: in the parent's, a writer of a
+    thread the child does not have would hold it back for ever."""
+    import subprocess
+    p = subprocess.run([sys.executable, "-c", KEPT_ADD_IN_A_FORKED_CHILD], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])

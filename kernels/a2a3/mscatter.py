@@ -61,14 +61,22 @@ def rows_scatterer(plan, cols: int):
     :func:`.walk.run_nd`), in order, registered as a writer of the table as :func:`run_mscatter` registers it. A
     whole-array scatter's rows in one pass (the loop is sequential: the order of the tiles is the order of the
     rows), and a tile op's tile (:func:`tile_scatterer`)."""
-    atomic, fmt = store_policy(plan)
-    rule = IndexRule(plan.rule)
-    run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt), cols)
-    register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.table_writers.run_exclusive
+    register, run, dtype = _registered_walk(plan, cols)
 
     def scatter(src, src_rs, table, idx, idx_stride, rows):
         register(table, run, src, src_rs, table, idx, idx_stride, rows)
-    return scatter, store.source_dtype(atomic, fmt, plan.dtype)
+    return scatter, dtype
+
+
+def _registered_walk(plan, cols: int):
+    """``(register, run, dtype)`` of :func:`rows_scatterer`: the writer registration the loop runs under (a
+    composing writer for stores, the only writer for a read-modify-write Add), the compiled ND loop, the store
+    rule's dtype."""
+    atomic, fmt = store_policy(plan)
+    rule = IndexRule(plan.rule)
+    run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt), cols)
+    register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.run_exclusive
+    return register, run, store.source_dtype(atomic, fmt, plan.dtype)
 
 
 def tile_scatterer(plan):
@@ -82,7 +90,7 @@ def tile_scatterer(plan):
         atomic, fmt = store_policy(plan)
         rule = IndexRule(plan.rule)
         walk_nz = walk.nz_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt))
-        register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.table_writers.run_exclusive
+        register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.run_exclusive
 
         def scatter_nz(src, idx, table):
             register(table, walk_nz, src, table, idx)
@@ -96,8 +104,8 @@ def bound_scatterer(plan, cols: int, src_rs: int, idx_stride: int, rows: int):
     operands in the order a kept launch passes them): a tile op's tile (:func:`tile_scatterer`), or every row of a
     whole-array scatter in one pass. The binding lives here, beside the loop, so that a repeated call runs no
     host module's code."""
-    run, dtype = rows_scatterer(plan, cols)
-    return (lambda src, idx, table: run(src, src_rs, table, idx, idx_stride, rows)), dtype
+    register, run, dtype = _registered_walk(plan, cols)
+    return (lambda src, idx, table: register(table, run, src, src_rs, table, idx, idx_stride, rows)), dtype
 
 
 def run_mscatter(plan) -> None:
