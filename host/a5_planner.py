@@ -112,20 +112,14 @@ def mgather_launches(plan) -> CallPlan:
     # the arguments as literals: a tile op builds its launch on every call
     rows, cols = plan.rows, plan.cols
     if plan.coalesce == Coalesce.ROW:
-        geo = geometry.row_geometry(rows, cols)
-        return CallPlan((LaunchSpec("simt_mgather_row_kernel", policy, (
-            ("dst", tile_bits(dst)), ("dst_rs", rs), ("dst_cs", cs), ("idx", tile_bits(plan.idx)),
-            ("idx_step", plan.idx_step), ("table", table), ("table_rows", plan.capacity), ("valid_rows", rows),
-            ("valid_cols", cols), ("tile_rows", rows), ("row_warps", geo.row_warps),
-            ("warps_per_row", geo.warps_per_row)), geo, 1, ("dst",)),))
+        return CallPlan((_gather_row_launch(policy, tile_bits(dst), rs, cs, tile_bits(plan.idx), plan.idx_step, table,
+                                            plan.capacity, rows, cols, rows),))
     if rows == 1 and cols == 1:
         return CallPlan((HostStep("MGatherScalarImpl: the (1, 1) Elem gather on the AIV scalar pipe",
                                   lambda: mgather_scalar_impl(plan)),))
     irs, ics = plan.idx.strides
-    return CallPlan((LaunchSpec("simt_mgather_elem_kernel", policy, (
-        ("dst", tile_bits(dst)), ("dst_rs", rs), ("dst_cs", cs), ("idx", tile_bits(plan.idx)), ("idx_rs", irs),
-        ("idx_cs", ics), ("table", table), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", cols),
-        ("tile_rows", rows)), geometry.elem_geometry(rows, cols), 1, ("dst",)),))
+    return CallPlan((_gather_elem_launch(policy, tile_bits(dst), rs, cs, tile_bits(plan.idx), irs, ics, table,
+                                         plan.capacity, rows, cols, rows),))
 
 
 class TableMemory(NamedTuple):
@@ -201,11 +195,8 @@ def mscatter_launches(plan) -> CallPlan:
                              src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
                              valid_rows=plan.rows, valid_cols=plan.cols)
     elif plan.coalesce == Coalesce.ROW:
-        geo = geometry.row_geometry(plan.rows, plan.cols)
-        launch = launch_spec("simt_mscatter_row_kernel", policy, geo, writes=("table",), table=table, src=src,
-                             src_rs=rs, src_cs=cs, idx=tile_bits(plan.idx), idx_step=plan.idx_step, table_rows=plan.capacity,
-                             valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows, row_warps=geo.row_warps,
-                             warps_per_row=geo.warps_per_row)
+        launch = _scatter_row_launch(policy, table, src, rs, cs, tile_bits(plan.idx), plan.idx_step, plan.capacity,
+                                     plan.rows, plan.cols, plan.rows)
     else:
         irs, ics = plan.idx.strides
         launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy.of(plan.rule, None, None, plan.conflict),
@@ -244,13 +235,55 @@ def _elem_scatter_launches(plan) -> CallPlan:
     table, boundary = scatter_table(plan, fmt)
     rs, cs = plan.tile.strides
     irs, ics = plan.idx.strides
-    launch = launch_spec("simt_mscatter_elem_kernel", scatter_policy(plan, fmt),
-                         geometry.elem_geometry(plan.rows, plan.cols), writes=("table",),
-                         multicore_plain_kernel=elem_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols), table=table,
-                         src=plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), src_rs=rs,
-                         src_cs=cs, idx=tile_bits(plan.idx), idx_rs=irs, idx_cs=ics, table_size=plan.capacity,
-                         valid_rows=plan.rows, valid_cols=plan.cols, tile_rows=plan.rows)
+    launch = _scatter_elem_launch(scatter_policy(plan, fmt), table,
+                                  plan.tile.data.view(store.source_dtype(plan.atomic, fmt, plan.dtype)), rs, cs,
+                                  tile_bits(plan.idx), irs, ics, plan.capacity, plan.rows, plan.cols, plan.rows,
+                                  plain_kernel=elem_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols))
     return guarded((launch,), boundary)
+
+
+# -- the launches of the kernels a tile op and a whole array share: each argument list written once ---------------
+
+def _gather_row_launch(policy, dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_rows, valid_cols,
+                       tile_rows, *, grid=1, hardware=None, threads=None) -> LaunchSpec:
+    """``simt_mgather_row_kernel`` over ``grid`` blocks of ``tile_rows`` rows, with the geometry of one full tile
+    (:func:`simt_pto.geometry.row_geometry`); the arguments as a literal (a tile op builds its launch on every
+    call)."""
+    geo = geometry.row_geometry(tile_rows, valid_cols)
+    return LaunchSpec("simt_mgather_row_kernel", policy, (
+        ("dst", dst), ("dst_rs", dst_rs), ("dst_cs", dst_cs), ("idx", idx), ("idx_step", idx_step), ("table", table),
+        ("table_rows", table_rows), ("valid_rows", valid_rows), ("valid_cols", valid_cols), ("tile_rows", tile_rows),
+        ("row_warps", geo.row_warps), ("warps_per_row", geo.warps_per_row)), geo, grid, ("dst",), hardware, threads)
+
+
+def _gather_elem_launch(policy, dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_rows, valid_cols,
+                        tile_rows, *, grid=1, threads=None) -> LaunchSpec:
+    """``simt_mgather_elem_kernel`` over ``grid`` blocks of ``tile_rows`` rows (:func:`simt_pto.geometry.elem_geometry`
+    of one full tile)."""
+    return LaunchSpec("simt_mgather_elem_kernel", policy, (
+        ("dst", dst), ("dst_rs", dst_rs), ("dst_cs", dst_cs), ("idx", idx), ("idx_rs", idx_rs), ("idx_cs", idx_cs),
+        ("table", table), ("table_size", table_size), ("valid_rows", valid_rows), ("valid_cols", valid_cols),
+        ("tile_rows", tile_rows)), geometry.elem_geometry(tile_rows, valid_cols), grid, ("dst",), None, threads)
+
+
+def _scatter_row_launch(policy, table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_rows, valid_cols,
+                        tile_rows, *, grid=1, threads=None) -> LaunchSpec:
+    """``simt_mscatter_row_kernel`` (atomics, Conflict::Default) over ``grid`` blocks of ``tile_rows`` rows."""
+    geo = geometry.row_geometry(tile_rows, valid_cols)
+    return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), multicore_threads=threads,
+                       table=table, src=src, src_rs=src_rs, src_cs=src_cs, idx=idx, idx_step=idx_step,
+                       table_rows=table_rows, valid_rows=valid_rows, valid_cols=valid_cols, tile_rows=tile_rows,
+                       row_warps=geo.row_warps, warps_per_row=geo.warps_per_row)
+
+
+def _scatter_elem_launch(policy, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_rows, valid_cols,
+                         tile_rows, *, grid=1, threads=None, plain_kernel=None) -> LaunchSpec:
+    """``simt_mscatter_elem_kernel`` (atomics, Conflict::Default) over ``grid`` blocks of ``tile_rows`` rows;
+    ``plain_kernel``: its plain-store form on one thread (:func:`elem_alone_kernel`)."""
+    return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, valid_cols), grid=grid,
+                       writes=("table",), multicore_threads=threads, multicore_plain_kernel=plain_kernel, table=table,
+                       src=src, src_rs=src_rs, src_cs=src_cs, idx=idx, idx_rs=idx_rs, idx_cs=idx_cs,
+                       table_size=table_size, valid_rows=valid_rows, valid_cols=valid_cols, tile_rows=tile_rows)
 
 
 # -- the (1, 1) Elem scalar fallbacks: no SIMT launch --------------------------------------------------------------
@@ -369,22 +402,17 @@ def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None, dest=No
     rows, grid = idx.rows, _tile_grid(idx.rows, tile_rows)
     policy = KernelPolicy.of(plan.rule)
     if plan.coalesce == Coalesce.ROW:
-        def build(unit, units, hardware=None):  # the arguments as a literal: this runs on every call
-            geo = geometry.row_geometry(tile_rows, units)
-            return LaunchSpec("simt_mgather_row_kernel", policy, (
-                ("dst", out.view(unit)), ("dst_rs", units), ("dst_cs", 1), ("idx", idx_flat), ("idx_step", 1),
-                ("table", table_flat.view(unit)), ("table_rows", plan.capacity), ("valid_rows", rows),
-                ("valid_cols", units), ("tile_rows", tile_rows), ("row_warps", geo.row_warps),
-                ("warps_per_row", geo.warps_per_row)), geo, grid, ("dst",), hardware,
-                _multicore_threads(n * plan.dtype.itemsize, tuning.current().row_copy_one_thread_bytes))
+        def build(unit, units, hardware=None):
+            return _gather_row_launch(policy, out.view(unit), units, 1, idx_flat, 1, table_flat.view(unit),
+                                      plan.capacity, rows, units, tile_rows, grid=grid, hardware=hardware,
+                                      threads=_multicore_threads(n * plan.dtype.itemsize,
+                                                                 tuning.current().row_copy_one_thread_bytes))
         # a fresh device allocation starts on a 256-byte boundary: only a host output's address can narrow the unit
         launch = _widened(plan, out_cols, build, table_flat, *(() if gpu else (out,)))
     else:
-        launch = LaunchSpec("simt_mgather_elem_kernel", policy, (
-            ("dst", out), ("dst_rs", out_cols), ("dst_cs", 1), ("idx", idx_flat), ("idx_rs", out_cols), ("idx_cs", 1),
-            ("table", table_flat), ("table_size", plan.capacity), ("valid_rows", rows), ("valid_cols", out_cols),
-            ("tile_rows", tile_rows)), geometry.elem_geometry(tile_rows, out_cols), grid, ("dst",), None,
-            _multicore_threads(n, tuning.current().elem_gather_one_thread_elems))
+        launch = _gather_elem_launch(policy, out, out_cols, 1, idx_flat, out_cols, 1, table_flat, plan.capacity, rows,
+                                     out_cols, tile_rows, grid=grid,
+                                     threads=_multicore_threads(n, tuning.current().elem_gather_one_thread_elems))
     steps = [launch]
     if gpu and host_out is not None:
         steps.append(HostStep("copy the gathered elements to the host", lambda: out.copy_to_host(host_out)))
@@ -438,17 +466,10 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     else:
         threads = _multicore_threads(rows * cols, tuning.current().atomic_scatter_one_thread_updates)
     if plan.coalesce == Coalesce.ROW:
-        geo = geometry.row_geometry(tile_rows, cols)
-        return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), multicore_threads=threads,
-                           table=table_arg,
-                           src=src, src_rs=cols, src_cs=1, idx=idx, idx_step=1, table_rows=plan.capacity,
-                           valid_rows=rows, valid_cols=cols, tile_rows=tile_rows, row_warps=geo.row_warps,
-                           warps_per_row=geo.warps_per_row)
-    return launch_spec("simt_mscatter_elem_kernel", policy, geometry.elem_geometry(tile_rows, cols), grid=grid,
-                       writes=("table",), multicore_threads=threads,
-                       multicore_plain_kernel=elem_alone_kernel(plan.atomic, fmt, rows * cols), table=table_arg, src=src,
-                       src_rs=cols, src_cs=1, idx=idx, idx_rs=cols,
-                       idx_cs=1, table_size=plan.capacity, valid_rows=rows, valid_cols=cols, tile_rows=tile_rows)
+        return _scatter_row_launch(policy, table_arg, src, cols, 1, idx, 1, plan.capacity, rows, cols, tile_rows,
+                                   grid=grid, threads=threads)
+    return _scatter_elem_launch(policy, table_arg, src, cols, 1, idx, cols, 1, plan.capacity, rows, cols, tile_rows,
+                                grid=grid, threads=threads, plain_kernel=elem_alone_kernel(plan.atomic, fmt, rows * cols))
 
 
 
