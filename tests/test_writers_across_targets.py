@@ -440,7 +440,7 @@ def test_a_gpu_call_on_a_host_table_runs_as_its_only_writer(monkeypatch):
 
 
 KEPT_ADD_IN_A_FORKED_CHILD = r"""
-import os, sys
+import os, signal, sys
 import numpy as np
 import simt_pto as pto
 from simt_pto.host import in_memory
@@ -451,6 +451,8 @@ pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a2a3")  # ke
 writers.table_writers._exclusive[1 << 40] = writers._Exclusive(table, None)  # a parent thread's writer at the fork
 pid = os.fork()
 if pid == 0:
+    signal.signal(signal.SIGALRM, lambda *args: os._exit(5))  # a child held back for ever ends itself: no orphan
+    signal.alarm(30)
     in_memory.full_scatter = lambda *args, **kwargs: os._exit(4)  # the child's call must take the kept loop
     pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a2a3")
     os._exit(0 if table[0] == 2 else 3)
@@ -465,5 +467,5 @@ def test_a_kept_a2a3_add_in_a_forked_child_registers_in_the_childs_registry():
     loop kept in the parent and run in the child registers in the child's registry: in the parent's, a writer of a
     thread the child does not have would hold it back for ever."""
     import subprocess
-    p = subprocess.run([sys.executable, "-c", KEPT_ADD_IN_A_FORKED_CHILD], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    p = subprocess.run([sys.executable, "-c", KEPT_ADD_IN_A_FORKED_CHILD], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])  # 5: the child waited 30 s on a writer it does not have
