@@ -1,7 +1,8 @@
 """The boundary words of a 16-bit float Add on a table that starts or ends mid-word (``ElementFormat.F16_EDGE`` /
 ``BF16_EDGE``): the A5 ``atomicAdd`` on a half works on the aligned 32-bit word that holds it, and a word the table
 covers only in part must never have its other half written, nor a byte outside the table's allocation touched
-(MSCATTER.md, "Atomic Operations"; the emulator's rule that no byte outside a tensor is touched).
+(MSCATTER.md, "Atomic Accumulation" and "Atomic Type Support": half and bfloat16_t ``atomicAdd`` on A5;
+the emulator's rule that no byte outside a tensor is touched).
 
 :class:`BoundaryWords` is the table argument such a launch takes and the guard it runs in (:func:`holding`); the
 A5 planner (:mod:`.a5_planner`) builds one for the scatters that need it.

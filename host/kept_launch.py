@@ -518,7 +518,7 @@ def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = 
     dtype (a numpy dtype: every call of the signature has it, it is part of the key), when known."""
     check = checks_range and plan.checks_range
     op, target, capacity = plan.op, plan.target, plan.capacity
-    if idx_dtype is not None and idx_dtype.itemsize == 4 and idx_dtype.kind in "iu" and idx_dtype.isnative:
+    if idx_dtype is not None and _as_bits(idx_dtype):
         # int32 / uint32 indices are their bits as they are: the step below without its dtype tests (on every call)
         if not check:
             def as_bits(arrays: dict) -> bool:
