@@ -9,7 +9,8 @@ Each kind's call runs ``--calls`` times in rounds that alternate the kinds (nump
 warm-up calls that keep its launch; each figure is the median of its per-call times, and each ratio the median of
 the per-round ratios against numpy's call in the same round. Every result is checked against numpy first. A JAX
 scatter returns a new JAX array by design (a copy), so only the JAX gather is measured; its result is a new JAX
-array too, whose making (``jnp.asarray``) is timed alone beside it, as JAX's own floor on this machine.
+array too. Its making is timed alone beside it: by ``jnp.asarray`` (JAX's public floor on this machine) and by
+``simt_pto.host.arrays.jax_result`` (what the gather uses: jaxlib's constructor, without a copy).
 
 Without PyTorch or JAX the benchmark says so and leaves that column out.
 """
@@ -62,7 +63,9 @@ def measure(calls: int, target: str) -> list[tuple[str, float, float | None]]:
     else:
         j_table, j_rows = jnp.asarray(table), jnp.asarray(rows)
         gathers["jax"] = lambda: pto.gather(j_table, j_rows, target=target)
+        from simt_pto.host.arrays import jax_result
         extras["jax: jnp.asarray of the 8 x 64 result alone"] = lambda: jnp.asarray(want_gather)
+        extras["jax: jax_result of a new 8 x 64 result alone"] = lambda: jax_result(want_gather.copy())
     for kind, fn in gathers.items():
         for _ in range(3):  # the first call keeps the launch; the next ones take it
             got = np.asarray(fn())

@@ -43,7 +43,7 @@ from simt_pto.enums import BLayout, Coalesce
 from simt_pto.launch_spec import CallPlan, LaunchSpec
 from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 
-from .arrays import FOREIGN, JAX, NUMPY, TORCH, checked_indices, host_memory, new_device_array
+from .arrays import FOREIGN, JAX, NUMPY, TORCH, checked_indices, host_memory, jax_result, new_device_array
 
 _UINT32 = np.dtype(np.uint32)
 _new = tuple.__new__
@@ -289,10 +289,7 @@ def gathered(policy: Policy, table, idx) -> Any | None:
             return result
         if kind == TORCH:  # (the caller's table is a tensor: torch is imported already)
             return sys.modules["torch"].from_numpy(result)
-        jnp = sys.modules.get("jax.numpy")
-        if jnp is None:  # (a JAX array exists only where jax is imported; jax.numpy may not be yet)
-            import jax.numpy as jnp
-        return jnp.asarray(result)
+        return jax_result(result)  # (made for this call: JAX may keep its memory)
     if keeps == "gpu":
         found = device_operands(policy, table, idx)
         entry = None if found is None else SIGNATURES.lookup(found[0])
@@ -379,7 +376,8 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if not view.flags.c_contiguous or not view.size:
             return None
-        return Operand(JAX, view.shape, view.dtype, False, _address(view) & 7 if aligned else 0), view.ravel()
+        # (a read-only view: its address through .ctypes, which _address would reach only after an exception)
+        return Operand(JAX, view.shape, view.dtype, False, view.ctypes.data & 7 if aligned else 0), view.ravel()
     if ((hasattr(obj, "__dlpack__") or hasattr(obj, "__array_interface__"))
             and type(obj).__module__.partition(".")[0] != "dask"):  # (a Dask array is never read here: the Dask route)
         # any other host producer (DLPack, the array interface): its memory as the full path reads it, in place
@@ -466,6 +464,18 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
                                      _new(Operand, (TORCH, src_view.shape, src_view.dtype, True, src.data_ptr() & 7)),
                                      idx_operand))),
                 {"table": table_view.ravel(), "src": src_view.ravel(), "idx": idx_view.ravel()})
+    if src is None and type(idx) is type(table) and type(table).__module__.startswith("jax"):
+        # a JAX gather (_host_operand's JAX branch, inline): each array's own host memory, read-only
+        try:
+            table_view, idx_view = np.asarray(table), np.asarray(idx)
+        except Exception:  # noqa: BLE001 - not on the CPU, or not an array: the full path decides
+            return None
+        if not (table_view.flags.c_contiguous and idx_view.flags.c_contiguous and table_view.size and idx_view.size):
+            return None
+        return (_new(Call, (policy, (_new(Operand, (JAX, table_view.shape, table_view.dtype, False,
+                                                    table_view.ctypes.data & 7)),
+                                     _new(Operand, (JAX, idx_view.shape, idx_view.dtype, False, 0))))),
+                {"table": table_view.ravel(), "idx": idx_view if idx_view.ndim == 1 else idx_view.ravel()})
     got_table = _host_operand(table, written=src is not None)
     if got_table is None:
         return None

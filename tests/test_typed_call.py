@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -239,6 +240,81 @@ def test_a_repeated_jax_gather_takes_the_kept_launch(no_full_path):
     no_full_path()
     got = pto.gather(j_table, j_idx)
     assert type(got) is type(j_table) and np.array_equal(np.asarray(got), table[idx])
+
+
+def _same_jax_array(got, want) -> None:
+    """``got`` is the JAX array ``want`` is: type, placement, commitment, dtype, shape, weak type and bits."""
+    assert type(got) is type(want)
+    assert (got.sharding, got.committed, got.dtype, got.shape, got.weak_type) == \
+        (want.sharding, want.committed, want.dtype, want.shape, want.weak_type)
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8", "uint32"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_a_repeated_jax_gather_gives_what_jnp_asarray_gives(no_full_path, dtype, coalesce):
+    """The kept launch's JAX result is made by jaxlib's constructor without a copy (host/arrays.jax_result): each
+    call's result is the array ``jnp.asarray`` makes of the values, and a later call leaves an earlier result as it
+    was (its memory is the result's own)."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    from simt_pto.host import arrays
+    rng = np.random.default_rng(11)
+    bits = rng.integers(0, 1 << 8 * np.dtype(np.uint8 if dtype == "int8" else np.uint16 if "16" in dtype
+                                             else np.uint32).itemsize, (32, 16))
+    j_table = jnp.asarray(bits.astype({"int8": np.uint8, "float16": np.uint16, "bfloat16": np.uint16}
+                                      .get(dtype, np.uint32))).view(dtype)
+    table = np.asarray(j_table)
+    if coalesce == "elem":  # (Elem indices address the flat table)
+        table = table.reshape(-1)
+    idx_a, idx_b = rng.integers(0, len(table), (2, 6)).astype(np.int32)
+    pto.gather(j_table, jnp.asarray(idx_a), coalesce=coalesce)
+    no_full_path()
+    first = pto.gather(j_table, jnp.asarray(idx_a), coalesce=coalesce)
+    second = pto.gather(j_table, jnp.asarray(idx_b), coalesce=coalesce)
+    if jax.devices()[0].platform == "cpu":
+        assert arrays._JAX_PUT[0] is not None, "jaxlib's constructor failed its probe: JAX gathers pay jnp.asarray"
+    _same_jax_array(first, jnp.asarray(table[idx_a]))
+    _same_jax_array(second, jnp.asarray(table[idx_b]))
+
+
+_JAX_TWO_DEVICES = """
+import numpy as np, jax, jax.numpy as jnp, simt_pto as pto
+from simt_pto.host import in_memory
+table = np.arange(4096, dtype=np.float32).reshape(64, 64)
+idx = np.array([5, 9, 63, 0, 5, 1, 2, 3], np.int32)
+j_table, j_idx = jnp.asarray(table), jnp.asarray(idx)
+pto.gather(j_table, j_idx)
+def refuse(*args, **kwargs):
+    raise AssertionError("the call took the full path")
+in_memory.full_gather = refuse
+for device in jax.devices():
+    with jax.default_device(device):
+        got, want = pto.gather(j_table, j_idx), jnp.asarray(table[idx])
+        assert type(got) is type(want) and got.sharding == want.sharding == jax.sharding.SingleDeviceSharding(device)
+        assert got.committed == want.committed and np.array_equal(np.asarray(got), table[idx])
+print("ok", len(jax.devices()))
+"""
+
+
+def test_a_jax_gather_keeps_jaxs_default_device_and_transfer_guard(no_full_path):
+    """Where the fast constructor would make something else than ``jnp.asarray`` (a default device the caller set:
+    two CPU devices, in a process of their own) it steps aside; a transfer guard refuses both alike."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", _JAX_TWO_DEVICES], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["ok", "2"], done.stderr
+    table, idx, _ = operands(12)
+    j_table, j_idx = jnp.asarray(table), jnp.asarray(idx)
+    pto.gather(j_table, j_idx)
+    no_full_path()
+    with jax.transfer_guard("disallow"):
+        with pytest.raises(Exception, match="Disallowed host-to-device transfer"):
+            jnp.asarray(table[idx])
+        with pytest.raises(Exception, match="Disallowed host-to-device transfer"):
+            pto.gather(j_table, j_idx)
 
 
 def test_one_signature_cache_holds_tile_ops_and_whole_arrays():
