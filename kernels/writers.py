@@ -155,12 +155,14 @@ class TableWriters:
         """``run(*args)``, a plain writer of ``table``, with ``table`` registered as written alone, and True; or,
         when another writer of memory ``table`` shares is registered (writing, waiting or announced), nothing and
         False."""
-        table = table_key(table)
+        table = table[0] if isinstance(table, tuple) else table  # (table_key, inline)
         token = next(self._tokens)
         alone = self._alone
         try:  # registered inside the try: an exception (Ctrl-C) anywhere after it drops the registration
             alone[token] = table
-            if (_overlaps(table, self._shared, token) or _overlaps(table, alone, token)
+            # (each registry looked at only when it holds another writer: a repeated small call is alone)
+            if ((self._shared and _overlaps(table, self._shared, token))
+                    or (len(alone) > 1 and _overlaps(table, alone, token))
                     or (self._exclusive and _overlapping(table, self._exclusive, token))):
                 return False
             run(*args)
@@ -242,7 +244,10 @@ def write_shared(table, write, *args) -> None:
     registry = table_writers
     token = next(registry._tokens)  # (token() and leave_shared(), inline: a small launch's registration is most of it)
     try:
-        registry.enter_shared(token, table)
+        # (enter_shared's common case, inline: registered first, checked second; it waits only beside a plain writer)
+        registry._shared[token] = table[0] if isinstance(table, tuple) else table
+        if registry._alone or registry._exclusive:
+            registry.enter_shared(token, table)
         write(*args)
     finally:
         registry._shared.pop(token, None)
