@@ -227,13 +227,22 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
 
     For each span of this thread (one position on CUDA, a warp's 32 on the CPU), in order, calls ``visit(args, row0,
     base, p, end, total, lanes, store)``: flat positions ``[p, end)`` of the block's ``total``, whose first row is
-    ``row0`` and first flat position in the whole region ``base``; ``args`` and ``store`` as for :func:`walk_rows`."""
+    ``row0`` and first flat position in the whole region ``base``; ``args`` and ``store`` as for :func:`walk_rows`.
+    A CPU thread running a gather (``store`` None) visits each block as one span: the same positions in the same
+    order."""
     lane0, lanes = lane_span()
     threads = launch[3] * WARP
     for b in block_range(launch):
         row0, tile_valid_rows = block_tile(b, tile_rows, valid_rows)
         total = tile_valid_rows * valid_cols
         base = row0 * valid_cols
+        if lanes > 1 and store is None:
+            # a gather on the CPU: the warps' spans of a block follow each other (warp ty, step s: positions from
+            # s + 32 ty), so the thread that runs them all in order runs the block as one span, one loop without the
+            # walk between spans (a scatter keeps warp spans: its visitor prefetches the next span's targets)
+            if total > 0:
+                visit(args, row0, base, 0, total, total, lanes, store)
+            continue
         for step in range(0, total, threads):
             for ty in warp_range(launch):
                 p = step + ty * WARP + lane0
