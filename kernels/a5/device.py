@@ -232,22 +232,22 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
     order."""
     lane0, lanes = lane_span()
     threads = launch[3] * WARP
+    # a gather on the CPU: the warps' spans of a block follow each other (warp ty, step s: positions from s + 32 ty),
+    # so the thread that runs them all in order runs the block as one span, one loop without the walk between spans
+    # (a scatter keeps warp spans: its visitor prefetches the next span's targets). One call site: the visitor is
+    # inlined once
+    whole = lanes > 1 and store is None
     for b in block_range(launch):
         row0, tile_valid_rows = block_tile(b, tile_rows, valid_rows)
         total = tile_valid_rows * valid_cols
         base = row0 * valid_cols
-        if lanes > 1 and store is None:
-            # a gather on the CPU: the warps' spans of a block follow each other (warp ty, step s: positions from
-            # s + 32 ty), so the thread that runs them all in order runs the block as one span, one loop without the
-            # walk between spans (a scatter keeps warp spans: its visitor prefetches the next span's targets)
-            if total > 0:
-                visit(args, row0, base, 0, total, total, lanes, store)
-            continue
-        for step in range(0, total, threads):
+        for step in range(0, total, max(total, 1) if whole else threads):
             for ty in warp_range(launch):
                 p = step + ty * WARP + lane0
                 if p < total:
-                    visit(args, row0, base, p, span_end(p, lanes, total), total, lanes, store)
+                    visit(args, row0, base, p, total if whole else span_end(p, lanes, total), total, lanes, store)
+                if whole:
+                    break
 
 
 def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
