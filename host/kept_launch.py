@@ -464,18 +464,6 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
                                      _new(Operand, (TORCH, src_view.shape, src_view.dtype, True, src.data_ptr() & 7)),
                                      idx_operand))),
                 {"table": table_view.ravel(), "src": src_view.ravel(), "idx": idx_view.ravel()})
-    if src is None and type(idx) is type(table) and type(table).__module__.startswith("jax"):
-        # a JAX gather (_host_operand's JAX branch, inline): each array's own host memory, read-only
-        try:
-            table_view, idx_view = np.asarray(table), np.asarray(idx)
-        except Exception:  # noqa: BLE001 - not on the CPU, or not an array: the full path decides
-            return None
-        if not (table_view.flags.c_contiguous and idx_view.flags.c_contiguous and table_view.size and idx_view.size):
-            return None
-        return (_new(Call, (policy, (_new(Operand, (JAX, table_view.shape, table_view.dtype, False,
-                                                    table_view.ctypes.data & 7)),
-                                     _new(Operand, (JAX, idx_view.shape, idx_view.dtype, False, 0))))),
-                {"table": table_view.ravel(), "idx": idx_view if idx_view.ndim == 1 else idx_view.ravel()})
     got_table = _host_operand(table, written=src is not None)
     if got_table is None:
         return None

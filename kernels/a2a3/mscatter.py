@@ -75,8 +75,13 @@ def _registered_walk(plan, cols: int):
     atomic, fmt = store_policy(plan)
     rule = IndexRule(plan.rule)
     run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt), cols)
-    register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.run_exclusive
-    return register, run, store.source_dtype(atomic, fmt, plan.dtype)
+    return _registration(atomic), run, store.source_dtype(atomic, fmt, plan.dtype)
+
+
+def _registration(atomic: ScatterAtomicOp):
+    """How a loop of ``atomic`` registers as a writer of its table: as a composing writer for stores, as the only
+    writer for a read-modify-write Add (:mod:`simt_pto.kernels.writers`)."""
+    return writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.run_exclusive
 
 
 def tile_scatterer(plan):
@@ -90,7 +95,7 @@ def tile_scatterer(plan):
         atomic, fmt = store_policy(plan)
         rule = IndexRule(plan.rule)
         walk_nz = walk.nz_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt))
-        register = writers.write_shared if atomic == ScatterAtomicOp.NONE else writers.run_exclusive
+        register = _registration(atomic)
 
         def scatter_nz(src, idx, table):
             register(table, walk_nz, src, table, idx)
