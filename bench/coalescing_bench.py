@@ -11,7 +11,10 @@ all-identical; tile shapes that change kLaunchWarps) it reports:
   an idle spin kernel ahead of the start event so that launch overhead on the host is not timed). Index arrays
   longer than one tile run as one multi-block launch, block ``b`` = tile ``b`` (as ``simt_pto.host.in_memory``);
 * the analyzer's predicted GM efficiency and sectors per request (:mod:`simt_pto.host.tools.coalescing`, on a prefix of
-  the indices), and beside it, when ``ncu`` is on PATH, the sectors Nsight Compute measures for the kernel;
+  the indices), and beside it the sectors and requests the GPU counts for the same launch: through CUPTI's Range
+  Profiler in this process (``--counters cupti``, the ``counters`` extra; ``coalescing_counters.md``: the model
+  against the counters per point and kind, a summary per kernel family, the points ranked differently), or
+  Nsight Compute when ``ncu`` is on PATH (``--counters ncu``);
 * peers in the same run when importable: torch ``index_select`` / ``take`` / ``index_add_`` / ``index_reduce_`` /
   ``scatter_reduce_`` / deterministic ``index_put_``, cupy ``take`` / ``cupyx.scatter_add`` / ``scatter_max``
   (same byte count; the peers get int64 indices, staged before timing).
@@ -465,7 +468,44 @@ def _table(p: Point, rng) -> np.ndarray:
     return _TABLES[key]
 
 
-def run_points(points, device: Device | None, sample_lanes: int, use_ncu: bool, log=print) -> list[dict]:
+def cupti_measure(run) -> dict | None:
+    """The GPU's own counters for the launch ``run()`` makes (CUPTI's Range Profiler,
+    :mod:`simt_pto.host.tools.gpu_counters`): ``kind -> (sectors, requests)`` for ``ld``, ``st``, ``atom``
+    (``red`` included), or None with the reason printed."""
+    from numba import cuda
+
+    from simt_pto.host.tools import counter_check, gpu_counters
+
+    def launch_and_wait():
+        run()
+        cuda.synchronize()
+    try:
+        return counter_check.measured(gpu_counters.measure(launch_and_wait), ("simt_",))
+    except (gpu_counters.CountersUnavailable, gpu_counters.CuptiError, ValueError) as exc:
+        print(f"  counters: {exc}")
+        return None
+
+
+def counter_source(requested: str, gpu: bool, no_ncu: bool) -> str | None:
+    """Where the measured sectors come from: ``"cupti"`` (in process), ``"ncu"`` (Nsight Compute, a subprocess per
+    point) or None. ``"auto"``: CUPTI when its library loads, else ncu when it is on PATH."""
+    if not gpu or requested == "none":
+        return None
+    if requested in ("auto", "cupti"):
+        from simt_pto.host.tools import gpu_counters
+        try:
+            gpu_counters.require()
+            return "cupti"
+        except gpu_counters.CountersUnavailable as exc:
+            print(f"CUPTI counters unavailable: {exc}")
+            if requested == "cupti":
+                return None
+    if not no_ncu and shutil.which("ncu") is not None:
+        return "ncu"
+    return None
+
+
+def run_points(points, device: Device | None, sample_lanes: int, counters: str | None, log=print) -> list[dict]:
     rows = []
     rng_seed = 20240531
     t0 = time.time()
@@ -497,14 +537,66 @@ def run_points(points, device: Device | None, sample_lanes: int, use_ncu: bool, 
             nbytes = dataclasses.replace(p, n=n_used).nbytes(isz)
             row["gbps"] = nbytes / t / 1e9 if t and not math.isnan(t) else math.nan
             row["peers"] = {k: nbytes / v / 1e9 for k, v in device.peers(p, idx, table_host, n_used).items()}
-            if use_ncu:
+            if counters == "ncu":
                 m = ncu_measure(p)
                 if m:
                     row.update({f"ncu_{k}": v for k, v in m.items()})
+            elif counters == "cupti":
+                from simt_pto.host.tools import counter_check
+                m = cupti_measure(run)
+                if m:
+                    row["measured"] = {kind: list(v) for kind, v in m.items()}
+                    row["predicted"] = {kind: list(v) for kind, v in counter_check.predicted(rep).items()}
         rows.append(row)
         if (i + 1) % 25 == 0 or i + 1 == len(points):
             log(f"  {i + 1}/{len(points)} points, {time.time() - t0:.0f} s")
     return rows
+
+
+def point_label(r: dict) -> str:
+    kind = "" if r["op"] == "mgather" else f" {r['atomic']}"
+    return f"{r['op']} {r['coalesce']}{kind} {r['dtype']} {r['cols']} cols {r['pattern']} {r['tile_kind']}"
+
+
+def write_counter_comparison(rows, out: Path, device: str | None) -> str:
+    """The model beside the GPU's counters (:mod:`simt_pto.host.tools.counter_check`), every measured point:
+    ``coalescing_counters.md`` (a summary per kernel family, the pairs ranked differently, the full table) and
+    ``coalescing_counters.json``; returns the summary."""
+    from simt_pto.host.tools import counter_check as cc
+    measured = [r for r in rows if "measured" in r]
+    checks = [(point_label(r), cc.compare({k: tuple(v) for k, v in r["predicted"].items()},
+                                          {k: tuple(v) for k, v in r["measured"].items()})) for r in measured]
+    families: dict = {}
+    for r, (_, kinds) in zip(measured, checks):
+        fam = families.setdefault(f"{r['op']} {r['coalesce']}" + ("" if r["op"] == "mgather" else f" {r['atomic']}"),
+                                  {"points": 0, "agree": 0, "worst": 0.0})
+        fam["points"] += 1
+        fam["agree"] += all(k.agrees() for k in kinds)
+        fam["worst"] = max([fam["worst"]] + [abs(k.error) for k in kinds if k.error is not None])
+    ranks = {}
+    for kind in cc.KINDS:
+        pts = [(label, k.predicted, k.measured) for label, kinds in checks for k in kinds
+               if k.kind == kind and k.predicted is not None and k.measured is not None]
+        ranks[kind] = cc.rank_disagreements(pts)
+    summary = [f"The coalescing model against {device or 'the GPU'}'s counters (CUPTI): sectors per request per "
+               f"access kind within {cc.TOLERANCE:.0%} of the model, per kernel family", "",
+               "| family | points | all kinds within | worst error |", "|---|---|---|---|"]
+    summary += [f"| {name} | {f['points']} | {f['agree']} | {f['worst']:.1%} |" for name, f in families.items()]
+    summary += ["", "Pairs of points the model and the GPU order differently: " +
+                ("; ".join(f"{kind}: {len(p)}" for kind, p in ranks.items()) or "none")]
+    text = "\n".join(summary) + "\n"
+    detail = cc.format_checks(checks, device or "the GPU")
+    disorder = "".join(f"- {kind}: {a} / {b}\n" for kind, pairs in ranks.items() for a, b in pairs)
+    (out / "coalescing_counters.md").write_text(text + "\n" + (disorder and "Ranked differently:\n\n" + disorder + "\n")
+                                                + detail)
+    (out / "coalescing_counters.json").write_text(json.dumps(
+        {"device": device, "tolerance": cc.TOLERANCE,
+         "points": [{"point": label, **{k: r[k] for k in ("op", "coalesce", "atomic", "dtype", "cols", "pattern",
+                                                          "tile_kind", "kernel", "predicted", "measured")},
+                     "agrees": all(k.agrees() for k in kinds)}
+                    for r, (label, kinds) in zip(measured, checks)],
+         "ranked_differently": {k: [list(p) for p in v] for k, v in ranks.items()}}, indent=1))
+    return text
 
 
 def _fmt(v, spec=".3f"):
@@ -666,6 +758,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per point (default 10, quick 5)")
     parser.add_argument("--no-peers", action="store_true", help="skip torch / cupy peers")
     parser.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even when ncu is on PATH")
+    parser.add_argument("--counters", choices=("auto", "cupti", "ncu", "none"), default="auto",
+                        help="where the measured sectors come from on a GPU: CUPTI in this process (the counters "
+                             "extra), Nsight Compute, or none (default auto: CUPTI, else ncu when on PATH)")
     parser.add_argument("--sample-lanes", type=int, default=None,
                         help="lanes the analyzer replays per point (default 2**18, quick 2**17)")
     parser.add_argument("--ncu-point", help=argparse.SUPPRESS)
@@ -685,15 +780,18 @@ def main(argv=None) -> int:
     points = matrix(args.quick, args.simulate)
     sample = args.sample_lanes or (1 << 10 if args.simulate else 1 << 17 if args.quick else 1 << 18)
     device = Device(args.repeats or (5 if args.quick else 10), not args.no_peers) if (gpu or args.simulate) else None
-    use_ncu = gpu and not args.no_ncu and shutil.which("ncu") is not None
+    counters = counter_source(args.counters, gpu, args.no_ncu)
+    device_name = None
     if gpu:
         import numba.cuda
-        print(f"GPU: {numba.cuda.get_current_device().name}; peers: "
+        device_name = numba.cuda.get_current_device().name
+        device_name = device_name.decode() if isinstance(device_name, bytes) else str(device_name)
+        print(f"GPU: {device_name}; peers: "
               f"{', '.join(n for n, m in (('torch', device.torch), ('cupy', device.cupy)) if m) or 'none'}; "
-              f"ncu: {'yes' if use_ncu else 'no'}")
+              f"measured sectors: {counters or 'none'}")
     print(f"{len(points)} points ({'quick' if args.quick else 'simulate' if args.simulate else 'full'} matrix)")
     t0 = time.time()
-    rows = run_points(points, device, sample, use_ncu)
+    rows = run_points(points, device, sample, counters)
     args.out.mkdir(parents=True, exist_ok=True)
     write_table(rows, args.out / "coalescing.md", gpu)
     write_csv(rows, args.out / "coalescing.csv")
@@ -701,6 +799,9 @@ def main(argv=None) -> int:
     print()
     print("Predicted GM efficiency (gather: loads, scatter: stores / atomics), default tiles; columns are row widths:")
     print(pivot(rows))
+    if any("measured" in r for r in rows):
+        print()
+        print(write_counter_comparison(rows, args.out, device_name))
     if gpu:
         ok = sum(r["check"] == "ok" for r in rows if r["op"] == "mgather")
         print(f"\ngather results checked bit for bit: {ok} of {sum(r['op'] == 'mgather' for r in rows)} ok")

@@ -6,7 +6,9 @@
 #   bash bench/gpu_session.sh sanitize   # the same under compute-sanitizer memcheck (a float32 / int8 subset)
 #   bash bench/gpu_session.sh bench      # bench_large.py, gpu_call_overhead.py, coalescing_bench.py --quick,
 #                                        # validate-last
-#   bash bench/gpu_session.sh all        # all three, for a machine without the 10-minute limit
+#   bash bench/gpu_session.sh counters   # the coalescing model against the GPU's own counters (CUPTI, in process):
+#                                        # tests/test_gpu_counters.py, coalescing_bench.py --quick --counters cupti
+#   bash bench/gpu_session.sh all        # all four, for a machine without the 10-minute limit
 #
 # Numba's on-disk cache (kernels/**/__pycache__) stays on a warm machine between commands, so run `tests`
 # first: later stages then reuse its compiled kernels.
@@ -17,14 +19,18 @@
 #                     interrupted (SIGINT), so pytest still prints what failed so far
 #   BENCH_TIMEOUT, COALESCE_TIMEOUT, VALIDATE_TIMEOUT  seconds for the three parts of `bench` (300, 180, 100)
 #   SANITIZE_K        the -k filter of the memcheck run
+#   COUNTERS_TIMEOUT  seconds for each of the two parts of `counters` (default 240)
 #   BENCH_QUICK=1     bench_large.py --quick
 #   COALESCE_ARGS     more arguments of coalescing_bench.py (e.g. --no-ncu: no Nsight Compute pass, much shorter)
 #
 # Beforehand, on the development machine, fetch the wheels the GPU machine lacks into .whl/ (ignored):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
-#     -d .whl numpy==2.4.6 nvidia-cuda-sanitizer-api
-# and carry .whl with every command.
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_25_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl numpy==2.4.6 nvidia-cuda-cupti==13.0.85 nvidia-cuda-sanitizer-api
+# and carry .whl with every command (44 MB of the 64 MiB a command carries). CUPTI 13.0 is the CUDA of the machines'
+# driver (580): a newer CUPTI's target side may refuse an older driver.
+#
+# The logs come back in $OUT; keep them in the tracked folder bench/gpu-logs/ (bench/gpu-logs/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-all}
@@ -77,10 +83,25 @@ run_bench() {
   timeout -k 10 "${VALIDATE_TIMEOUT:-100}" python3 -m simt_pto.host.tools.cli validate-last --repeat 3 2>&1 | tail -20 | tee "$out/validate_last.txt"
 }
 
+run_counters() {
+  # which CUPTI loads (the carried wheel's comes first on PYTHONPATH), then the tests and the quick matrix
+  python3 -c 'from simt_pto.host.tools import gpu_counters as g; print(g.library_candidates()); g.require(); print("ok")' \
+    > "$out/counters.txt" 2>&1
+  timeout -s INT -k 10 "${COUNTERS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -rs tests/test_gpu_counters.py \
+    >> "$out/counters.txt" 2>&1
+  echo "pytest rc=$?" >> "$out/counters.txt"
+  tail -15 "$out/counters.txt"
+  timeout -k 10 "${COUNTERS_TIMEOUT:-240}" python3 bench/coalescing_bench.py --quick --counters cupti --no-peers \
+    --repeats 1 --out "$out" > "$out/coalescing_counters.txt" 2>&1
+  echo "coalescing_bench rc=$?" >> "$out/coalescing_counters.txt"
+  tail -25 "$out/coalescing_counters.txt"
+}
+
 case "$stage" in
   tests) run_tests ;;
   sanitize) run_sanitize ;;
   bench) run_bench ;;
-  all) run_tests; run_sanitize; run_bench ;;
-  *) echo "usage: bash bench/gpu_session.sh tests|sanitize|bench|all" >&2; exit 2 ;;
+  counters) run_counters ;;
+  all) run_tests; run_sanitize; run_bench; run_counters ;;
+  *) echo "usage: bash bench/gpu_session.sh tests|sanitize|bench|counters|all" >&2; exit 2 ;;
 esac

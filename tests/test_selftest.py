@@ -129,10 +129,50 @@ def test_an_injected_fault_fails_selftest_with_a_replayable_case(capsys, tmp_pat
     assert status == 0, out
 
 
+def test_shards_keep_each_policy_whole_and_balance_the_cases():
+    cases = selftest.matrix()
+
+    def policy(c):
+        return c["family"], c["atomic"], c["oob"], c["conflict"]
+    groups = {}
+    for c in cases:
+        groups.setdefault(policy(c), []).append(c["seed"])
+    parts = selftest.shards(cases, 4)
+    assert len(parts) == 4
+    assert sorted(c["seed"] for part in parts for c in part) == [c["seed"] for c in cases]  # each case once
+    for part in parts:  # a policy's cases (its kernel's every dtype) in one worker
+        for key in {policy(c) for c in part}:
+            assert [c["seed"] for c in part if policy(c) == key] == groups[key]
+    sizes = [len(part) for part in parts]
+    assert max(sizes) - min(sizes) <= max(len(g) for g in groups.values())
+    few = selftest.shards(cases[:3], 8)  # more workers than policies: no empty shard
+    assert all(few) and len(few) == len({policy(c) for c in cases[:3]})
+    assert sorted(c["seed"] for part in few for c in part) == [0, 1, 2]
+
+
+def test_selftest_in_worker_processes_gives_what_one_process_gives():
+    families = ("row_gather", "scalar_scatter")
+    alone = selftest.selftest(["multicore"], quick=True, families=families, jobs=1)
+    workers = selftest.selftest(["multicore"], quick=True, families=families, jobs=2)
+    assert alone.ok and workers.ok
+    assert workers.to_json()["backends"]["multicore"]["families"] == alone.to_json()["backends"]["multicore"]["families"]
+    assert sum(f.passed for f in workers.backends["multicore"].values()) == 2 * len(dtypes.ELEMENT_DTYPES["a5"])
+
+
+def test_a_workers_failures_come_back_with_their_replay_files(tmp_path, faulty_elem_gather):
+    """What a worker process returns (run here in this process, where the fault is in)."""
+    cases = [c for c in selftest.matrix(("elem_gather",), quick=False) if c["oob"] == "wrap"][:3]
+    got = selftest._run_shard("multicore", ("elem_gather",), cases, str(tmp_path / "cases"))
+    family = got["elem_gather"]
+    assert family.failed == 3 and family.passed == 0
+    assert all(path and Path(path).is_file() for _, _, path in family.failures)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--backend", "tpu"], "--backend: 'tpu' is not available"),
     (["--replay", "/nonexistent/case.npz"], "--replay: no such file"),
     (["--family", "row"], "argument --family: invalid choice"),
+    (["--jobs", "0"], "argument --jobs: expected a positive number of worker processes, got '0'"),
 ])
 def test_bad_arguments_exit_2_with_one_error_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:

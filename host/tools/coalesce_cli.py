@@ -5,7 +5,8 @@
 
 Prints, per warp-level memory instruction of the A5 launches that call makes, the GM segments and sectors
 touched, bytes requested vs moved, efficiency and the UB access regularity (``--json``: the report as JSON,
-with ``gm_loads`` / ``gm_stores`` / ``gm_atomics`` summaries). Nothing runs on a GPU. The call is the whole-array
+with ``gm_loads`` / ``gm_stores`` / ``gm_atomics`` summaries). Nothing runs on a GPU, unless ``--measure`` asks for
+the GPU's own counters of the same launches beside the prediction (:mod:`.counter_check`). The call is the whole-array
 one (``simt_pto.gather`` / ``scatter``, every launch its plan makes) unless ``--call tile`` or a tile-only option
 (``--tile-layout``, ``--idx-layout``, a Row ``--tile`` whose cols are not the table's) asks for the tile op's launch,
 replayed per tile (:func:`simt_pto.host.tools.coalescing.analyze`).
@@ -22,7 +23,7 @@ import numpy as np
 from simt_pto import dtypes
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 
-from . import coalescing
+from . import coalescing, counter_check, gpu_counters
 from .arguments import load_npy, memory_problem, non_negative_int
 
 
@@ -87,6 +88,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="GM table start address modulo 128 (a multiple of the element size)")
     p.add_argument("--dyn-ubuf-size", type=non_negative_int, default=None, metavar="BYTES", help="A5 dynamic UB size")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--measure", action="store_true",
+                   help="also run the call's launches on this machine's CUDA GPU and put the GPU's own counters "
+                        "(global-memory sectors per request of loads, stores and atomics, through CUPTI: the "
+                        "counters extra) beside the prediction; exit status 1 when a kind differs by more than "
+                        f"{counter_check.TOLERANCE:.0%}%. A whole-array call only")
     p.set_defaults(func=run, parser=p)
     return p
 
@@ -117,12 +123,38 @@ def run(args) -> int:
             call=args.call, last_path=args.last_path, owner=args.owner)
     except (ConstraintError, OutOfBoundsError, ValueError, TypeError) as exc:
         parser.error(" ".join(str(exc).split()))
+    if args.measure:
+        return _measure(args, parser, idx, report)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
         print()
     else:
         print(report.format())
     return 0
+
+
+def _measure(args, parser, idx, report) -> int:
+    """``--measure``: the GPU's counters for the same launches beside the model (:mod:`.counter_check`)."""
+    if report.call != "whole":
+        parser.error("argument --measure: measures a whole-array call (leave out --call tile and the tile-only "
+                     "options)")
+    try:
+        checked = counter_check.measure_call(
+            args.op, args.coalesce, idx, args.table, args.dtype, atomic=args.atomic, conflict=args.conflict,
+            oob=args.oob, tile_shape=args.tile, last_path=args.last_path, base_offset_bytes=args.base_offset)
+    except gpu_counters.CountersUnavailable as exc:
+        print(f"simt-pto coalesce --measure: the GPU's counters cannot be read here: {exc}", file=sys.stderr)
+        return 3
+    if args.json:
+        json.dump({"report": report.as_dict(), "measured": [vars(k) for k in checked.kinds],
+                   "launches": [{"kernel": c.kernel, **c.values} for c in checked.launches],
+                   "agrees": checked.agrees()}, sys.stdout, indent=2)
+        print()
+    else:
+        print(report.format())
+        print()
+        print(counter_check.format_checks([(f"{args.op} {args.coalesce}", checked.kinds)], "this GPU"))
+    return 0 if checked.agrees() else 1
 
 
 def main(argv=None) -> int:

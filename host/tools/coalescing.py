@@ -765,7 +765,7 @@ _NOT_MODELLED = {
 """Kernels a whole-array call may launch that the analyzer does not model, and what they are."""
 
 
-def _table_at(shape, dtype, base_offset_bytes) -> np.ndarray:
+def table_at(shape, dtype, base_offset_bytes) -> np.ndarray:
     """A zero table of ``shape`` and ``dtype`` whose first element lies ``base_offset_bytes`` past a 128-byte
     boundary (modulo 128): a slice of a larger byte buffer, viewed as the dtype."""
     nbytes = shape[0] * shape[1] * dtype.itemsize
@@ -777,11 +777,11 @@ def _table_at(shape, dtype, base_offset_bytes) -> np.ndarray:
 def _whole_call(op, coalesce, raw, table_shape, tile_shape, dtype, *, atomic, conflict, oob, strict, base,
                 dyn_ubuf_size, last_path, owner, keep) -> _Replay:
     """Every launch of the whole-array call (:func:`simt_pto.gather_plan` / :func:`simt_pto.scatter_plan`, ``a5``,
-    ``multicore``) on a zero table at ``base`` (:func:`_table_at`), replayed in order."""
+    ``multicore``) on a zero table at ``base`` (:func:`table_at`), replayed in order."""
     with first_use:  # the whole-array ops load the kernels package: at the first analysis, not at import
         from simt_pto.host.in_memory import gather_plan, scatter_plan
     row = coalesce == Coalesce.ROW
-    table = _table_at(table_shape, dtype, base)
+    table = table_at(table_shape, dtype, base)
     idx = (raw[:, 0] if row else raw).astype(np.uint32)
     options = dict(coalesce=coalesce, oob=oob, target="a5", tile_rows=None if tile_shape is None else tile_shape[0],
                    dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype.name, backend="multicore")

@@ -20,6 +20,7 @@ warning.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -509,15 +510,89 @@ def device_name(backend: str) -> str:
     return f"{cpu}, {os.cpu_count()} cores"
 
 
+GPU_JOBS = 16
+"""The most worker processes :func:`default_jobs` gives the ``gpu`` backend: each compiles its share of the
+kernels (a cold kernel cache is most of a first run: about 370 specializations, up to 3 s each) into the disk
+cache and runs its cases; the GPU is shared."""
+
+
+def default_jobs(backend: str) -> int:
+    """Worker processes for ``backend`` when none is asked for: on the GPU one per core up to :data:`GPU_JOBS`;
+    one (this process) on ``multicore``, whose kernels use every core already, and on the simulator, whose mode
+    is this process's."""
+    return max(1, min(os.cpu_count() or 1, GPU_JOBS)) if backend == "gpu" else 1
+
+
+def shards(cases: Sequence[dict], jobs: int) -> list[list[dict]]:
+    """``cases`` dealt into at most ``jobs`` shards, a policy's cases whole: a (family, atomic, OOB, conflict)
+    group is one kernel specialization per dtype, which the shard compiles once, into the cache entries of that
+    specialization alone. The largest groups go first, each to the least loaded shard."""
+    groups: dict[tuple, list[dict]] = {}
+    for case in cases:
+        groups.setdefault((case["family"], case["atomic"], case["oob"], case["conflict"]), []).append(case)
+    out: list[list[dict]] = [[] for _ in range(max(1, min(jobs, len(groups))))]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        min(out, key=len).extend(group)
+    return [sorted(shard, key=lambda c: c["seed"]) for shard in out if shard]
+
+
+def _run_shard(backend: str, families: tuple, cases: list[dict], out_dir: str) -> dict[str, FamilyResult]:
+    """A worker process's share of the matrix (:func:`shards`) on ``backend``; failing cases written to
+    ``out_dir``."""
+    set_a5_backend(backend)
+    result = SelftestResult({backend: {f: FamilyResult() for f in families}}, {}, {}, out_dir=out_dir)
+    for case in cases:
+        _run_case(result, backend, case)
+    return result.backends[backend]
+
+
+def _run_whole_array(backend: str) -> list[tuple[str, list[str]]]:
+    """The whole-array stage in a worker process (beside the shards)."""
+    set_a5_backend(backend)
+    return list(whole_array_checks(backend))
+
+
+def _run_in_workers(result: SelftestResult, backend: str, families: tuple, cases: list[dict], whole_array: bool,
+                    jobs: int, bar) -> None:
+    """The matrix (and the whole-array stage) on ``backend`` in ``jobs`` spawned worker processes: a fresh
+    interpreter each (a forked child would inherit a CUDA context it cannot use), merged into ``result``."""
+    import concurrent.futures
+    import multiprocessing
+
+    out_dir = result.out_dir or f"selftest-{time.strftime('%Y%m%d-%H%M%S')}"  # made by the first failure
+    context = multiprocessing.get_context("spawn")
+    parts = shards(cases, jobs)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=len(parts) + whole_array, mp_context=context) as pool:
+        running = {pool.submit(_run_shard, backend, families, part, out_dir): len(part) for part in parts}
+        whole = pool.submit(_run_whole_array, backend) if whole_array else None
+        if whole is not None:
+            running[whole] = 4
+        for done in concurrent.futures.as_completed(running):
+            if done is whole:
+                for name, problems in done.result():
+                    _record(result.backends[backend]["whole_array"], {"check": name}, problems, None)
+            else:
+                for name, part in done.result().items():
+                    mine = result.backends[backend][name]
+                    mine.passed += part.passed
+                    mine.failed += part.failed
+                    mine.failures += part.failures
+            bar.update(running[done])
+    if any(f.failures for f in result.backends[backend].values()):
+        result.out_dir = out_dir
+
+
 def selftest(backends: Sequence[str] | None = None, quick: bool = False, families: Sequence[str] | None = None,
              out_dir: str | os.PathLike[str] | None = None, progress: bool = False,
-             whole_array: bool | None = None) -> SelftestResult:
+             whole_array: bool | None = None, jobs: int | None = None) -> SelftestResult:
     """Run the differential matrix (and, unless ``quick``, the whole-array stage) on each backend.
 
     ``backends``: names from :func:`simt_pto.a5_backends` (default: all this process can use; the deprecated
     ``"cpu"`` is ``"multicore"``, with a DeprecationWarning); ``families``:
     a subset of :data:`FAMILIES`; ``out_dir``: where failing cases are written (default: a new
-    ``selftest-<time>`` folder in the current directory, made at the first failure)."""
+    ``selftest-<time>`` folder in the current directory, made at the first failure). ``jobs``: worker processes
+    per backend (default :func:`default_jobs`; the simulator always runs here): the cases are dealt by policy
+    (:func:`shards`) and the whole-array stage runs beside them, so a cold kernel cache is filled in parallel."""
     available = a5_backends()
     names, backends = list(backends or available), []
     for name in names:  # a loop, not a comprehension: the warning's stacklevel counts frames
@@ -541,8 +616,13 @@ def selftest(backends: Sequence[str] | None = None, quick: bool = False, familie
             result.devices[backend] = device_name(backend)
             result.backends[backend] = {f: FamilyResult() for f in families}
             mine = cases[::SIMULATOR_SHARE] if backend == "simulator" else cases
+            workers = 1 if backend == "simulator" else default_jobs(backend) if jobs is None else jobs
             with tqdm(total=len(mine) + (4 if whole_array else 0), desc=f"selftest {backend}",
                       disable=not progress, file=sys.stderr, leave=False) as bar:
+                if workers > 1:
+                    _run_in_workers(result, backend, families, mine, whole_array, workers, bar)
+                    result.seconds[backend] = time.perf_counter() - start
+                    continue
                 for case in mine:
                     _run_case(result, backend, case)
                     bar.update()
@@ -639,7 +719,21 @@ def register(sub) -> None:
     parser.add_argument("--out", metavar="DIR", help="where failing cases are written (default: a new folder here)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line of stdout")
     parser.add_argument("--replay", metavar="FILE.npz", help="run one failing case written by an earlier selftest")
+    parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+                        help="worker processes per backend, each compiling and running its share of the cases "
+                             f"(default: one per core up to {GPU_JOBS} on the gpu backend, 1 elsewhere; the "
+                             "simulator always runs in this process)")
     parser.set_defaults(func=run, parser=parser)
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, got {text!r}")
+    return value
 
 
 def _cli_backend(parser, name: str) -> str:
@@ -701,7 +795,7 @@ def run(args) -> int:
             parser.error(f"argument --out: {e}")
     start = time.perf_counter()
     result = selftest(backends, quick=args.quick, families=args.family, out_dir=args.out,
-                      progress=sys.stderr.isatty())
+                      progress=sys.stderr.isatty(), jobs=args.jobs)
     print(f"simt-pto selftest{' --quick' if args.quick else ''}: "
           + ", ".join(f"{k} {v}" for k, v in result.versions.items()))
     for backend, fams in result.backends.items():
