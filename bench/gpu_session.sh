@@ -8,7 +8,13 @@
 #                                        # validate-last
 #   bash bench/gpu_session.sh counters   # the coalescing model against the GPU's own counters (CUPTI, in process):
 #                                        # tests/test_gpu_counters.py, coalescing_bench.py --quick --counters cupti
-#   bash bench/gpu_session.sh all        # all four, for a machine without the 10-minute limit
+#   bash bench/gpu_session.sh selftest   # simt-pto selftest --backend gpu (the full matrix, worker processes
+#                                        # compiling in parallel), timed from whatever kernel cache is there
+#   bash bench/gpu_session.sh all        # all five, for a machine without the 10-minute limit
+#
+# Issue 39 in one command of a fresh machine (a cold kernel cache: the selftest's time is a first run's):
+#   OUT=... SELFTEST_TIMEOUT=300 COUNTERS_TIMEOUT=130 bash -c 'bench/gpu_session.sh selftest; bench/gpu_session.sh counters'
+
 #
 # Numba's on-disk cache (kernels/**/__pycache__) stays on a warm machine between commands, so run `tests`
 # first: later stages then reuse its compiled kernels.
@@ -20,6 +26,7 @@
 #   BENCH_TIMEOUT, COALESCE_TIMEOUT, VALIDATE_TIMEOUT  seconds for the three parts of `bench` (300, 180, 100)
 #   SANITIZE_K        the -k filter of the memcheck run
 #   COUNTERS_TIMEOUT  seconds for each of the two parts of `counters` (default 240)
+#   SELFTEST_TIMEOUT  seconds for `selftest` (default 330); SELFTEST_JOBS its worker processes (default: selftest's)
 #   BENCH_QUICK=1     bench_large.py --quick
 #   COALESCE_ARGS     more arguments of coalescing_bench.py (e.g. --no-ncu: no Nsight Compute pass, much shorter)
 #
@@ -97,11 +104,23 @@ run_counters() {
   tail -25 "$out/coalescing_counters.txt"
 }
 
+run_selftest() {
+  local t0 cached
+  cached=$(find kernels -name '*.nbi' 2>/dev/null | wc -l)
+  t0=$(date +%s)
+  timeout -s INT -k 20 "${SELFTEST_TIMEOUT:-330}" python3 -m simt_pto.host.tools.cli selftest --backend gpu \
+    ${SELFTEST_JOBS:+--jobs "$SELFTEST_JOBS"} --json > "$out/selftest_gpu.log" 2>&1
+  echo "selftest rc=$? in $(( $(date +%s) - t0 )) s; $cached kernel cache index files before it" \
+    | tee -a "$out/selftest_gpu.log"
+  grep -v '^{' "$out/selftest_gpu.log" | tail -20
+}
+
 case "$stage" in
   tests) run_tests ;;
   sanitize) run_sanitize ;;
   bench) run_bench ;;
   counters) run_counters ;;
-  all) run_tests; run_sanitize; run_bench; run_counters ;;
-  *) echo "usage: bash bench/gpu_session.sh tests|sanitize|bench|counters|all" >&2; exit 2 ;;
+  selftest) run_selftest ;;
+  all) run_selftest; run_tests; run_sanitize; run_bench; run_counters ;;
+  *) echo "usage: bash bench/gpu_session.sh tests|sanitize|bench|counters|selftest|all" >&2; exit 2 ;;
 esac
