@@ -163,21 +163,36 @@ def keep_on_host(call: CallPlan, operands: dict, backend: str, **checks) -> Kept
 
 def keep_gpu(call: CallPlan, plan, operands: tuple[str, ...], *, made: dict | None = None,
              apart: tuple = ()) -> KeptLaunch | None:
-    """The kept launch of ``call``, one launch that has just run on the GPU backend, taking the device arrays named
-    ``operands`` as data pointers (:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`), after the device index
-    scan where ``plan`` leaves out-of-range indices undefined (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`
-    over the launch's ``idx``); None where either cannot be made."""
-    launch = simt.single_gpu_launcher(call, operands)
-    if launch is None:
+    """The kept launches of ``call``, which has just run on the GPU backend, taking the device arrays named
+    ``operands`` as data pointers: its one launch (:func:`~simt_pto.kernels.a5.simt.single_gpu_launcher`), or each
+    of its launches in order (:func:`~simt_pto.kernels.a5.simt.gpu_launchers`: the Conflict::Last owner path's
+    reset, claim and write, whose owner array each call makes, :meth:`.kept_launch.KeptLaunch.run_device`), after
+    the device index scan where ``plan`` leaves out-of-range indices undefined
+    (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan` over the ``idx`` of the first launch that reads it);
+    None where any of them cannot be made."""
+    made = dict(made or {})
+    if len(call.steps) == 1:
+        launch = simt.single_gpu_launcher(call, operands)
+        steps = None if launch is None else ((launch, operands),)
+    else:
+        owners = {id(value): value for spec in call.launches for name, value in spec.args if name == "owner"}
+        if len(owners) > 1:  # (one owner array, shared by the launches, is what a call makes afresh)
+            return None
+        for owner in owners.values():  # (any library's device array: read through its interface)
+            info = owner.__cuda_array_interface__
+            made["owner"] = (int(np.prod(info["shape"])), np.dtype(info["typestr"]))
+        steps = simt.gpu_launchers(call, operands, made=tuple(made))
+    if steps is None:
         return None
     scan = None
     if plan.checks_range:
         with first_use:
             from simt_pto.kernels.a5.direct_launch import IndexScan
-        scan = IndexScan.of(call.steps[0].arguments["idx"], plan.capacity)
+        idx = next((spec.arguments["idx"] for spec in call.launches if "idx" in spec.arguments), None)
+        scan = None if idx is None else IndexScan.of(idx, plan.capacity)
         if scan is None:
             return None
-    return KeptLaunch(((launch, operands),), made=made, apart=apart, scan=scan, device=True)
+    return KeptLaunch(steps, made=made, apart=apart, scan=scan, device=True)
 
 
 def run_kept(signature, backend: str, tile, table, idx) -> bool:

@@ -756,18 +756,24 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
 
 
 def _takes_whole(call: CallPlan, pointers: dict) -> bool:
-    """Whether ``call`` is one launch taking each device operand whole: its view of each (both views of a float32
-    Max / Min's pair) starts at the operand's pointer and spans its bytes."""
-    if len(call.steps) != 1 or not isinstance(call.steps[0], LaunchSpec):
+    """Whether ``call`` is launches alone, each taking each device operand it takes whole (its view of it, both views
+    of a float32 Max / Min's pair, starts at the operand's pointer and spans its bytes), every operand taken by
+    one of them: what :func:`.a5_runner.keep_gpu` can put each call's pointers into."""
+    if not call.steps or not all(isinstance(step, LaunchSpec) for step in call.steps):
         return False
-    arguments = call.steps[0].arguments
-    for name, operand in pointers.items():
-        views = arguments.get(name)
-        for view in views if isinstance(views, tuple) else (views,):
-            if not hasattr(view, "device_ctypes_pointer") or (
-                    view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != operand:
-                return False
-    return True
+    taken = set()
+    for spec in call.steps:
+        arguments = spec.arguments
+        for name, operand in pointers.items():
+            if name not in arguments:
+                continue
+            taken.add(name)
+            views = arguments[name]
+            for view in views if isinstance(views, tuple) else (views,):
+                if not hasattr(view, "device_ctypes_pointer") or (
+                        view.device_ctypes_pointer.value, view.size * view.dtype.itemsize) != operand:
+                    return False
+    return taken == set(pointers)
 
 
 def _cpu_row_scatter(policy: Policy, table, src, idx):

@@ -67,7 +67,7 @@ class KeptLaunch:
     """
 
     __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers",
-                 "_viewed")
+                 "_viewed", "_spare_owner")
 
     def __init__(self, steps: tuple, *, made: dict | None = None, apart: tuple = (), indices: Callable | None = None,
                  checked_by: int | None = None, aligned_to: int = 1, scan: Any = None, device: bool = False):
@@ -78,6 +78,7 @@ class KeptLaunch:
         self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
                                size, dtype) for name, (size, dtype) in self.made.items()])
         self._viewed = () if device else self._host_steps()
+        self._spare_owner: list = []  # the device owner array of the last call that finished (at most one)
 
     # -- binding ---------------------------------------------------------------------------------------------
 
@@ -178,23 +179,35 @@ class KeptLaunch:
         return True
 
     def run_device(self, pointers: dict[str, tuple[int, int]], template: Any) -> Any | None:
-        """Run the kept launch on device operands (``name -> (data pointer, bytes)``); a gather's output is a new
-        device array of ``template``'s library, returned (a scatter returns True). None: the call takes the full
-        path (operands that share bytes, an index the device scan finds out of range), nothing written."""
+        """Run the kept launches on device operands (``name -> (data pointer, bytes)``), in order; a gather's output
+        is a new device array of ``template``'s library, returned (a scatter returns True). The Conflict::Last owner
+        path's owner array is made on the device for the call, or is the spare the last call of this launch left
+        (its reset launch marks every owner unowned: nothing of a call before is read); two calls at once never
+        share one. None: the call takes the full path (operands that share bytes, an index the device scan finds
+        out of range), nothing written."""
         for a, b in self.apart:
             (at_a, size_a), (at_b, size_b) = pointers[a], pointers[b]
             if ranges_overlap((at_a, at_a + size_a), (at_b, at_b + size_b)):
                 return None
         if self.scan is not None and self.scan.out_of_range(pointers["idx"][0]):
             return None
-        out = None
+        out = owner = None
         if "dst" in self.made:
             size, dtype = self.made["dst"]
             out = new_device_array(template, size)
             pointers = {**pointers, "dst": (out.__cuda_array_interface__["data"][0], 0)}
-        (launch, names), = self.steps
-        launch(*[pointers[name][0] for name in names])
+        if "owner" in self.made:
+            try:
+                owner = self._spare_owner.pop()  # (atomic: a call running beside this one makes its own)
+            except IndexError:
+                size, dtype = self.made["owner"]
+                owner = new_device_array(template, size, dtype)
+            pointers = {**pointers, "owner": (owner.__cuda_array_interface__["data"][0], 0)}
+        for launch, names in self.steps:
+            launch(*[pointers[name][0] for name in names])
         imported("numba.cuda").synchronize()  # the GPU backend: numba.cuda is in real mode; the call returns when done
+        if owner is not None and not self._spare_owner:
+            self._spare_owner.append(owner)
         return True if out is None else out
 
 

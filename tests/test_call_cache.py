@@ -764,6 +764,85 @@ def test_device_calls_a_runner_cannot_serve_have_no_signature(table, idx):
     assert _device_signature(table, idx, ("elem",)) is None
 
 
+def test_the_last_owner_paths_launches_run_in_order_on_an_owner_array_of_their_own(monkeypatch):
+    """A device kept launch of several steps (the Conflict::Last owner path: reset, claim, write) puts each call's
+    pointers and its owner array's in place, launch by launch; the owner array is made once and kept for the next
+    call, and a call that starts while another holds it makes its own."""
+    from simt_pto.host.kept_launch import KeptLaunch
+    monkeypatch.setattr(kept_launch, "imported", lambda name: types.SimpleNamespace(synchronize=lambda: None))
+    made = []
+
+    def new_device_array(template, size, dtype=None):
+        made.append((template, size, np.dtype(dtype)))
+        return FakeDeviceArray((size,), np.dtype(dtype).str, pointer=(1 << 30) + len(made) * 4096)
+    monkeypatch.setattr(kept_launch, "new_device_array", new_device_array)
+    launched = []
+    inner = []
+    steps = (("reset", ("owner",)), ("claim", ("owner", "idx")), ("write", ("table", "src", "owner")))
+
+    def launch(name, names):
+        def run(*pointers):
+            launched.append((name, dict(zip(names, pointers))))
+            if inner and name == "claim":  # another call of the same signature while this one holds the owners
+                inner.pop()()
+        return run
+    kept = KeptLaunch(tuple((launch(name, names), names) for name, names in steps),
+                      made={"owner": (64, np.dtype(np.int32))}, apart=(("table", "idx"), ("table", "src")),
+                      device=True)
+    table, idx, src = 1 << 20, 1 << 24, 1 << 26
+    pointers = {"table": (table, 4096), "idx": (idx, 400), "src": (src, 400)}
+    first_owner, second_owner = (1 << 30) + 4096, (1 << 30) + 2 * 4096
+    assert kept.run_device(pointers, "template") is True
+    assert launched == [("reset", {"owner": first_owner}), ("claim", {"owner": first_owner, "idx": idx}),
+                        ("write", {"table": table, "src": src, "owner": first_owner})]
+    assert made == [("template", 64, np.dtype(np.int32))]
+    launched.clear()
+    assert kept.run_device(pointers, "template") is True  # the spare owner array: nothing made
+    assert [p["owner"] for _, p in launched] == [first_owner] * 3 and len(made) == 1
+    launched.clear()
+    inner.append(lambda: kept.run_device(pointers, "template"))
+    assert kept.run_device(pointers, "template") is True
+    assert [(n, p["owner"]) for n, p in launched] == [("reset", first_owner), ("claim", first_owner),
+                                                       ("reset", second_owner), ("claim", second_owner),
+                                                       ("write", second_owner), ("write", first_owner)]
+    launched.clear()
+    assert kept.run_device({**pointers, "src": (table + 4000, 400)}, "template") is None  # shares table bytes
+    assert launched == []
+
+
+def test_the_gpu_launchers_of_a_dense_owner_plan_take_the_operands_and_the_owners_by_name(monkeypatch):
+    """What :func:`simt_pto.kernels.a5.simt.gpu_launchers` binds of a Conflict::Last owner plan (built here for the
+    host, with numpy arrays where the GPU's plan has device arrays): each launch the operands and owner array it
+    takes, in its argument order; a compact owner plan, whose launches also take the slots it numbered on the host
+    from one call's indices, none."""
+    from simt_pto.kernels.a5 import direct_launch, simt
+    bound = []
+
+    def fake_direct_launch(dispatcher, grid, block, values, operands):
+        bound.append((dispatcher, operands))
+        return dispatcher
+    monkeypatch.setattr(direct_launch, "direct_launch", fake_direct_launch)
+    monkeypatch.setattr(simt, "compile_kernel", lambda name, policy, family: name)
+    rng = np.random.default_rng(5)
+    table = np.zeros((64, 8), np.float32)
+    idx = rng.integers(0, 64, 200).astype(np.int32)
+    src = np.ones((200, 8), np.float32)
+    dense = in_memory.scatter_plan(table, src, idx, coalesce="row", last_path="owner", owner="dense",
+                                   backend="multicore")
+    steps = simt.gpu_launchers(dense, ("table", "idx", "src"), made=("owner",))
+    assert [(kernel, names) for kernel, names in steps] == [
+        ("simt_mscatter_owner_reset_kernel", ("owner",)),
+        ("simt_mscatter_row_owner_claim_kernel", ("owner", "idx")),
+        ("simt_mscatter_row_owner_write_kernel", ("table", "src", "owner"))]
+    for spec, (_, operands) in zip(dense.launches, bound):  # each pointer's place: its argument's, after `launch`
+        names = [name for name, _ in spec.args]
+        assert [names[at - 1] for at in operands] == [n for n in names if n in ("table", "idx", "src", "owner")]
+    assert simt.gpu_launchers(dense, ("table", "idx", "src")) is None  # the owners are neither operand nor made
+    compact = in_memory.scatter_plan(table, src, idx, coalesce="row", last_path="owner", owner="compact",
+                                     backend="multicore")
+    assert simt.gpu_launchers(compact, ("table", "idx", "src"), made=("owner",)) is None
+
+
 def test_a_device_scatter_runner_checks_overlap_and_indices_before_it_launches(monkeypatch):
     from simt_pto.host import kept_launch
     from simt_pto.host.kept_launch import KeptLaunch

@@ -190,5 +190,6 @@ def test_numba_cuda_and_its_numpy_cap_come_with_the_cuda_extra():
     def pulls(extra):  # the extras of this package an extra pulls in
         return {e for r in extras[extra] if r.name.replace("-", "_") == "simt_pto" for e in r.extras}
     assert "cuda" in pulls("gpu") and "cuda" in pulls("toolchain")
-    assert pulls("test") == {"test-core", "toolchain", "dask"}
+    assert pulls("test") == {"test-core", "toolchain", "dask", "counters"}
+    assert {r.name for r in extras["counters"]} == {"nvidia-cuda-cupti"}  # CUPTI's library alone, no bindings
     assert not any(r.name == "numba-cuda" for r in extras["test-core"])

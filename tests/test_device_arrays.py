@@ -254,6 +254,29 @@ def test_a_repeated_scatter_runs_from_its_runner(kind, coalesce, oob, dtype, ato
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("oob", ["undefined", "skip"])
+def test_a_repeated_last_scatter_runs_its_owner_launches_from_its_runner(kind, coalesce, oob, device_runs):
+    """Conflict::Last on the owner path (reset, claim, write; one owner per table slot): three calls of one
+    signature with new sources and indices, many updates to each slot; the first plans, the next two run the
+    three kept launches on an owner array of their own; each leaves the sequential loop's bits."""
+    rng = np.random.default_rng(8)
+    rows, cols, n = 90, 5, 300
+    capacity = rows if coalesce == "row" else rows * cols
+    table = rng.integers(0, 50, (rows, cols)).astype(np.float32)
+    dev = to_device(kind, table)
+    want = table.copy()
+    for _ in range(3):
+        idx = rng.integers(0, capacity if oob == "undefined" else capacity + 30, n).astype(np.int32)
+        src = rng.integers(0, 50, (n, cols) if coalesce == "row" else n).astype(np.float32)
+        pto.scatter(dev, to_device(kind, src), to_device(kind, idx), coalesce=coalesce, oob=oob, last_path="owner")
+        keep = idx < capacity
+        want = serial_last(want, src[keep], idx[keep], coalesce)
+        assert to_host(dev).tobytes() == want.tobytes()
+    assert device_runs["scatter"] == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_repeated_call_is_refused_as_the_first_one_would_be(kind, device_runs):
     """Once a signature has a runner, an index past the table (under undefined OOB) and a source that shares the
     table's memory are still refused, naming the rule, with the table unchanged."""

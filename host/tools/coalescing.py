@@ -765,7 +765,7 @@ _NOT_MODELLED = {
 """Kernels a whole-array call may launch that the analyzer does not model, and what they are."""
 
 
-def table_at(shape, dtype, base_offset_bytes) -> np.ndarray:
+def table_at(shape: tuple[int, int], dtype: _dt.DType, base_offset_bytes: int) -> np.ndarray:
     """A zero table of ``shape`` and ``dtype`` whose first element lies ``base_offset_bytes`` past a 128-byte
     boundary (modulo 128): a slice of a larger byte buffer, viewed as the dtype."""
     nbytes = shape[0] * shape[1] * dtype.itemsize

@@ -527,6 +527,33 @@ def single_gpu_launcher(call: CallPlan, operands: tuple[str, ...]):
                          ((0, grid, grid, warps), *spec.values()), tuple(1 + names.index(name) for name in operands))
 
 
+def gpu_launchers(call: CallPlan, operands: tuple[str, ...], made: tuple[str, ...] = ()) -> tuple | None:
+    """``((launch, names), ...)``: each launch of ``call`` (launches only: no host step, no guard), which has just
+    run on the GPU backend, as :func:`single_gpu_launcher` makes one, taking the data pointers of the device arrays
+    named ``names`` (those of its arguments in ``operands`` or ``made``: arrays a call makes afresh, the
+    Conflict::Last owners) in their places. None where a launch holds another array, an operand is taken by no
+    launch, or :func:`~.direct_launch.direct_launch` gives none."""
+    if call.guard_name is not None or not call.steps or not all(isinstance(s, LaunchSpec) for s in call.steps):
+        return None
+    with first_use:
+        from .direct_launch import direct_launch
+    out, taken_anywhere = [], set()
+    for spec in call.steps:
+        names = [name for name, _ in spec.args]
+        taken = tuple(name for name in names if name in operands or name in made)
+        if any(name not in taken and (isinstance(value, (np.ndarray, tuple)) or hasattr(value, "device_ctypes_pointer"))
+               for name, value in spec.args):
+            return None
+        grid, warps = int(spec.grid), int(spec.geometry.launch_warps)
+        launch = direct_launch(compile_kernel(spec.kernel, spec.policy, family("gpu")), grid, (geometry.WARP, warps),
+                               ((0, grid, grid, warps), *spec.values()), tuple(1 + names.index(name) for name in taken))
+        if launch is None:
+            return None
+        out.append((launch, taken))
+        taken_anywhere.update(taken)
+    return tuple(out) if set(operands) <= taken_anywhere else None
+
+
 def _join_simulator_threads(timeout: float = 60.0) -> None:
     """After an exception in the caller during a simulated launch (Ctrl-C lands in numba-cuda's polling loop):
     wait for the simulator's threads of the block being run, which are numba-cuda's and cannot be stopped, so that
@@ -550,7 +577,8 @@ def host_store(atomic: int, fmt: int):
     return _store_element("cpu", atomic, fmt)
 
 
-__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "multicore_launcher", "multicore_workers",
+__all__ = ["argument_types", "bind", "bound_source", "compile_kernel", "gpu_launchers", "multicore_launcher",
+           "multicore_workers",
            "simulator_launcher", "family",
            "forget_compiled", "host_store", "kernel_source", "launch", "namespace",
            "trace_multicore_launches", "write_shared"]
