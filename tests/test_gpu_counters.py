@@ -152,3 +152,93 @@ def test_the_model_agrees_with_the_gpus_counters(op, coalesce, atomic, cols):
     text = counter_check.format_checks([(f"{op} {coalesce} {atomic}", checked.kinds)], "this GPU")
     assert checked.kinds, text
     assert checked.agrees(), text
+
+
+# -- the ctypes structures against CUPTI's headers --------------------------------------------------------------
+
+C_STRUCTS = {
+    "_HostInitialize": "CUpti_Profiler_Host_Initialize_Params",
+    "_HostDeinitialize": "CUpti_Profiler_Host_Deinitialize_Params",
+    "_HostSupportedChips": "CUpti_Profiler_Host_GetSupportedChips_Params",
+    "_HostAddMetrics": "CUpti_Profiler_Host_ConfigAddMetrics_Params",
+    "_HostConfigSize": "CUpti_Profiler_Host_GetConfigImageSize_Params",
+    "_HostConfig": "CUpti_Profiler_Host_GetConfigImage_Params",
+    "_HostPasses": "CUpti_Profiler_Host_GetNumOfPasses_Params",
+    "_HostEvaluate": "CUpti_Profiler_Host_EvaluateToGpuValues_Params",
+    "_Initialize": "CUpti_Profiler_Initialize_Params",
+    "_DeInitialize": "CUpti_Profiler_DeInitialize_Params",
+    "_ChipName": "CUpti_Device_GetChipName_Params",
+    "_Availability": "CUpti_Profiler_GetCounterAvailability_Params",
+    "_Enable": "CUpti_RangeProfiler_Enable_Params",
+    "_Object": "CUpti_RangeProfiler_Start_Params",
+    "_SetConfig": "CUpti_RangeProfiler_SetConfig_Params",
+    "_Stop": "CUpti_RangeProfiler_Stop_Params",
+    "_Decode": "CUpti_RangeProfiler_DecodeData_Params",
+    "_DataSize": "CUpti_RangeProfiler_GetCounterDataSize_Params",
+    "_DataInit": "CUpti_RangeProfiler_CounterDataImage_Initialize_Params",
+    "_DataInfo": "CUpti_RangeProfiler_GetCounterDataInfo_Params",
+    "_RangeInfo": "CUpti_RangeProfiler_CounterData_GetRangeInfo_Params",
+}
+"""Each ctypes structure of gpu_counters.py and the C structure of CUPTI's headers it stands for (field names as
+CUPTI spells them). ``_Object`` serves every call whose parameters are the object alone (Start, Disable)."""
+
+C_CONSTANTS = {"_RANGE_PROFILER": "CUPTI_PROFILER_TYPE_RANGE_PROFILER", "_AUTO_RANGE": "CUPTI_AutoRange",
+               "_KERNEL_REPLAY": "CUPTI_KernelReplay", "_INSUFFICIENT_PRIVILEGES": "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"}
+
+
+def _cupti_include() -> str | None:
+    import glob
+    import os
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for folder in sorted(glob.glob(os.path.join(root, "cu1*", "include"))):
+            if os.path.isfile(os.path.join(folder, "cupti_range_profiler.h")) and os.path.isfile(
+                    os.path.join(folder, "cuda.h")):
+                return folder
+    return None
+
+
+def test_every_ctypes_structure_matches_cuptis_header(tmp_path):
+    """Compiled (as C++, as the headers need) against the headers of the installed CUPTI wheel (13.0.x, the counters
+    extra's): each structure's field offsets and sizes, its size and CUPTI's ``*_STRUCT_SIZE`` (what ``structSize``
+    is set to), and the enum values passed."""
+    import ctypes
+    import shutil
+    import subprocess
+    include = _cupti_include()
+    compiler = shutil.which("c++") or shutil.which("g++")  # (cupti_profiler_host.h includes <string>)
+    if include is None or compiler is None:
+        pytest.skip("needs CUPTI's headers (the counters and toolchain extras) and a C++ compiler")
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <cupti_target.h>", "#include <cupti_profiler_target.h>",
+             "#include <cupti_profiler_host.h>", "#include <cupti_range_profiler.h>", "int main(void) {"]
+    for py_name, c_name in C_STRUCTS.items():
+        cls = getattr(gpu_counters, py_name)
+        lines.append(f'printf("{py_name} size %zu %zu\\n", sizeof({c_name}), (size_t)({c_name}_STRUCT_SIZE));')
+        for field, _ in cls._fields_:
+            lines.append(f'printf("{py_name} {field} %zu %zu\\n", offsetof({c_name}, {field}), '
+                         f'sizeof((({c_name} *)0)->{field}));')
+    for py_name, c_name in C_CONSTANTS.items():
+        lines.append(f'printf("{py_name} value %d\\n", (int){c_name});')
+    lines.append("return 0; }")
+    source = tmp_path / "layout.cpp"
+    source.write_text("\n".join(lines))
+    build = subprocess.run([compiler, "-I", include, str(source), "-o", str(tmp_path / "layout")], capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    printed = subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout
+    seen = {}
+    for line in printed.splitlines():
+        name, what, *numbers = line.split()
+        seen[(name, what)] = tuple(int(n) for n in numbers)
+    for py_name in C_STRUCTS:
+        cls = getattr(gpu_counters, py_name)
+        for field, kind in cls._fields_:
+            assert (getattr(cls, field).offset, ctypes.sizeof(kind)) == seen[(py_name, field)], (py_name, field)
+        c_size, struct_size = seen[(py_name, "size")]
+        assert ctypes.sizeof(cls) == c_size, py_name
+        assert cls.new().structSize == struct_size, py_name
+    for py_name in C_CONSTANTS:
+        assert getattr(gpu_counters, py_name) == seen[(py_name, "value")][0], py_name

@@ -6,6 +6,10 @@ it writes), and returns one :class:`LaunchCounters` per launch. :data:`COALESCIN
 sectors and requests of loads, stores, atomics with a result (``atom``) and reductions (``red``): what the
 coalescing analyzer (:mod:`.coalescing`) predicts, and what Nsight Compute reports under the same names.
 
+The parameter structures below are those of CUPTI 13.0's headers, field for field (a later CUPTI appends fields
+and tells the versions apart by ``structSize``); ``tests/test_gpu_counters.py`` compiles their layout against the
+installed headers.
+
 Why ``ctypes`` and not the ``cupti-python`` bindings: those (13.4) expose the profiler host (metric configuration
 and evaluation) and PM sampling, but not the Range Profiler, which gives exact counts per launch; and a wheel of
 Python bindings put beside numba-cuda may shadow the ``cuda-bindings`` it uses. CUPTI itself comes as a shared
