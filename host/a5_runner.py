@@ -9,6 +9,8 @@ that has just run (a whole-array call's too).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from simt_pto.backend import a5_backend, first_use, imported
@@ -152,12 +154,19 @@ def _kept_tile_op(plan, call: CallPlan, backend: str) -> KeptLaunch | None:
                         aligned_to=4 if whole_words else 1)
 
 
-def keep_on_host(call: CallPlan, operands: dict, backend: str, **checks) -> KeptLaunch | None:
+def keep_on_host(call: CallPlan, operands: dict, backend: str, *, idx_capacity: int | None = None,
+                 **checks) -> KeptLaunch | None:
     """:meth:`.kept_launch.KeptLaunch.of` for a plan that has just run over host memory on ``backend``: each launch
     bound by :func:`simt_pto.kernels.a5.simt.multicore_launcher` (``multicore``) or
     :func:`~simt_pto.kernels.a5.simt.simulator_launcher` (``simulator``); ``checks``: the kept launch's per-call
-    checks."""
-    launcher = simt.multicore_launcher if backend == "multicore" else simt.simulator_launcher
+    checks. ``idx_capacity`` (a gather that makes its output, under a policy that refuses out-of-range indices, on
+    ``multicore``): the launch checks the indices itself, range by range on its threads, instead of the
+    ``indices`` step checking them all before it (which then only narrows them)."""
+    if backend == "multicore":
+        launcher = (simt.multicore_launcher if idx_capacity is None else
+                    functools.partial(simt.multicore_launcher, idx_capacity=idx_capacity))
+    else:
+        launcher = simt.simulator_launcher
     return KeptLaunch.of(call, operands, launcher, **checks)
 
 

@@ -500,8 +500,13 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
         shape = tuple(gathered.shape)
         dtype = c.table.dtype.numpy
         if c.target == "a5":  # (key.operands[-1]: the indices as the caller passes them, on every call of the key)
-            kept = _a5_side()[1].keep_on_host(call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
-                                              keeps, made=("dst",), indices=whole_indices(c.plan, idx_dtype=key.operands[-1].dtype))
+            # on multicore the launch checks the index range itself, on the threads that run it (its output is the
+            # call's own, dropped if one is out of range): the indices step then only narrows them
+            in_launch = keeps == "multicore" and c.plan.checks_range
+            kept = _a5_side()[1].keep_on_host(
+                call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)}, keeps, made=("dst",),
+                indices=whole_indices(c.plan, checks_range=not in_launch, idx_dtype=key.operands[-1].dtype),
+                idx_capacity=c.plan.capacity if in_launch else None)
         else:
             kept = _a2a3_gather_launch(c, shape, key)
         if kept is not None:

@@ -168,7 +168,8 @@ class KeptLaunch:
         get = arrays.__getitem__
         if self.checked_by is None:
             for launch, names, dtypes, as_they_are in self._viewed:
-                launch(*map(_view, map(get, names), dtypes), *map(get, as_they_are))
+                if launch(*map(_view, map(get, names), dtypes), *map(get, as_they_are)) is False:
+                    return False  # a gather's launch that met an index past the table (its output is dropped)
         else:
             for at, (launch, names, dtypes, as_they_are) in enumerate(self._viewed):
                 launch(*map(_view, map(get, names), dtypes), *map(get, as_they_are))

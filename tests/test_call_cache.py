@@ -235,6 +235,40 @@ def test_a_repeated_gather_runs_without_the_full_path_and_reads_the_new_arrays(t
         call(seed)
 
 
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("bad_at", ["first", "middle", "last"])
+def test_a_repeated_multicore_gather_checks_its_indices_on_its_threads(coalesce, bad_at, tune, no_full_path):
+    """A repeated gather on ``multicore`` that runs on several threads checks each block range's indices just
+    before it runs them (``simt.multicore_launcher``'s ``idx_capacity``): an index past the table anywhere, in the
+    first, a middle or the last range, is refused as the first call refuses it, naming it, and a good call after it
+    still runs from the kept launch with the right values. The launch's ranges, traced: none holding the bad index
+    ran."""
+    from simt_pto.kernels.a5 import simt
+    tune(elem_gather_one_thread_elems=64)  # small calls on every thread (one range per thread at least)
+    rows, cols = 512, 16
+    table = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    capacity = rows if coalesce == "row" else rows * cols
+    n = 64 * 64 if coalesce == "row" else 16 * 4096
+    rng = np.random.default_rng(11)
+    good = rng.integers(0, capacity, n).astype(np.int32)
+
+    def gather(idx):
+        return pto.gather(table, idx, coalesce=coalesce, tile_rows=64 if coalesce == "row" else None)
+    want = table[good] if coalesce == "row" else table.ravel()[good]
+    assert np.array_equal(gather(good), want)
+    no_full_path()
+    assert np.array_equal(gather(good), want)  # the kept launch
+    bad = good.copy()
+    at = {"first": 3, "middle": n // 2 + 5, "last": n - 2}[bad_at]
+    bad[at] = capacity + 7
+    with simt.trace_multicore_launches() as ranges:
+        with pytest.raises(AssertionError, match="took the full path"):  # refused by the kept launch: the full path
+            gather(bad)                                                    # would raise the refusal
+    per_block = 64 if coalesce == "row" else 4096  # indices a block reads: its rows (Row), its positions (Elem)
+    assert not [r for r in ranges if r[4] * per_block <= at < (r[4] + r[3]) * per_block]  # checked before it ran
+    assert np.array_equal(gather(good[::-1].copy()), want[::-1])  # good calls still run from the kept launch
+
+
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 @pytest.mark.parametrize("oob", ["clamp", "wrap"])

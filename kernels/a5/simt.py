@@ -182,7 +182,8 @@ def multicore_workers() -> int:
 
 @contextlib.contextmanager
 def trace_multicore_launches():
-    """Record ``(thread ident, start, end, blocks)`` for every block range a ``multicore`` launch runs (tests)."""
+    """Record ``(thread ident, start, end, blocks, first block)`` for every block range a ``multicore`` launch runs
+    (tests)."""
     global _trace
     records: list = []
     _trace = records
@@ -207,7 +208,7 @@ def _run_range(kernel, launch, args):
         return
     t0 = time.perf_counter()
     kernel(launch, *args)
-    _trace.append((threading.get_ident(), t0, time.perf_counter(), launch[1] - launch[0]))
+    _trace.append((threading.get_ident(), t0, time.perf_counter(), launch[1] - launch[0], launch[0]))
 
 
 class _Launch:
@@ -215,7 +216,7 @@ class _Launch:
     ask (a cursor under a lock) until they run out or the launch is stopped, and the count of helper threads still
     running, whose last one releases :attr:`done`."""
 
-    def __init__(self, kernel, grid: int, warps: int, args, chunks: int):
+    def __init__(self, kernel, grid: int, warps: int, args, chunks: int, check: tuple | None = None):
         self.kernel, self.grid, self.warps, self.args = kernel, grid, warps, args
         self.bounds = [grid * k // chunks for k in range(chunks + 1)]
         self._next = 0
@@ -225,6 +226,8 @@ class _Launch:
         self.errors: list[BaseException] = []
         self.done = threading.Lock()
         self.done.acquire()
+        self.check = check  # (index bits, indices per block, capacity): :func:`_launch_multicore`'s
+        self.refused = False
 
     def take(self):
         """``(lo, hi)`` of the next block range not yet started, or None."""
@@ -236,8 +239,14 @@ class _Launch:
         return self.bounds[k], self.bounds[k + 1]
 
     def run(self) -> None:
-        """One thread's share: block ranges until none is left."""
+        """One thread's share: block ranges until none is left (or, with a :attr:`check`, until a range reads an index
+        past the capacity: the launch is stopped and :attr:`refused`)."""
         while (taken := self.take()) is not None:
+            if self.check is not None:
+                bits, per_block, capacity = self.check
+                if not _bits_below(bits, taken[0] * per_block, min(taken[1] * per_block, bits.size), capacity):
+                    self.refused = self.stopped = True
+                    return
             _run_range(self.kernel, (taken[0], taken[1], self.grid, self.warps), self.args)
 
     def helper_finished(self, error: BaseException | None) -> None:
@@ -322,17 +331,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None = None) -> None:
+def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None = None,
+                      check: tuple | None = None) -> bool:
     """Run a grid on up to ``threads`` threads (default ``multicore_workers()``): ``CHUNKS_PER_WORKER`` block ranges per
     thread (load balance for uneven blocks), taken in order by the caller and by the idle helper threads (waking a
     helper costs a thread hand-off; a block range does not). One block, or one thread, runs in the calling thread
-    alone."""
+    alone.
+
+    ``check = (bits, per_block, capacity)``: the launch reads the uint32 index ``bits``, ``per_block`` of them a
+    block in order, and may read none at or past ``capacity``: each thread checks a range's indices just before it
+    runs the range (they are then in its cache for the kernel, and the threads share the check), and the launch
+    stops at the first range that has one. False then: some blocks may have run, so only a launch whose writes
+    are its call's own (a gather's new result) may be given a check. True otherwise."""
     workers = multicore_workers() if threads is None else max(1, min(threads, multicore_workers()))
     chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
     if chunks <= 1:
+        if check is not None and not _bits_below(check[0], 0, check[0].size, check[2]):
+            return False
         _run_range(kernel, (0, grid, grid, warps), args)
-        return
-    launch = _Launch(kernel, grid, warps, args, chunks)
+        return True
+    launch = _Launch(kernel, grid, warps, args, chunks, check)
     try:
         # SIGINT held while helpers are handed the launch: an interrupt between two wake-ups would leave a helper
         # counted that never runs, and _stop would wait for it forever
@@ -347,6 +365,18 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
         raise
     if launch.errors:
         raise launch.errors[0]
+    return not launch.refused
+
+
+@cache.njit(nogil=True, cache=True)
+def _bits_below(bits, lo, hi, capacity):
+    """Whether every one of ``bits[lo:hi]`` (uint32) is below ``capacity``: one pass, no GIL (a launch's threads run
+    it side by side)."""
+    largest = numba.uint32(0)
+    for i in range(lo, hi):
+        v = bits[numba.uint64(i)]  # (unsigned: no wraparound test, so the loop vectorises, as fast as numpy's max)
+        largest = v if v > largest else largest
+    return hi <= lo or largest < capacity
 
 
 def _launch_multicore_writer(kernel, alone, grid: int, warps: int, args, threads: int | None, table) -> None:
@@ -462,12 +492,29 @@ def simulator_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     return run
 
 
-def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
+def _indices_per_block(spec: LaunchSpec) -> int | None:
+    """How many consecutive entries of its ``idx`` each block of a gather launch reads (Row: a block's rows, one
+    index each; Elem: a block's flat positions), when the index is one dense run; None otherwise."""
+    a = spec.arguments
+    if "idx_step" in a and "tile_rows" in a:
+        return int(a["tile_rows"]) if a["idx_step"] == 1 else None
+    if {"idx_rs", "idx_cs", "valid_cols", "tile_rows"} <= set(a):
+        dense = a["idx_cs"] == 1 and a["idx_rs"] == a["valid_cols"]
+        return int(a["tile_rows"]) * int(a["valid_cols"]) if dense else None
+    return None
+
+
+def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity: int | None = None):
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
     looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
     whole arrays and tile ops alike). None when ``spec`` holds an
-    array outside ``operands`` (a launch whose other arrays belong to its call)."""
+    array outside ``operands`` (a launch whose other arrays belong to its call).
+
+    ``idx_capacity`` (a gather whose output its call makes, under a policy that refuses out-of-range indices): the
+    launch checks its uint32 ``idx`` operand against it, range by range on the threads that run the blocks
+    (:func:`_launch_multicore`'s ``check``), and ``run`` returns False, its output to be dropped, when one is past
+    it (True otherwise)."""
     picker = _operand_picker(spec, operands)
     if picker is None:
         return None
@@ -476,6 +523,22 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.multicore_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_multicore runs on its caller
+    if idx_capacity is not None and "table" not in spec.writes:
+        idx_at, per_block = names.index("idx"), _indices_per_block(spec)
+
+        def run_checked(*arrays) -> bool:
+            args = arguments(arrays + constants)
+            bits = args[idx_at]
+            if whole_grid is None and per_block is not None:
+                return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
+            if not _bits_below(bits, 0, bits.size, idx_capacity):  # one range, or no block -> index map: all first
+                return False
+            if whole_grid is None:
+                _launch_multicore(kernel, grid, warps, args, threads)
+            else:
+                _run_range(kernel, whole_grid, args)
+            return True
+        return run_checked
     if "table" in spec.writes:  # a writer of the table: registered (kernels/writers.py), maybe in its plain-store form
         table_at = names.index("table")
         alone = None if spec.multicore_plain_kernel is None else compile_kernel(spec.multicore_plain_kernel, spec.policy, "cpu")
