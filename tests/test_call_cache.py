@@ -844,6 +844,74 @@ def test_the_last_owner_paths_launches_run_in_order_on_an_owner_array_of_their_o
     assert launched == []
 
 
+class FakeView:
+    """What a GPU plan's launch holds for a device array: a pointer, a size and a dtype."""
+
+    def __init__(self, pointer, size, dtype):
+        self.device_ctypes_pointer = types.SimpleNamespace(value=pointer)
+        self.size, self.dtype = size, np.dtype(dtype)
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": self.dtype.str, "data": (pointer, False),
+                                         "version": 3}
+
+
+def _device_owner_plan(idx_at=1 << 24):
+    """A dense owner plan (reset, claim, write) built for the host, its arrays replaced by device-array stand-ins
+    as the GPU's plan holds them: the table at 1 << 20, the source at 1 << 26, the indices at ``idx_at``, the owners
+    at 1 << 28."""
+    table = np.zeros((64, 8), np.float32)
+    idx = np.random.default_rng(5).integers(0, 64, 200).astype(np.int32)
+    src = np.ones((200, 8), np.float32)
+    host = in_memory.scatter_plan(table, src, idx, coalesce="row", oob="skip", last_path="owner", owner="dense",
+                                  backend="multicore")
+    fakes = {"table": FakeView(1 << 20, table.size, np.float32), "src": FakeView(1 << 26, src.size, np.float32),
+             "idx": FakeView(idx_at, idx.size, np.uint32), "owner": FakeView(1 << 28, 64, np.int32)}
+    steps = tuple(spec.with_args(**{n: fakes[n] for n, _ in spec.args if n in fakes}) for spec in host.steps)
+    from simt_pto.launch_spec import CallPlan
+    pointers = {"table": (1 << 20, table.nbytes), "src": (1 << 26, src.nbytes), "idx": (1 << 24, idx.nbytes)}
+    return CallPlan(steps), pointers, host
+
+
+def test_a_device_plan_of_several_launches_is_kept_when_each_takes_its_operands_whole(monkeypatch):
+    """``in_memory._takes_whole`` over the owner path's three launches: every operand taken whole by the launches
+    that take it; an index view that starts elsewhere is not. ``a5_runner.keep_gpu`` then keeps the three launches
+    (:func:`simt_pto.kernels.a5.simt.gpu_launchers`, stood in for) with the owner array made per call, sized as the
+    plan's."""
+    from simt_pto.host import a5_runner
+    from simt_pto.kernels.a5 import simt
+    call, pointers, host = _device_owner_plan()
+    assert in_memory._takes_whole(call, pointers)
+    moved, _, _ = _device_owner_plan(idx_at=(1 << 24) + 64)
+    assert not in_memory._takes_whole(moved, pointers)
+    assert not in_memory._takes_whole(call, {**pointers, "dst": (1 << 30, 4)})  # an operand no launch takes
+    asked = []
+
+    def fake_gpu_launchers(plan, operands, made=()):
+        asked.append((plan, operands, made))
+        return tuple((spec.kernel, ()) for spec in plan.steps)
+    monkeypatch.setattr(simt, "gpu_launchers", fake_gpu_launchers)
+    kept = a5_runner.keep_gpu(call, types.SimpleNamespace(checks_range=False), ("table", "idx", "src"),
+                              apart=(("table", "idx"), ("table", "src")))
+    assert asked == [(call, ("table", "idx", "src"), ("owner",))]
+    assert kept.made == {"owner": (64, np.dtype(np.int32))} and kept.device
+    assert [k for k, _ in kept.steps] == ["simt_mscatter_owner_reset_kernel", "simt_mscatter_row_owner_claim_kernel",
+                                          "simt_mscatter_row_owner_write_kernel"]
+
+
+def test_a_repeated_multicore_gather_of_torch_tensors_checks_its_indices_on_its_threads(tune, no_full_path):
+    """The in-launch index check of a repeated gather, with PyTorch CPU tensors (their kept launch is numpy's)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    tune(elem_gather_one_thread_elems=64)
+    table = torch.arange(512 * 16, dtype=torch.float32)
+    good = torch.from_numpy(np.random.default_rng(12).integers(0, table.numel(), 16 * 4096).astype(np.int32))
+    assert torch.equal(pto.gather(table, good, coalesce="elem"), table[good.long()])
+    no_full_path()
+    assert torch.equal(pto.gather(table, good, coalesce="elem"), table[good.long()])
+    bad = good.clone()
+    bad[-3] = table.numel()
+    with pytest.raises(AssertionError, match="took the full path"):
+        pto.gather(table, bad, coalesce="elem")
+
+
 def test_the_gpu_launchers_of_a_dense_owner_plan_take_the_operands_and_the_owners_by_name(monkeypatch):
     """What :func:`simt_pto.kernels.a5.simt.gpu_launchers` binds of a Conflict::Last owner plan (built here for the
     host, with numpy arrays where the GPU's plan has device arrays): each launch the operands and owner array it
