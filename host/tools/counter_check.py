@@ -120,8 +120,8 @@ def replay_on_gpu(call, backend: str = "gpu") -> Callable[[], None]:
     """``run()``: the launches of ``call`` (a :class:`~simt_pto.launch_spec.CallPlan` built for the ``multicore``
     backend, as the analyzer builds it) as the analyzer replays them (each launch's ``hardware`` form where it has
     one), on ``backend`` (``"gpu"``; ``"simulator"`` to check the staging without a GPU), the host arrays staged
-    once (the same host array, the same device array for every launch), synchronised at the end. ``run.staged``
-    maps each host array's ``id`` to its device copy."""
+    once (the same host array, the same device array for every launch), synchronised at the end. ``run.kernels``
+    names the kernels launched, in order."""
     from simt_pto.host import a5_runner
     from simt_pto.kernels.a5 import simt
 
@@ -146,7 +146,6 @@ def replay_on_gpu(call, backend: str = "gpu") -> Callable[[], None]:
         if backend == "gpu":  # (numba.cuda is in real mode: the launches above ran on the GPU)
             import numba.cuda
             numba.cuda.synchronize()
-    run.staged = staged  # type: ignore[attr-defined]
     run.kernels = tuple(dict.fromkeys(spec.kernel for spec in launches))  # type: ignore[attr-defined]
     return run
 

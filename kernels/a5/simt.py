@@ -529,15 +529,10 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         def run_checked(*arrays) -> bool:
             args = arguments(arrays + constants)
             bits = args[idx_at]
-            if whole_grid is None and per_block is not None:
-                return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
-            if not _bits_below(bits, 0, bits.size, idx_capacity):  # one range, or no block -> index map: all first
-                return False
-            if whole_grid is None:
-                _launch_multicore(kernel, grid, warps, args, threads)
-            else:
-                _run_range(kernel, whole_grid, args)
-            return True
+            if per_block is None:  # no block -> index map: the whole index first
+                return _bits_below(bits, 0, bits.size, idx_capacity) and _launch_multicore(kernel, grid, warps, args,
+                                                                                           threads)
+            return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
         return run_checked
     if "table" in spec.writes:  # a writer of the table: registered (kernels/writers.py), maybe in its plain-store form
         table_at = names.index("table")
