@@ -529,10 +529,16 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         def run_checked(*arrays) -> bool:
             args = arguments(arrays + constants)
             bits = args[idx_at]
-            if per_block is None:  # no block -> index map: the whole index first
-                return _bits_below(bits, 0, bits.size, idx_capacity) and _launch_multicore(kernel, grid, warps, args,
-                                                                                           threads)
-            return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
+            if whole_grid is None and per_block is not None:
+                return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
+            # (not through _launch_multicore's own one-range case: a small call's extra frames cost it about 0.7 us)
+            if not _bits_below(bits, 0, bits.size, idx_capacity):  # one range, or no block -> index map: all first
+                return False
+            if whole_grid is None:
+                _launch_multicore(kernel, grid, warps, args, threads)
+            else:
+                _run_range(kernel, whole_grid, args)
+            return True
         return run_checked
     if "table" in spec.writes:  # a writer of the table: registered (kernels/writers.py), maybe in its plain-store form
         table_at = names.index("table")
