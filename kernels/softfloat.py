@@ -1,17 +1,24 @@
-"""Correctly rounded (round-to-nearest-even) float16 / bfloat16 addition on raw bits.
+"""Correctly rounded (round-to-nearest-even) float16 / bfloat16 addition on raw bits: what an ``AtomicAdd`` in a
+16-bit float element type does, each addition rounded once in the element type.
 
-:func:`add_bits` uses nothing but int64 arithmetic (no float ops, no views), so the same ``@njit``
-function runs from Numba CPU code, from Numba CUDA kernels (compiled as a device function) and
-from the CUDA simulator. It is what an ``AtomicAdd`` in a 16-bit float element type does:
-each addition is rounded once, in the element type. The CPU kernels' adder, :func:`add_bits_cpu`,
-gives a float16 sum of finite operands to the CPU's float32 adder (same result, bit for bit).
+:func:`add_bits` widens both operands to float32, adds them there and rounds the sum once to the 16-bit format.
+That is the correctly rounded sum: float32 holds every float16 and bfloat16 exactly, and rounding a sum twice
+(to float32, then to the format) gives the once-rounded result when the wider significand has at least
+``2p + 2`` bits (float32's 24 against 2 * 11 + 2 for float16, 2 * 8 + 2 for bfloat16). Infinities and NaNs take
+the integer rules below, never the float adder, whose NaN bits are the machine's own.
 
 Semantics (IEEE 754 addition, RNE):
 
 * any NaN operand -> a quiet NaN (the first NaN operand with its quiet bit set);
 * ``inf + -inf`` -> the default quiet NaN (positive sign, quiet bit only);
 * ``x + (-x)`` -> ``+0``; ``-0 + -0`` -> ``-0``;
-* overflow -> signed infinity; subnormals are fully supported (no flush to zero).
+* overflow -> signed infinity; subnormals are fully supported (no flush to zero: a float16 sum meets no float32
+  subnormal, and a bfloat16 one is exact in float32 when it does; the CPU and the GPU's ``add.f32`` keep them).
+
+The functions are written once for every compiler: the float32 bit casts and the add are the three names
+:func:`float32_from_bits`, :func:`float32_bits` and :func:`float32_sum`, which the A5 kernels' CUDA family binds to
+its own (``kernels/a5/cuda_intrinsics.py``: libdevice on a GPU, numpy on the simulator) together with the
+functions here that call them (:data:`HELPERS`), so that the whole adder is inlined into a kernel's IR.
 """
 from __future__ import annotations
 
@@ -25,126 +32,26 @@ F16_MAN_BITS = 10
 BF16_EXP_BITS = 8
 BF16_MAN_BITS = 7
 
-
-@njit(inline="always", cache=True)
-def add_bits(a, b, exp_bits, man_bits):
-    """Correctly rounded sum of two binary floats with ``exp_bits`` / ``man_bits`` fields (raw bits
-    in, raw bits out). All intermediates are int64."""
-    one = numba.int64(1)
-    eb_ = numba.int64(exp_bits)
-    mb_ = numba.int64(man_bits)
-    a = numba.int64(a)
-    b = numba.int64(b)
-    width = eb_ + mb_ + one
-    allmask = (one << width) - one
-    a = a & allmask
-    b = b & allmask
-    emask = (one << eb_) - one
-    mmask = (one << mb_) - one
-    hidden = one << mb_
-    qbit = one << (mb_ - one)
-    sshift = eb_ + mb_
-
-    sa = (a >> sshift) & one
-    sb = (b >> sshift) & one
-    ea = (a >> mb_) & emask
-    eb = (b >> mb_) & emask
-    ma = a & mmask
-    mb = b & mmask
-
-    # NaN / infinity
-    if ea == emask and ma != 0:
-        return a | qbit
-    if eb == emask and mb != 0:
-        return b | qbit
-    if ea == emask:
-        if eb == emask and sa != sb:
-            return (emask << mb_) | qbit          # inf + -inf: default quiet NaN
-        return a
-    if eb == emask:
-        return b
-
-    # zeros
-    a_zero = ea == 0 and ma == 0
-    b_zero = eb == 0 and mb == 0
-    if a_zero and b_zero:
-        if sa == sb:
-            return a                               # +0 + +0 = +0, -0 + -0 = -0
-        return numba.int64(0)                      # +0 + -0 = +0 under RNE
-    if a_zero:
-        return b
-    if b_zero:
-        return a
-
-    # significands with 3 extra bits (guard, round, sticky); subnormals have exponent 1
-    if ea == 0:
-        xa = one
-        ga = ma
-    else:
-        xa = ea
-        ga = ma | hidden
-    if eb == 0:
-        xb = one
-        gb = mb
-    else:
-        xb = eb
-        gb = mb | hidden
-    ga = ga << 3
-    gb = gb << 3
-
-    # order by magnitude: (xa, ga) >= (xb, gb)
-    if xb > xa or (xb == xa and gb > ga):
-        xa, xb = xb, xa
-        ga, gb = gb, ga
-        sa, sb = sb, sa
-
-    d = xa - xb
-    if d > 0:
-        if d >= mb_ + 5:
-            gb = one if gb != 0 else numba.int64(0)
-        else:
-            sticky = one if (gb & ((one << d) - one)) != 0 else numba.int64(0)
-            gb = (gb >> d) | sticky
-
-    if sa == sb:
-        g = ga + gb
-    else:
-        g = ga - gb
-        if g == 0:
-            return numba.int64(0)                  # exact cancellation: +0 under RNE
-    x = xa
-    sign = sa
-
-    # normalize: the leading one belongs at bit man_bits + 3
-    top = hidden << 3
-    if g >= (top << 1):
-        sticky = g & one
-        g = (g >> 1) | sticky
-        x += one
-    else:
-        while g < top and x > one:
-            g = g << 1
-            x -= one
-
-    # round to nearest, ties to even
-    grs = g & numba.int64(7)
-    sig = g >> 3
-    if grs > 4 or (grs == 4 and (sig & one) != 0):
-        sig += one
-        if sig == (hidden << 1):
-            sig = sig >> 1
-            x += one
-    if sig < hidden:
-        xfield = numba.int64(0)                    # subnormal (x == 1)
-    else:
-        xfield = x
-    if xfield >= emask:
-        return (sign << sshift) | (emask << mb_)   # overflow -> infinity
-    return (sign << sshift) | (xfield << mb_) | (sig & mmask)
-
-
 F16_SUBNORMAL_UNIT = 2.0 ** -24
 """The value of float16 bit pattern ``0x0001``."""
+
+
+@njit(inline="always", cache=True)
+def float32_from_bits(bits):
+    """The float32 whose bits are the low 32 of ``bits``."""
+    return np.uint32(bits).view(np.float32)
+
+
+@njit(inline="always", cache=True)
+def float32_bits(f):
+    """The bits of float32 ``f``, as a non-negative int64."""
+    return numba.int64(np.float32(f).view(np.uint32))
+
+
+@njit(inline="always", cache=True)
+def float32_sum(x, y):
+    """``x + y`` in float32 (one rounding)."""
+    return np.float32(x) + np.float32(y)
 
 
 @njit(inline="always", cache=True)
@@ -155,7 +62,7 @@ def f16_to_f32(h):
     if exp == 0:
         magnitude = np.float32(man) * np.float32(F16_SUBNORMAL_UNIT)
     else:
-        magnitude = np.uint32(((exp + 112) << 23) | (man << 13)).view(np.float32)
+        magnitude = float32_from_bits(((exp + 112) << 23) | (man << 13))
     return -magnitude if (h >> 15) & 1 else magnitude
 
 
@@ -163,7 +70,7 @@ def f16_to_f32(h):
 def f32_to_f16(f):
     """Finite float32 ``f`` rounded to float16 bits (round-to-nearest-even; overflow -> signed infinity,
     subnormal results kept). Integer-only, as numpy's ``npy_floatbits_to_halfbits``."""
-    bits = numba.int64(np.float32(f).view(np.uint32))
+    bits = float32_bits(f)
     sign = (bits >> 16) & 0x8000
     exp = bits & 0x7F800000
     if exp >= 0x47800000:  # |f| >= 2^16
@@ -182,49 +89,47 @@ def f32_to_f16(f):
 
 
 @njit(inline="always", cache=True)
-def add_f16_bits_finite(a, b):
-    """float16 ``a + b`` for finite operands: the float32 sum rounded once to float16. Exact as :func:`add_bits`:
-    float32 holds every float16 exactly, and double rounding of a sum is innocuous when the wider significand has
-    at least ``2p + 2`` bits (24 >= 2 * 11 + 2). No float32 subnormal arises (float16's smallest magnitude is
-    2^-24), so a thread's flush-to-zero mode cannot change the result."""
-    return f32_to_f16(f16_to_f32(a) + f16_to_f32(b))
+def bf16_to_f32(h):
+    """The float32 equal to the bfloat16 bits ``h`` (a bfloat16 is the high half of a float32)."""
+    return float32_from_bits(h << 16)
 
 
 @njit(inline="always", cache=True)
-def add_bits_cpu(a, b, exp_bits, man_bits):
-    """The CPU kernels' adder (``simt.namespace("cpu")``): a float16 sum of finite operands inlined
-    (:func:`add_f16_bits_finite`, about 3x faster than the integer adder; it sits between an atomic's load and its
-    compare-and-swap, so its latency is the atomic's), anything else (infinities, NaNs, bfloat16) through
-    :func:`add_bits_called`, with the integer adder's rules."""
-    if exp_bits == F16_EXP_BITS and man_bits == F16_MAN_BITS:
-        a = numba.int64(a) & 0xFFFF
-        b = numba.int64(b) & 0xFFFF
-        if (a & 0x7C00) != 0x7C00 and (b & 0x7C00) != 0x7C00:
-            return add_f16_bits_finite(a, b)
-    return add_bits_called(a, b, exp_bits, man_bits)
-
-
-@njit(cache=True)
-def add_bits_called(a, b, exp_bits, man_bits):
-    """:func:`add_bits` as a function that is called, not inlined: the A5 kernels compiled for the CPU call it
-    (``simt.namespace("cpu")``), so the soft-float compiles once per process instead of into every 16-bit float
-    Add specialization (about 5 s of compile each). A GPU lane keeps the inlined adder. The two formats are
-    spelled out so that each adder is compiled with its field widths as constants (as when inlined). The CPU
-    kernels reach it through :func:`add_bits_cpu`, which keeps the float16 sums of finite operands for itself."""
-    if exp_bits == F16_EXP_BITS and man_bits == F16_MAN_BITS:
-        return add_bits(a, b, F16_EXP_BITS, F16_MAN_BITS)
-    if exp_bits == BF16_EXP_BITS and man_bits == BF16_MAN_BITS:
-        return add_bits(a, b, BF16_EXP_BITS, BF16_MAN_BITS)
-    return add_bits(a, b, exp_bits, man_bits)
+def f32_to_bf16(f):
+    """Float32 ``f`` (finite or infinite) rounded to bfloat16 bits (round-to-nearest-even; a carry out of the
+    significand bumps the exponent, up to infinity)."""
+    bits = float32_bits(f)
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
 
 
 @njit(inline="always", cache=True)
-def add_f16_bits(a, b):
-    """float16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
-    return add_bits(a, b, F16_EXP_BITS, F16_MAN_BITS)
+def add_bits(a, b, exp_bits, man_bits):
+    """Correctly rounded sum of two float16 (``exp_bits`` / ``man_bits`` 5 / 10) or bfloat16 (8 / 7) bit patterns:
+    raw bits in (the low 16 of ``a`` and ``b``), raw bits out. Finite operands through float32 (module docstring);
+    infinities and NaNs by the integer rules."""
+    a = numba.int64(a) & 0xFFFF
+    b = numba.int64(b) & 0xFFFF
+    emask = (numba.int64(1) << exp_bits) - 1
+    infinity = emask << man_bits
+    if (a & infinity) == infinity or (b & infinity) == infinity:
+        qbit = numba.int64(1) << (man_bits - 1)
+        mmask = (numba.int64(1) << man_bits) - 1
+        if (a & infinity) == infinity and (a & mmask) != 0:
+            return a | qbit  # a NaN: quiet it
+        if (b & infinity) == infinity and (b & mmask) != 0:
+            return b | qbit
+        if (a & infinity) == infinity and (b & infinity) == infinity and a != b:
+            return infinity | qbit  # inf + -inf: the default quiet NaN
+        return a if (a & infinity) == infinity else b
+    if exp_bits == F16_EXP_BITS:
+        return f32_to_f16(float32_sum(f16_to_f32(a), f16_to_f32(b)))
+    return f32_to_bf16(float32_sum(bf16_to_f32(a), bf16_to_f32(b)))
 
 
-@njit(inline="always", cache=True)
-def add_bf16_bits(a, b):
-    """bfloat16 ``a + b`` on raw bits (uint16-range ints), correctly rounded (RNE)."""
-    return add_bits(a, b, BF16_EXP_BITS, BF16_MAN_BITS)
+HELPERS = (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, add_bits)
+"""The functions a compiler family that binds its own ``float32_from_bits`` / ``float32_bits`` / ``float32_sum``
+binds again, in this order (each calls only the names before it, and those three)."""
+
+
+__all__ = ["BF16_EXP_BITS", "BF16_MAN_BITS", "F16_EXP_BITS", "F16_MAN_BITS", "HELPERS", "add_bits", "bf16_to_f32",
+           "f16_to_f32", "f32_to_bf16", "f32_to_f16", "float32_bits", "float32_from_bits", "float32_sum"]

@@ -29,7 +29,7 @@ import numpy as np
 from simt_pto.enums import ElementFormat, ScatterAtomicOp
 from simt_pto.launch_spec import KernelPolicy
 from .cache import njit  # numba.njit, made safe for the disk cache and Ctrl-C
-from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits, add_bits_cpu
+from .softfloat import BF16_EXP_BITS, BF16_MAN_BITS, F16_EXP_BITS, F16_MAN_BITS, add_bits
 
 # -- the element formats: how a (ScatterAtomicOp, dtype) is stored (simt_pto.enums.ElementFormat) -------------
 
@@ -161,8 +161,10 @@ def rmw_add_half(table, e, v_bits, exp_bits, man_bits):
 
 
 def bind(fn, namespace: dict):
-    """A copy of ``fn`` (same code, closure and name) whose globals are its own plus ``namespace``: how one
-    source is given per-backend or per-policy functions (the A5 intrinsics, a loop's ``store_element``)."""
+    """A copy of ``fn`` (same code, closure and name; a jitted function's Python source) whose globals are its own
+    plus ``namespace``: how one source is given per-backend or per-policy functions (the A5 intrinsics, a loop's
+    ``store_element``)."""
+    fn = getattr(fn, "py_func", fn)
     scope = dict(fn.__globals__)
     scope.update(namespace)
     copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -172,10 +174,7 @@ def bind(fn, namespace: dict):
 
 @functools.cache
 def _sequential_helpers() -> dict:
-    # the CPU's 16-bit float adder (softfloat.add_bits_cpu, as the A5 kernels compiled for the CPU take it): the same
-    # bits as the integer adder, and a fraction of its compile time in every loop that inlines the rule
-    scope: dict = {"add_bits": add_bits_cpu}
-    scope["rmw_add_half"] = njit(inline="always")(bind(getattr(rmw_add_half, "py_func", rmw_add_half), scope))  # (jit off: a function)
+    scope: dict = {}
     for helper in HELPERS:
         scope[helper.__name__] = njit(inline="always")(bind(helper, scope))
     return scope

@@ -9,8 +9,8 @@ device index check), dedupes them by (kernel, policy, argument types), compiles 
 The tests read its JSON report: nothing fails, nothing spills, every atomic specialization holds the
 hardware atomic of its (op, dtype) and no other, and plain-store kernels hold no atomic at all.
 
-Cost: all ~370 specializations, each compiled to PTX once and assembled for 2 cc (the float16 / bfloat16
-atomic adds dominate, ~3 s each). Needs the toolchain extra (``pip install ".[toolchain]"``, which ``.[test]``
+Cost: all ~210 specializations, each compiled to PTX once and assembled for 2 cc (the float16 / bfloat16
+atomic adds take most, ~2.5 s each). Needs the toolchain extra (``pip install ".[toolchain]"``, which ``.[test]``
 includes); skipped, with the reason, without ``ptxas``.
 """
 from __future__ import annotations

@@ -512,7 +512,7 @@ def device_name(backend: str) -> str:
 
 GPU_JOBS = 16
 """The most worker processes :func:`default_jobs` gives the ``gpu`` backend: each compiles its share of the
-kernels (a cold kernel cache is most of a first run: about 370 specializations, up to 3 s each) into the disk
+kernels (a cold kernel cache is most of a first run: about 370 specializations, up to 2.5 s each here) into the disk
 cache and runs its cases; the GPU is shared."""
 
 

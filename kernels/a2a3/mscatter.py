@@ -12,7 +12,7 @@ write accumulates, each add rounded in the element type, in the walk order of :m
 
 ScatterOOB SKIP drops the row / element; CLAMP / WRAP remap through ``remap_index``. Each element is stored by the
 one store rule of :mod:`simt_pto.kernels.store` (its sequential form, inlined per (atomic, format)): integer ADD
-wraps in the element type, float32 adds in float32, float16 / bfloat16 add through the integer soft-float of
+wraps in the element type, float32 adds in float32, float16 / bfloat16 add through the adder of
 :mod:`simt_pto.kernels.softfloat` (correctly rounded per add).
 """
 from __future__ import annotations

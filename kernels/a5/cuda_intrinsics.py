@@ -45,6 +45,35 @@ else:
         return cuda.atomic.add(ary, i, v)
 
 
+if cuda_mode() == "simulator":
+    @cuda.jit(device=True, inline="always")
+    def float32_from_bits(bits):
+        return np.uint32(bits & 0xFFFFFFFF).view(np.float32)
+
+    @cuda.jit(device=True, inline="always")
+    def float32_bits(f):
+        return np.int64(np.float32(f).view(np.uint32))
+
+    @cuda.jit(device=True, inline="always")
+    def float32_sum(x, y):
+        with np.errstate(over="ignore"):  # a bfloat16 sum past float32's range: infinity, as on the GPU
+            return np.float32(x) + np.float32(y)
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True, inline="always")
+    def float32_from_bits(bits):
+        return libdevice.int_as_float(numba.int32(bits))
+
+    @cuda.jit(device=True, inline="always")
+    def float32_bits(f):
+        return numba.int64(libdevice.float_as_int(f)) & 0xFFFFFFFF
+
+    @cuda.jit(device=True, inline="always")
+    def float32_sum(x, y):
+        return numba.float32(x) + numba.float32(y)
+
+
 @cuda.jit(device=True, inline="always")
 def atomic_max(ary, i, v):
     return cuda.atomic.max(ary, i, v)

@@ -27,6 +27,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from simt_pto.kernels import softfloat
+
 
 class UnboundIntrinsic(RuntimeError):
     """A kernel source was run as plain Python instead of through :mod:`.simt`."""
@@ -66,8 +68,16 @@ copy_run = _stub("copy_run")
 """``copy_run(dst, dst_start, src, src_start, n)``: ``dst[dst_start + j] = src[src_start + j]`` for ``j < n``
 (arrays of one dtype that do not overlap; CPU: one ``memcpy``, CUDA: a loop)."""
 
+float32_from_bits = _stub("float32_from_bits")
+"""``float32_from_bits(bits)``: the float32 whose bits are the low 32 of the integer ``bits``."""
+float32_bits = _stub("float32_bits")
+"""``float32_bits(f)``: the bits of float32 ``f``, as a non-negative int64."""
+float32_sum = _stub("float32_sum")
+"""``float32_sum(x, y)``: ``x + y`` in float32, rounded once (subnormals kept). With the two bit casts, what the
+16-bit float adder (:mod:`simt_pto.kernels.softfloat`) computes with."""
+
 NAMES = ("block_range", "warp_range", "lane_span", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
-         "prefetch", "prefetch_read", "copy_run")
+         "prefetch", "prefetch_read", "copy_run", "float32_from_bits", "float32_bits", "float32_sum")
 
 
 # -- CPU ---------------------------------------------------------------------------------------------------
@@ -259,6 +269,8 @@ CPU = {
     "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
     "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element,
     "prefetch_read": _cpu_prefetch_read, "copy_run": _cpu_copy_run,
+    "float32_from_bits": softfloat.float32_from_bits, "float32_bits": softfloat.float32_bits,
+    "float32_sum": softfloat.float32_sum,
 }
 """The ``multicore`` backend's intrinsics (Numba's CPU compiler, the ``"cpu"`` family)."""
 

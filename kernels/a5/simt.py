@@ -44,14 +44,13 @@ def namespace(family: str) -> dict:
     read-modify-write primitives of the store rule (:mod:`simt_pto.kernels.store`) bound to the atomics."""
     if family == "cpu":
         scope = dict(intrinsics.CPU)
-        scope["add_bits"] = softfloat.add_bits_cpu  # float16 finite sums inlined, the rest called (compile time)
     elif family == "cuda":
         scope = dict(intrinsics.cuda_intrinsics())  # MissingExtraError without numba-cuda, before importing it
         cache.install(imported("numba.cuda.core.caching").CacheImpl)  # numba-cuda keeps a locator list of its own
     else:
         raise ValueError(f"unknown backend family {family!r}")
     jit = _device_jit(family)
-    for helper in device.HELPERS:
+    for helper in (*softfloat.HELPERS, *device.HELPERS):
         scope[helper.__name__] = jit(bind(helper, scope))
     # lanes race: every read-modify-write of the store rule is an atomic
     scope.update(rmw_add=scope["atomic_add"], rmw_max=scope["atomic_max"], rmw_min=scope["atomic_min"],
