@@ -102,34 +102,43 @@ def f32_to_bf16(f):
     return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
 
 
+@njit(cache=True)
+def add_nonfinite_bits(a, b, exp_bits, man_bits):
+    """:func:`add_bits` where ``a`` or ``b`` (16-bit patterns) is an infinity or a NaN, by integer rules: a NaN
+    operand, the first, quieted; ``inf + -inf`` the default quiet NaN; else the infinity. Called, not inlined,
+    by the CPU kernels (it is rare, and each inlined copy is compile time); a GPU lane inlines it."""
+    emask = (numba.int64(1) << exp_bits) - 1
+    infinity = emask << man_bits
+    qbit = numba.int64(1) << (man_bits - 1)
+    mmask = (numba.int64(1) << man_bits) - 1
+    if (a & infinity) == infinity and (a & mmask) != 0:
+        return a | qbit
+    if (b & infinity) == infinity and (b & mmask) != 0:
+        return b | qbit
+    if (a & infinity) == infinity and (b & infinity) == infinity and a != b:
+        return infinity | qbit
+    return a if (a & infinity) == infinity else b
+
+
 @njit(inline="always", cache=True)
 def add_bits(a, b, exp_bits, man_bits):
     """Correctly rounded sum of two float16 (``exp_bits`` / ``man_bits`` 5 / 10) or bfloat16 (8 / 7) bit patterns:
-    raw bits in (the low 16 of ``a`` and ``b``), raw bits out. Finite operands through float32 (module docstring);
-    infinities and NaNs by the integer rules."""
+    raw bits in (the low 16 of ``a`` and ``b``), raw bits out. Finite operands through float32 (module docstring),
+    infinities and NaNs by :func:`add_nonfinite_bits`."""
     a = numba.int64(a) & 0xFFFF
     b = numba.int64(b) & 0xFFFF
-    emask = (numba.int64(1) << exp_bits) - 1
-    infinity = emask << man_bits
+    infinity = ((numba.int64(1) << exp_bits) - 1) << man_bits
     if (a & infinity) == infinity or (b & infinity) == infinity:
-        qbit = numba.int64(1) << (man_bits - 1)
-        mmask = (numba.int64(1) << man_bits) - 1
-        if (a & infinity) == infinity and (a & mmask) != 0:
-            return a | qbit  # a NaN: quiet it
-        if (b & infinity) == infinity and (b & mmask) != 0:
-            return b | qbit
-        if (a & infinity) == infinity and (b & infinity) == infinity and a != b:
-            return infinity | qbit  # inf + -inf: the default quiet NaN
-        return a if (a & infinity) == infinity else b
+        return add_nonfinite_bits(a, b, exp_bits, man_bits)
     if exp_bits == F16_EXP_BITS:
         return f32_to_f16(float32_sum(f16_to_f32(a), f16_to_f32(b)))
     return f32_to_bf16(float32_sum(bf16_to_f32(a), bf16_to_f32(b)))
 
 
-HELPERS = (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, add_bits)
+HELPERS = (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, add_nonfinite_bits, add_bits)
 """The functions a compiler family that binds its own ``float32_from_bits`` / ``float32_bits`` / ``float32_sum``
 binds again, in this order (each calls only the names before it, and those three)."""
 
 
-__all__ = ["BF16_EXP_BITS", "BF16_MAN_BITS", "F16_EXP_BITS", "F16_MAN_BITS", "HELPERS", "add_bits", "bf16_to_f32",
+__all__ = ["BF16_EXP_BITS", "BF16_MAN_BITS", "F16_EXP_BITS", "F16_MAN_BITS", "HELPERS", "add_bits", "add_nonfinite_bits", "bf16_to_f32",
            "f16_to_f32", "f32_to_bf16", "f32_to_f16", "float32_bits", "float32_from_bits", "float32_sum"]

@@ -50,7 +50,8 @@ def namespace(family: str) -> dict:
     else:
         raise ValueError(f"unknown backend family {family!r}")
     jit = _device_jit(family)
-    for helper in (*softfloat.HELPERS, *device.HELPERS):
+    # the CPU takes the 16-bit float adder as it is (its float32 casts are the CPU's); a GPU lane inlines every part
+    for helper in (*(softfloat.HELPERS if family == "cuda" else ()), *device.HELPERS):
         scope[helper.__name__] = jit(bind(helper, scope))
     # lanes race: every read-modify-write of the store rule is an atomic
     scope.update(rmw_add=scope["atomic_add"], rmw_max=scope["atomic_max"], rmw_min=scope["atomic_min"],
