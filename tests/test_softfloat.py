@@ -150,38 +150,46 @@ def test_exhaustive_b_for_a_subset(fmt):
 
 
 @njit(cache=True)
-def _round_many(f, out):
+def _round_many(f, out, exp_bits):
     for i in range(f.size):
-        out[i] = f32_to_f16(f[i])
+        out[i] = f32_to_f16(f[i]) if exp_bits == 5 else f32_to_bf16(f[i])
 
 
 @njit(cache=True)
-def _widen_many(h, out):
+def _widen_many(h, out, exp_bits):
     for i in range(h.size):
-        out[i] = f16_to_f32(h[i])
+        out[i] = f16_to_f32(h[i]) if exp_bits == 5 else bf16_to_f32(h[i])
 
 
-def test_float32_float16_conversions_match_numpy():
-    """The CPU adder's conversions: every finite float16 widens exactly; finite float32 values round as numpy's
-    ``astype(float16)`` does, ties, subnormal results (with bits lost below the tie bit) and overflow included."""
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_every_finite_16_bit_float_widens_exactly(fmt):
+    dt, e, m = FORMATS[fmt]
     halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    halves = halves[(halves & 0x7C00) != 0x7C00]
+    halves = halves[(halves & (((1 << e) - 1) << m)) != (((1 << e) - 1) << m)]
     widened = np.empty(halves.size, np.float32)
-    _widen_many(halves.astype(np.int64), widened)
-    np.testing.assert_array_equal(widened.view(np.uint32), halves.view(np.float16).astype(np.float32).view(np.uint32))
+    _widen_many(halves.astype(np.int64), widened, e)
+    np.testing.assert_array_equal(widened.view(np.uint32), halves.view(dt).astype(np.float32).view(np.uint32))
 
+
+def _assert_rounds_as(values, fmt):
+    dt, e, _ = FORMATS[fmt]
+    rounded = np.empty(values.size, np.int64)
+    _round_many(values, rounded, e)
+    with np.errstate(over="ignore"):
+        expected = values.astype(dt).view(np.uint16)
+    bad = np.nonzero(rounded != expected)[0]
+    assert bad.size == 0, [(hex(values.view(np.uint32)[i]), hex(rounded[i]), hex(expected[i])) for i in bad[:10]]
+
+
+def test_float32_rounds_to_float16_as_numpy_does():
+    """Finite float32 values round as numpy's ``astype(float16)`` does: ties, subnormal results (with bits lost below
+    the tie bit) and overflow included."""
     rng = np.random.default_rng(7)
     exponents = rng.integers(95, 146, 400_000)  # from below float16's smallest subnormal to past its overflow
     bits = (rng.integers(0, 2, exponents.size) << 31) | (exponents << 23) | rng.integers(0, 1 << 23, exponents.size)
     ties = rng.integers(0, 1 << 10, 2000) << 13 | 0x1000  # exact ties of normal results, both parities
     bits[:ties.size] = (bits[:ties.size] & ~0x7FFFFF) | ties
-    values = bits.astype(np.uint32).view(np.float32)
-    rounded = np.empty(values.size, np.int64)
-    _round_many(values, rounded)
-    with np.errstate(over="ignore"):
-        expected = values.astype(np.float16).view(np.uint16)
-    bad = np.nonzero(rounded != expected)[0]
-    assert bad.size == 0, [(hex(bits[i]), hex(rounded[i]), hex(expected[i])) for i in bad[:10]]
+    _assert_rounds_as(bits.astype(np.uint32).view(np.float32), "float16")
 
 
 def test_signed_zero_and_nan_rules():
@@ -209,28 +217,9 @@ def test_signed_zero_and_nan_rules():
     assert 0 <= add_f16_bits(0xFFFF, 0xFFFF) <= 0xFFFF
 
 
-@njit(cache=True)
-def _round_many_bf16(f, out):
-    for i in range(f.size):
-        out[i] = f32_to_bf16(f[i])
-
-
-@njit(cache=True)
-def _widen_many_bf16(h, out):
-    for i in range(h.size):
-        out[i] = bf16_to_f32(h[i])
-
-
-def test_float32_bfloat16_conversions_match_ml_dtypes():
-    """Every bfloat16 widens exactly; float32 values (subnormals, ties of both parities, the overflow edge and the
-    infinities) round as ml_dtypes' ``astype(bfloat16)`` does."""
-    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    halves = halves[(halves & 0x7F80) != 0x7F80]
-    widened = np.empty(halves.size, np.float32)
-    _widen_many_bf16(halves.astype(np.int64), widened)
-    np.testing.assert_array_equal(widened.view(np.uint32),
-                                  halves.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32))
-
+def test_float32_rounds_to_bfloat16_as_ml_dtypes_does():
+    """Float32 values (subnormals, ties of both parities, the overflow edge and the infinities) round as ml_dtypes'
+    ``astype(bfloat16)`` does."""
     rng = np.random.default_rng(11)
     bits = rng.integers(0, 1 << 32, 400_000, dtype=np.uint64).astype(np.int64)
     bits = bits[(bits & 0x7F800000) != 0x7F800000]  # finite
@@ -238,12 +227,7 @@ def test_float32_bfloat16_conversions_match_ml_dtypes():
     bits[:ties.size] = ties & 0x7F7FFFFF
     edge = np.array([0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00008000, 0x00018000, 0x80000001,
                      0x7F800000, 0xFF800000], np.int64)  # the overflow edge, subnormal ties, the infinities
-    values = np.concatenate([bits, edge]).astype(np.uint32).view(np.float32)
-    rounded = np.empty(values.size, np.int64)
-    _round_many_bf16(values, rounded)
-    expected = values.astype(ml_dtypes.bfloat16).view(np.uint16)
-    bad = np.nonzero(rounded != expected)[0]
-    assert bad.size == 0, [(hex(values.view(np.uint32)[i]), hex(rounded[i]), hex(expected[i])) for i in bad[:10]]
+    _assert_rounds_as(np.concatenate([bits, edge]).astype(np.uint32).view(np.float32), "bfloat16")
 
 
 def test_nan_bits_are_the_first_nans_quieted_and_inf_minus_inf_the_default_nan():
