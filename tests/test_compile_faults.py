@@ -97,7 +97,7 @@ def test_every_jitted_entry_point_is_guarded():
         mscatter.scatter_loop(walk.row_nz, identity, store_op, native),
         mscatter.scatter_loop(walk.elem_nz, identity, ScatterAtomicOp.MAX, native),
         cube_l1_walk.l1_row_loop(IndexRule.IDENTITY, False), cube_l1_walk.l1_elem_loop(IndexRule.IDENTITY),
-        index_policy.remap_index, index_policy.remap_array, softfloat.add_bits,
+        index_policy.remap_index, index_policy.remap_array, softfloat.add_nonfinite_bits, softfloat.add_bits,
         store.sequential_store(ScatterAtomicOp.ADD, ElementFormat.NATIVE),
         simt.compile_kernel("simt_mgather_elem_kernel", KernelPolicy(rule=IndexRule.IDENTITY), "cpu"),
         simt.namespace("cpu")["store_max_f32"],
