@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -366,6 +367,15 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         if written and not obj.flags.writeable:
             return None
         return Operand(NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0), obj.ravel()
+    if not written and type(obj).__module__.startswith("jax"):
+        try:
+            view = np.asarray(obj)  # a JAX CPU array's own memory, read-only; a deleted one raises
+        except Exception:  # noqa: BLE001 - not on the CPU, or not an array: the full path decides
+            return None
+        if not view.flags.c_contiguous or not view.size:
+            return None
+        return (_new(Operand, (JAX, view.shape, view.dtype, False, _jax_alignment(obj, view) if aligned else 0)),
+                view if view.ndim == 1 else view.ravel())
     torch = sys.modules.get("torch")  # (a tensor exists only in a process that has imported torch)
     if torch is not None and isinstance(obj, torch.Tensor):
         # one C call tells a plain dense CPU tensor from every tensor torch_rules treats apart (a lazy negation or
@@ -383,15 +393,6 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         return (Operand(TORCH, view.shape, view.dtype, True, obj.data_ptr() & 7 if aligned else 0),
                 view if view.ndim == 1 else view.ravel())
-    if type(obj).__module__.startswith("jax") and not written:
-        try:
-            view = np.asarray(obj)  # a JAX CPU array's own memory, read-only
-        except Exception:  # noqa: BLE001 - not on the CPU, or not an array: the full path decides
-            return None
-        if not view.flags.c_contiguous or not view.size:
-            return None
-        # (a read-only view: its address through .ctypes, which _address would reach only after an exception)
-        return Operand(JAX, view.shape, view.dtype, False, view.ctypes.data & 7 if aligned else 0), view.ravel()
     if ((hasattr(obj, "__dlpack__") or hasattr(obj, "__array_interface__"))
             and type(obj).__module__.partition(".")[0] != "dask"):  # (a Dask array is never read here: the Dask route)
         # any other host producer (DLPack, the array interface): its memory as the full path reads it, in place
@@ -491,6 +492,40 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         return None
     return (Call(policy, (got_table[0], got_src[0], got_idx[0])),
             {"table": got_table[1], "src": got_src[1], "idx": got_idx[1]})
+
+
+_JAX_ALIGNMENT: dict = {}
+"""``id(array) -> (weak reference, address modulo 8)`` of the JAX CPU arrays whose numpy view is their own buffer
+(:func:`_jax_alignment`); an entry leaves when its array dies. Only the address is kept, never the view: a view
+held past the call would stop JAX from donating the array's buffer to a jitted call."""
+
+
+def _jax_alignment(array, view: np.ndarray) -> int:
+    """The address modulo 8 of a JAX array's numpy ``view`` (``np.asarray(array)``). Reading it through ``.ctypes``
+    costs more than the rest of a JAX operand; a JAX array is immutable and its buffer never moves, so where the view
+    is that buffer itself (a CPU array: no copy) the answer is kept for the array's lifetime. A view that is a copy
+    (an array on another device) is asked each time."""
+    got = _JAX_ALIGNMENT.get(id(array))
+    if got is not None and got[0]() is array:
+        return got[1]
+    address = view.ctypes.data  # (a read-only view: _address would reach .ctypes only after an exception)
+    try:
+        own = array.unsafe_buffer_pointer() == address
+    except Exception:  # noqa: BLE001 - no single buffer (a sharded array), or no such method: ask each time
+        own = False
+    if own:
+        if len(_JAX_ALIGNMENT) >= 4096:  # (a bound: entries of live arrays only, but a program may keep many)
+            _JAX_ALIGNMENT.clear()
+        key = id(array)
+
+        def forget(ref, key=key):
+            if _JAX_ALIGNMENT.get(key, (None,))[0] is ref:
+                _JAX_ALIGNMENT.pop(key, None)
+        try:
+            _JAX_ALIGNMENT[key] = (weakref.ref(array, forget), address & 7)
+        except TypeError:  # an array type without weak references: ask each time
+            pass
+    return address & 7
 
 
 def _device_operand(obj) -> tuple[Operand, int, int] | None:

@@ -8,9 +8,11 @@
 """
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -240,6 +242,30 @@ def test_a_repeated_jax_gather_takes_the_kept_launch(no_full_path):
     no_full_path()
     got = pto.gather(j_table, j_idx)
     assert type(got) is type(j_table) and np.array_equal(np.asarray(got), table[idx])
+
+
+def test_a_jax_table_gathered_from_can_still_be_donated_and_is_not_kept_alive():
+    """The kept launch keeps nothing of a JAX operand past the call but its address modulo 8: JAX still donates
+    the table's buffer to a jitted call (it does not while a numpy view of the buffer lives), the donated table is
+    then refused, and a table the caller drops is freed."""
+    jax = pytest.importorskip("jax")
+    table, idx, _ = operands(8)
+    j_table, j_idx = jax.numpy.asarray(table), jax.numpy.asarray(idx)
+    for _ in range(3):
+        assert np.array_equal(np.asarray(pto.gather(j_table, j_idx)), table[idx])
+    if jax.devices()[0].platform == "cpu":
+        assert id(j_table) in kept_launch._JAX_ALIGNMENT  # (what this test is about: the kept address)
+    buffer = j_table.unsafe_buffer_pointer()
+    doubled = jax.jit(lambda a: a * 2, donate_argnums=0)(j_table)
+    assert j_table.is_deleted() and doubled.unsafe_buffer_pointer() == buffer
+    with pytest.raises(TypeError, match="table: the JAX array has been deleted"):
+        pto.gather(j_table, j_idx)
+    other = jax.numpy.asarray(table + 1)
+    assert np.array_equal(np.asarray(pto.gather(other, j_idx)), table[idx] + 1)
+    gone = weakref.ref(other)
+    del other
+    gc.collect()
+    assert gone() is None
 
 
 def _same_jax_array(got, want) -> None:
