@@ -9,6 +9,7 @@ the ``sync`` scheduler, in this process."""
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
@@ -365,7 +366,9 @@ def test_a_zarr_store_is_written_whatever_its_chunks(request, rng, tmp_path, sch
     in_memory = zarr.zeros(idx.shape, dtype="f4", chunks=(10,))
     if scheduler == "cluster":
         request.getfixturevalue("client")
-    pool = ProcessPoolExecutor(2) if scheduler == "process pool" else None
+    # (spawned: a forked child of a process that has imported JAX, as an earlier test in this worker may have, can
+    # deadlock on a lock one of JAX's threads held at the fork)
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) if scheduler == "process pool" else None
     try:
         with dask.config.set(scheduler=pool) if pool else dask.config.set({}):
             for out in (on_disk, in_memory):
