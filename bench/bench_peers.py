@@ -392,6 +392,8 @@ def overhead(repeat: int) -> list[dict]:
     written = np.zeros_like(table)  # numpy's scatter writes here
 
     gather_peer = lambda: table[rows]  # noqa: E731
+    peer_out = np.empty_like(want)
+    gather_into_peer = lambda: np.take(table, rows, axis=0, out=peer_out)  # noqa: E731
     scatter_peer = lambda: written.__setitem__(rows, want)  # noqa: E731
     expected = np.zeros_like(table)
     expected[rows] = want
@@ -405,6 +407,9 @@ def overhead(repeat: int) -> list[dict]:
         def whole_gather(target=target):
             return pto.gather(table, rows, coalesce="row", target=target)
 
+        def whole_gather_into(target=target, into=np.empty_like(want)):
+            return pto.gather(table, rows, coalesce="row", target=target, out=into)
+
         def whole_scatter(target=target, written=written):
             pto.scatter(written, want, rows, coalesce="row", target=target)
 
@@ -415,6 +420,7 @@ def overhead(repeat: int) -> list[dict]:
             pto.mscatter(written_gt, dst, idx_tile, coalesce="row", target=target)
 
         same_bits(whole_gather(), want, f"{target} whole-array gather")
+        same_bits(whole_gather_into(), want, f"{target} whole-array gather into out=")
         tile_gather()
         same_bits(dst.valid_numpy(), want, f"{target} tile gather")
         tile_scatter()
@@ -423,6 +429,8 @@ def overhead(repeat: int) -> list[dict]:
         whole_scatter()
         same_bits(written, expected, f"{target} whole-array scatter")
         cases += [(f"whole-array pto.gather, 8 rows, {where}", 5.0, whole_gather, gather_peer),
+                  (f"whole-array pto.gather into out=, 8 rows, {where}, vs numpy's take(..., out=)", 5.0,
+                   whole_gather_into, gather_into_peer),
                   (f"whole-array pto.scatter, 8 rows in place (Conflict::Last), {where}, vs numpy's table[idx] = rows",
                    5.0, whole_scatter, scatter_peer),
                   (f"8 x 64 Row pto.mgather tile op, {where}", 5.0, tile_gather, gather_peer),

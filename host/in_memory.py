@@ -471,14 +471,47 @@ def gather_with(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike
 def full_gather(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike | None = None) -> Any:
     """The full path of a gather: wrapped, validated (the validation kept in the signature's entry),
     built and run; then its launches kept in that entry for the next call of the signature."""
-    key = _kept_key(policy, table, idx) if out is None else None
+    key = _kept_key(policy, table, idx) if out is None else _kept_into_key(policy, table, idx, out)
     backend = _backend(policy)
     call, result, c = _gather(policy, table, idx, backend, out, key)
     _run(call, c.target, backend)
     gathered = result()
     if out is None and c.idx.size:
         _keep_gather(policy, key, c, call, gathered, table, idx)
+    elif key is not None and c.idx.size:
+        _keep_gather_into(policy, key, c, call, out)
     return gathered
+
+
+def _kept_into_key(policy: Policy, table, idx, out) -> Call | None:
+    """:func:`_kept_key` of a gather into ``out`` (:func:`.kept_launch.into_operands`)."""
+    if policy.target == "cpu":
+        return None
+    found = kept_launch.into_operands(policy, table, idx, out)
+    return None if found is None else found[0]
+
+
+def _keep_gather_into(policy: Policy, key: Call, c: _Validated, call: CallPlan, out: np.ndarray) -> None:
+    """Keep the launch of a gather that has just run the full path into the caller's numpy ``out`` (on ``a5``, where
+    its launch wrote ``out`` itself: a plan with a host step, a copy into ``out``, is not kept; on ``a2a3``, its row
+    walk over every row, as :func:`_a2a3_gather_launch` keeps it, into ``out``). Its per-call checks:
+    ``out`` shares no byte with the table or the index, and the indices, all of them before the launch (on
+    ``multicore`` the launch of a new result checks them range by range as it runs, dropping that result if one is
+    out of range: ``out`` is the caller's, and would be left half written)."""
+    keeps = kept_launch.keeping_backend(policy)
+    entry = SIGNATURES.get(key)
+    if keeps not in kept_launch.HOST_KEEPING or entry is None or entry.kept is not None:
+        return
+    if c.target != "a5":
+        entry.kept = _a2a3_gather_launch(c, out.shape, key, into=True)
+        return
+    operands = {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1), "dst": out.reshape(-1)}
+    entry.kept = _a5_side()[1].keep_on_host(
+        call, operands, keeps, apart=_INTO_APART, indices=whole_indices(c.plan, idx_dtype=key.operands[1].dtype))
+
+
+_INTO_APART = (("dst", "table"), ("dst", "idx"))
+"""A gather into the caller's ``out``: the pairs of operands that may share no byte."""
 
 
 def _kept_key(policy: Policy, table, idx, src=None) -> Call | None:
@@ -526,18 +559,21 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
             SIGNATURES.put(found[0], entry)
 
 
-def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call) -> KeptLaunch:
+def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = False) -> KeptLaunch:
     """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.bound_gatherer`) over every
     row of the call at once (a gather's rows are independent: the tiles' order cannot show), from the caller's table
-    and indices into a new result."""
+    and indices into a new result, or (``into``) into the caller's ``out``, ``arrays["dst"]``."""
     plan = c.plan
     rows, idx_cols = c.idx.rows, c.idx.cols
     out_cols = int(np.prod(shape, dtype=np.int64)) // rows
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols
     launch = dispatch.runner("a2a3").bound_gatherer(plan, out_cols, out_cols, idx_stride, rows)
     bits = np.dtype(plan.dtype.bits)
-    return KeptLaunch(((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),),
-                      made={"dst": (rows * out_cols, bits)}, indices=whole_indices(plan, idx_dtype=key.operands[-1].dtype))
+    steps = ((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),)
+    indices = whole_indices(plan, idx_dtype=key.operands[1].dtype)
+    if into:
+        return KeptLaunch(steps, apart=_INTO_APART, indices=indices)
+    return KeptLaunch(steps, made={"dst": (rows * out_cols, bits)}, indices=indices)
 
 
 def _a2a3_scatter_launch(c: _Validated, key: Call) -> KeptLaunch:

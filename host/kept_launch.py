@@ -314,6 +314,39 @@ def gathered(policy: Policy, table, idx) -> Any | None:
     return None
 
 
+def gathered_into(policy: Policy, table, idx, out) -> bool:
+    """Whether a whole-array gather into the caller's ``out`` whose signature has run was run by its kept launch
+    (``a5`` on a host backend, ``a2a3``; a C-contiguous writable numpy ``out``, written in place). False, with nothing written,
+    when the call takes the full path (no kept launch; ``out`` sharing memory with the table or the index; an index
+    the full path refuses, checked before the launch: ``out`` is the caller's, so no launch may start first)."""
+    keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
+    if keeps not in HOST_KEEPING:
+        return False
+    found = into_operands(policy, table, idx, out)
+    if found is None:
+        return False
+    key, arrays = found
+    entry = SIGNATURES.lookup(key)
+    return entry is not None and entry.kept is not None and entry.kept.run(arrays)
+
+
+def into_operands(policy: Policy, table, idx, out) -> tuple[Call, dict[str, np.ndarray]] | None:
+    """``(call, arrays)`` of a whole-array gather into ``out`` that a kept launch can take (:func:`whole_operands`'
+    call with ``out`` as a third operand, and ``out`` as ``arrays["dst"]``), or None (the full path)."""
+    if type(out) is not np.ndarray:  # (a tensor's version counter, a device array, a Dask or JAX out: the full path)
+        return None
+    flags = out.flags
+    if not (flags.c_contiguous and flags.writeable and out.dtype.isnative and out.size):
+        return None
+    found = whole_operands(policy, table, idx)
+    if found is None:
+        return None
+    call, arrays = found
+    arrays["dst"] = out.ravel()
+    return (_new(Call, (policy, (*call.operands, _new(Operand, (NUMPY, out.shape, out.dtype, True,
+                                                                 _address(out) & 7)))))), arrays
+
+
 def scattered(policy: Policy, table, src, idx) -> bool:
     """Whether a whole-array scatter whose signature has run was run by its kept launch (``a5``; ``a2a3``: its loop
     over every row in order); False, with nothing written, when the call takes the full path.
@@ -627,5 +660,5 @@ def _keep_owner(owner: np.ndarray) -> None:
     _SPARE_OWNER.put((owner.size, owner.dtype), owner)
 
 
-__all__ = ["Entry", "HOST_KEEPING", "KeptLaunch", "all_below", "device_operands", "gathered", "keeping_backend",
-           "scattered", "tile_checks", "tile_operands", "whole_indices", "whole_operands"]
+__all__ = ["Entry", "HOST_KEEPING", "KeptLaunch", "all_below", "device_operands", "gathered", "gathered_into",
+           "into_operands", "keeping_backend", "scattered", "tile_checks", "tile_operands", "whole_indices", "whole_operands"]

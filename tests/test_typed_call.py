@@ -244,6 +244,55 @@ def test_a_repeated_jax_gather_takes_the_kept_launch(no_full_path):
     assert type(got) is type(j_table) and np.array_equal(np.asarray(got), table[idx])
 
 
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_a_repeated_gather_into_out_takes_the_kept_launch(no_full_path, target, coalesce, offset):
+    """``out=``: after the first call of a signature, a call into any numpy ``out`` of that shape (here
+    each at ``offset`` float32s into a buffer: the address modulo 8 is part of the signature) runs the kept launch
+    and writes ``out`` in place, no byte beside it."""
+    table, idx, _ = operands(16)
+    flat = idx * 64 + 7
+    wanted = table[idx] if coalesce == "row" else table.reshape(-1)[flat]
+    index = idx if coalesce == "row" else flat
+    size = wanted.size
+    buffers = [np.full(size + 2, -1, np.float32) for _ in range(2)]
+    outs = [b[offset:offset + size].reshape(wanted.shape) for b in buffers]
+    assert pto.gather(table, index, coalesce=coalesce, target=target, out=outs[0]) is outs[0]
+    no_full_path()
+    for out, buffer in zip(outs[::-1], buffers[::-1]):
+        out[...] = 0
+        assert pto.gather(table, index, coalesce=coalesce, target=target, out=out) is out
+        assert out.tobytes() == wanted.tobytes()
+        assert (np.delete(buffer, np.arange(offset, offset + size)) == -1).all()
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_kept_gather_into_out_refuses_what_the_full_path_refuses_before_writing(target):
+    """The kept launch into ``out`` checks, before its launch, what depends on the call's memory: an index past the
+    table (refused, ``out`` as it was: a launch that checks ranges as it runs would have written part of it), and
+    an ``out`` that shares memory with the table or the index."""
+    table, idx, _ = operands(8)
+    out = np.zeros((8, 64), np.float32)
+    pto.gather(table, idx, target=target, out=out)
+    policy = typed_call.gather_policy("row", "undefined", target, None, None, True, None)
+    assert SIGNATURES.lookup(kept_launch.into_operands(policy, table, idx, out)[0]).kept is not None
+    bad = idx.copy()
+    bad[5] = 64
+    out[...] = 3
+    with pytest.raises(pto.OutOfBoundsError):
+        pto.gather(table, bad, target=target, out=out)
+    assert (out == 3).all()
+    with pytest.raises(pto.ConstraintError, match="out .*shares memory with table"):
+        pto.gather(table, idx, target=target, out=table[8:16])
+    flat_idx = np.zeros(64, np.int32)
+    flat_table = np.arange(64, dtype=np.int32)
+    assert (pto.gather(flat_table, flat_idx[:8], coalesce="elem", target=target, out=np.ones(8, np.int32)) == 0).all()
+    with pytest.raises(pto.ConstraintError, match="out .*shares memory with idx"):
+        pto.gather(flat_table, flat_idx[:8], coalesce="elem", target=target, out=flat_idx[4:12])
+    assert np.array_equal(pto.gather(table, idx, target=target, out=out), table[idx])
+
+
 def test_a_jax_table_gathered_from_can_still_be_donated_and_is_not_kept_alive():
     """The kept launch keeps nothing of a JAX operand past the call but its address modulo 8: JAX still donates
     the table's buffer to a jitted call (it does not while a numpy view of the buffer lives), the donated table is
