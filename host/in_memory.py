@@ -491,8 +491,9 @@ def _kept_into_key(policy: Policy, table, idx, out) -> Call | None:
     return None if found is None else found[0]
 
 
-def _keep_gather_into(policy: Policy, key: Call, c: _Validated, call: CallPlan, out: np.ndarray) -> None:
-    """Keep the launch of a gather that has just run the full path into the caller's numpy ``out`` (on ``a5``, where
+def _keep_gather_into(policy: Policy, key: Call, c: _Validated, call: CallPlan, out) -> None:
+    """Keep the launch of a gather that has just run the full path into the caller's ``out`` (a numpy array or a
+    PyTorch tensor, :func:`.kept_launch.into_operands`; on ``a5``, where
     its launch wrote ``out`` itself: a plan with a host step, a copy into ``out``, is not kept; on ``a2a3``, its row
     walk over every row, as :func:`_a2a3_gather_launch` keeps it, into ``out``). Its per-call checks:
     ``out`` shares no byte with the table or the index, and the indices, all of them before the launch (on
@@ -503,9 +504,12 @@ def _keep_gather_into(policy: Policy, key: Call, c: _Validated, call: CallPlan, 
     if keeps not in kept_launch.HOST_KEEPING or entry is None or entry.kept is not None:
         return
     if c.target != "a5":
-        entry.kept = _a2a3_gather_launch(c, out.shape, key, into=True)
+        entry.kept = _a2a3_gather_launch(c, key.operands[-1].shape, key, into=True)
         return
-    operands = {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1), "dst": out.reshape(-1)}
+    if call.guard_name == _BUMP:  # a PyTorch out's version bump: the kept launch bumps it itself
+        call = CallPlan(call.steps)
+    dst = out.reshape(-1) if isinstance(out, np.ndarray) else out.numpy().reshape(-1)
+    operands = {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1), "dst": dst}
     entry.kept = _a5_side()[1].keep_on_host(
         call, operands, keeps, apart=_INTO_APART, indices=whole_indices(c.plan, idx_dtype=key.operands[1].dtype))
 

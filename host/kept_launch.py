@@ -316,7 +316,8 @@ def gathered(policy: Policy, table, idx) -> Any | None:
 
 def gathered_into(policy: Policy, table, idx, out) -> bool:
     """Whether a whole-array gather into the caller's ``out`` whose signature has run was run by its kept launch
-    (``a5`` on a host backend, ``a2a3``; a C-contiguous writable numpy ``out``, written in place). False, with nothing written,
+    (``a5`` on a host backend, ``a2a3``; a numpy or PyTorch ``out``, :func:`into_operands`, written in place; a
+    tensor's version counter bumped once the launch may have written). False, with nothing written,
     when the call takes the full path (no kept launch; ``out`` sharing memory with the table or the index; an index
     the full path refuses, checked before the launch: ``out`` is the caller's, so no launch may start first)."""
     keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
@@ -327,24 +328,43 @@ def gathered_into(policy: Policy, table, idx, out) -> bool:
         return False
     key, arrays = found
     entry = SIGNATURES.lookup(key)
-    return entry is not None and entry.kept is not None and entry.kept.run(arrays)
+    if entry is None or entry.kept is None:
+        return False
+    if key.operands[-1].kind != TORCH:
+        return entry.kept.run(arrays)
+    return _bumping(out, lambda: entry.kept.run(arrays))
 
 
 def into_operands(policy: Policy, table, idx, out) -> tuple[Call, dict[str, np.ndarray]] | None:
     """``(call, arrays)`` of a whole-array gather into ``out`` that a kept launch can take (:func:`whole_operands`'
-    call with ``out`` as a third operand, and ``out`` as ``arrays["dst"]``), or None (the full path)."""
-    if type(out) is not np.ndarray:  # (a tensor's version counter, a device array, a Dask or JAX out: the full path)
-        return None
-    flags = out.flags
-    if not (flags.c_contiguous and flags.writeable and out.dtype.isnative and out.size):
-        return None
+    call with ``out`` as a third operand, and ``out``'s memory as ``arrays["dst"]``), or None (the full path): a
+    C-contiguous writable numpy ``out``, or a plain dense PyTorch CPU tensor that torch lets the call write (no
+    grad, not an inference tensor: :func:`_plain_keys`; not bfloat16, which numpy cannot view)."""
+    if type(out) is np.ndarray:
+        flags = out.flags
+        if not (flags.c_contiguous and flags.writeable and out.dtype.isnative and out.size):
+            return None
+        view, operand = out, _new(Operand, (NUMPY, out.shape, out.dtype, True, _address(out) & 7))
+    else:  # (a device array, a Dask or JAX out: the full path)
+        torch = sys.modules.get("torch")
+        if torch is None or type(out) is not torch.Tensor:
+            return None
+        plain, keys = _PLAIN_KEYS or _plain_keys(torch)
+        if keys(out) != plain:
+            return None
+        try:
+            view = out.numpy()  # refuses a tensor that requires grad (torch's rules: the full path applies them)
+        except (TypeError, RuntimeError):
+            return None
+        if not (view.flags.c_contiguous and view.size):
+            return None
+        operand = _new(Operand, (TORCH, view.shape, view.dtype, True, out.data_ptr() & 7))
     found = whole_operands(policy, table, idx)
     if found is None:
         return None
     call, arrays = found
-    arrays["dst"] = out.ravel()
-    return (_new(Call, (policy, (*call.operands, _new(Operand, (NUMPY, out.shape, out.dtype, True,
-                                                                 _address(out) & 7)))))), arrays
+    arrays["dst"] = view.ravel()
+    return _new(Call, (policy, (*call.operands, operand))), arrays
 
 
 def scattered(policy: Policy, table, src, idx) -> bool:

@@ -268,6 +268,34 @@ def test_a_repeated_gather_into_out_takes_the_kept_launch(no_full_path, target, 
 
 
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
+def test_a_repeated_gather_into_a_tensor_takes_the_kept_launch_and_bumps_its_version(no_full_path, target):
+    """A PyTorch ``out``: written in place by the kept launch, its version counter bumped on each call (autograd
+    then refuses a backward that saved it); one that requires grad is refused under grad mode (torch's rule, on the
+    full path) after the kept calls as before them."""
+    torch = pytest.importorskip("torch")
+    table, idx, _ = operands(8)
+    out = torch.zeros(8, 64)
+    pto.gather(table, idx, target=target, out=out)
+    no_full_path()
+    for step in range(2):
+        before = out._version
+        out.zero_()
+        assert pto.gather(table, idx, target=target, out=out) is out
+        assert np.array_equal(out.numpy(), table[idx]) and out._version > before + 1
+
+
+def test_a_tensor_out_that_requires_grad_is_refused_after_kept_calls():
+    torch = pytest.importorskip("torch")
+    table, idx, _ = operands(8)
+    pto.gather(table, idx, out=torch.zeros(8, 64))
+    pto.gather(table, idx, out=torch.zeros(8, 64))
+    leaf = torch.zeros(8, 64, requires_grad=True)
+    with pytest.raises(pto.ConstraintError, match="requires grad"):
+        pto.gather(table, idx, out=leaf)
+    assert not leaf.detach().any()
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
 def test_a_kept_gather_into_out_refuses_what_the_full_path_refuses_before_writing(target):
     """The kept launch into ``out`` checks, before its launch, what depends on the call's memory: an index past the
     table (refused, ``out`` as it was: a launch that checks ranges as it runs would have written part of it), and
