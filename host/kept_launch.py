@@ -321,18 +321,7 @@ def gathered_into(policy: Policy, table, idx, out) -> bool:
     when the call takes the full path (no kept launch; ``out`` sharing memory with the table or the index; an index
     the full path refuses, checked before the launch: ``out`` is the caller's, so no launch may start first)."""
     keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
-    if keeps not in HOST_KEEPING:
-        return False
-    found = into_operands(policy, table, idx, out)
-    if found is None:
-        return False
-    key, arrays = found
-    entry = SIGNATURES.lookup(key)
-    if entry is None or entry.kept is None:
-        return False
-    if key.operands[-1].kind != TORCH:
-        return entry.kept.run(arrays)
-    return _bumping(out, lambda: entry.kept.run(arrays))
+    return keeps in HOST_KEEPING and _run_kept(into_operands(policy, table, idx, out), out, -1)
 
 
 def into_operands(policy: Policy, table, idx, out) -> tuple[Call, dict[str, np.ndarray]] | None:
@@ -374,16 +363,8 @@ def scattered(policy: Policy, table, src, idx) -> bool:
     may have written."""
     keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
     if keeps in HOST_KEEPING:  # (keeping_backend, inline, as in gathered)
-        found = whole_operands(policy, table, idx, src)  # (a PyTorch table: its in-place rules checked here)
-        if found is None:
-            return False
-        key, arrays = found
-        entry = SIGNATURES.lookup(key)
-        if entry is None or entry.kept is None:
-            return False
-        if key.operands[0].kind != TORCH:
-            return entry.kept.run(arrays)
-        return _bumping(table, lambda: entry.kept.run(arrays))
+        # (a PyTorch table: its in-place rules checked in whole_operands)
+        return _run_kept(whole_operands(policy, table, idx, src), table, 0)
     if keeps == "gpu":
         found = device_operands(policy, table, idx, src)
         entry = None if found is None else SIGNATURES.lookup(found[0])
@@ -394,6 +375,22 @@ def scattered(policy: Policy, table, src, idx) -> bool:
         torch_rules.check_write(table, "table", "MSCATTER", "a5")  # torch's in-place rules, then the bump
         return _bumping(table, lambda: entry.kept.run_device(found[1], table) is not None)
     return False
+
+
+def _run_kept(found: tuple[Call, dict[str, np.ndarray]] | None, written, written_at: int) -> bool:
+    """Whether the kept launch of ``found`` (``(call, arrays)`` of host memory; None: the full path) ran: False, with
+    nothing written, where the signature has none or a per-call check fails. ``written``, the call's operand at
+    ``written_at`` (a scatter's table, a gather's ``out``), has its version counter bumped where it is a PyTorch
+    tensor, once the launch may have written."""
+    if found is None:
+        return False
+    key, arrays = found
+    entry = SIGNATURES.lookup(key)
+    if entry is None or entry.kept is None:
+        return False
+    if key.operands[written_at].kind != TORCH:
+        return entry.kept.run(arrays)
+    return _bumping(written, lambda: entry.kept.run(arrays))
 
 
 def _bumping(tensor, run: Callable[[], bool]) -> bool:
