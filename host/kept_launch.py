@@ -327,33 +327,17 @@ def gathered_into(policy: Policy, table, idx, out) -> bool:
 def into_operands(policy: Policy, table, idx, out) -> tuple[Call, dict[str, np.ndarray]] | None:
     """``(call, arrays)`` of a whole-array gather into ``out`` that a kept launch can take (:func:`whole_operands`'
     call with ``out`` as a third operand, and ``out``'s memory as ``arrays["dst"]``), or None (the full path): a
-    C-contiguous writable numpy ``out``, or a plain dense PyTorch CPU tensor that torch lets the call write (no
-    grad, not an inference tensor: :func:`_plain_keys`; not bfloat16, which numpy cannot view)."""
-    if type(out) is np.ndarray:
-        flags = out.flags
-        if not (flags.c_contiguous and flags.writeable and out.dtype.isnative and out.size):
-            return None
-        view, operand = out, _new(Operand, (NUMPY, out.shape, out.dtype, True, _address(out) & 7))
-    else:  # (a device array, a Dask or JAX out: the full path)
-        torch = sys.modules.get("torch")
-        if torch is None or type(out) is not torch.Tensor:
-            return None
-        plain, keys = _PLAIN_KEYS or _plain_keys(torch)
-        if keys(out) != plain:
-            return None
-        try:
-            view = out.numpy()  # refuses a tensor that requires grad (torch's rules: the full path applies them)
-        except (TypeError, RuntimeError):
-            return None
-        if not (view.flags.c_contiguous and view.size):
-            return None
-        operand = _new(Operand, (TORCH, view.shape, view.dtype, True, out.data_ptr() & 7))
+    numpy array or a PyTorch CPU tensor that :func:`_host_operand` takes as a written operand (C-contiguous and
+    writable; a tensor without grad, not an inference tensor, not bfloat16, which numpy cannot view)."""
+    got_out = _host_operand(out, written=True)
+    if got_out is None or got_out[0].kind not in (NUMPY, TORCH):  # (another producer's out: the full path)
+        return None
     found = whole_operands(policy, table, idx)
     if found is None:
         return None
     call, arrays = found
-    arrays["dst"] = view.ravel()
-    return _new(Call, (policy, (*call.operands, operand))), arrays
+    arrays["dst"] = got_out[1]
+    return _new(Call, (policy, (*call.operands, got_out[0]))), arrays
 
 
 def scattered(policy: Policy, table, src, idx) -> bool:
@@ -416,7 +400,8 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if written and not obj.flags.writeable:
             return None
-        return Operand(NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0), obj.ravel()
+        return (_new(Operand, (NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0)),
+                obj.ravel())
     if not written and type(obj).__module__.startswith("jax"):
         try:
             view = np.asarray(obj)  # a JAX CPU array's own memory, read-only; a deleted one raises
@@ -441,7 +426,7 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if not view.size:
             return None
-        return (Operand(TORCH, view.shape, view.dtype, True, obj.data_ptr() & 7 if aligned else 0),
+        return (_new(Operand, (TORCH, view.shape, view.dtype, True, obj.data_ptr() & 7 if aligned else 0)),
                 view if view.ndim == 1 else view.ravel())
     if ((hasattr(obj, "__dlpack__") or hasattr(obj, "__array_interface__"))
             and type(obj).__module__.partition(".")[0] != "dask"):  # (a Dask array is never read here: the Dask route)

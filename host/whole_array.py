@@ -69,7 +69,7 @@ def gather(table: ArrayLike, idx: ArrayLike, *, coalesce: Coalesce | str = "row"
         gathered = kept_launch.gathered(policy, table, idx)
         if gathered is not None:
             return gathered
-    elif kept_launch.gathered_into(policy, table, idx, out):  # (the same, into the caller's numpy out)
+    elif kept_launch.gathered_into(policy, table, idx, out):  # (the same, into the caller's numpy / PyTorch out)
         return out
     if _dask_operand(table, idx, out):
         with first_use:  # imports Dask: only for a call that passes a Dask array
