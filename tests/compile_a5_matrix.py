@@ -89,7 +89,9 @@ class Spec:
     def ptx(self, cc: int) -> str:
         from numba import cuda
         from simt_pto.kernels.a5.simt import bound_source
-        return cuda.compile_ptx(bound_source(self.name, self.policy, "cuda"), self.sig, cc=(cc // 10, cc % 10))[0]
+        from simt_pto.kernels.numba_inlining import scope_copied_once
+        with scope_copied_once():  # as every compile of the package's own (kernels/cache.py's guard)
+            return cuda.compile_ptx(bound_source(self.name, self.policy, "cuda"), self.sig, cc=(cc // 10, cc % 10))[0]
 
     def describe(self) -> dict:
         return {"name": self.name, "policy": self.policy_names(), "cache_key": self.policy.cache_key,
@@ -115,7 +117,9 @@ class ValidateSpec(Spec):
     def ptx(self, cc: int) -> str:
         from numba import cuda
         from simt_pto.kernels.a5 import index_check
-        return cuda.compile_ptx(getattr(index_check, self.name).py_func, self.sig, cc=(cc // 10, cc % 10))[0]
+        from simt_pto.kernels.numba_inlining import scope_copied_once
+        with scope_copied_once():
+            return cuda.compile_ptx(getattr(index_check, self.name).py_func, self.sig, cc=(cc // 10, cc % 10))[0]
 
 
 def _kind(launch):
