@@ -2,7 +2,6 @@
 with the same compiled code."""
 from __future__ import annotations
 
-import os
 import threading
 
 import numba
@@ -13,8 +12,6 @@ from conftest import requires_toolchain, run_python
 from simt_pto.host.tools import kernel_report
 from simt_pto.kernels import numba_inlining
 from simt_pto.kernels.a5 import simt
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _untouched() -> bool:
@@ -29,21 +26,10 @@ def _float16_add_kernel():
     return spec, kernel_report.signature(spec)
 
 
-def instructions(assembly: str, comment: str) -> list[str]:
-    """The opcodes of ``assembly`` (x86 or PTX) in order: its code without the names, which differ between two
-    compiles of one function in one process (Numba numbers them)."""
-    opcodes = []
-    for line in assembly.splitlines():
-        line = line.split(comment)[0].strip()
-        if line and not line.endswith(":") and not line.startswith((".", "{", "}", ")", "(")):
-            opcodes.append(line.split()[0])
-    return opcodes
-
-
 def _compile_cpu(spec, signature) -> list[str]:
-    """The machine code of a fresh CPU compile (no disk cache), as :func:`instructions`."""
+    """The machine code of a fresh CPU compile (no disk cache), as its opcodes."""
     dispatcher = numba.njit(signature, nogil=True)(simt.bound_source(spec.kernel, spec.policy, "cpu"))
-    return instructions(next(iter(dispatcher.inspect_asm().values())), "#")
+    return kernel_report.opcodes(next(iter(dispatcher.inspect_asm().values())), "#")
 
 
 def test_import_and_a_compile_leave_numba_as_it_was():
@@ -130,14 +116,13 @@ spec = kernel_report.launch_of(kernel_report.build_plan("mscatter", "elem", atom
 shared = kernel_report.compile_ptx(spec, 90)
 numba_inlining.scope_copied_once = contextlib.nullcontext
 plain = kernel_report.compile_ptx(spec, 90)
-from test_numba_inlining import instructions
-shared, plain = instructions(shared, "//"), instructions(plain, "//")
+shared, plain = kernel_report.opcodes(shared, "//"), kernel_report.opcodes(plain, "//")
 print(shared == plain, "atom.global.cas.b32" in plain)
 """
 
 
 @requires_toolchain
 def test_a_gpu_kernel_compiles_to_the_same_ptx_with_and_without_it():
-    proc = run_python(GPU_PTX, SIMT_PTO_A5_BACKEND="gpu", PYTHONPATH=HERE)
+    proc = run_python(GPU_PTX, SIMT_PTO_A5_BACKEND="gpu")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["True", "True"]

@@ -245,6 +245,18 @@ _SASS_MEM = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?((?:LDG|STG|ATOMG
                        r"[\s;]")
 
 
+def opcodes(assembly: str, comment: str) -> list[str]:
+    """The opcodes of ``assembly`` (x86 from Numba's ``inspect_asm``, or PTX; ``comment`` its comment marker) in
+    order, without labels, directives and operands: two compiles of one function compared as code (Numba numbers
+    the names of each compile in a process)."""
+    out = []
+    for line in assembly.splitlines():
+        line = line.split(comment)[0].strip()
+        if line and not line.endswith(":") and not line.startswith((".", "{", "}", ")", "(")):
+            out.append(line.split()[0])
+    return out
+
+
 def ptx_memory_instructions(ptx: str) -> Counter:
     """Global-memory instructions of a PTX text by mnemonic (``ld.global.u32``, ``atom.global.add.f32``);
     generic-address ones (``ld.u32``: no state space) are counted too, as they appear."""
