@@ -106,20 +106,22 @@ def scope_copied_once():
         patched = []
         try:
             for scope, worker in _patchable():
-                own = vars(worker).get("inline_ir")  # None: inherited, so deleting ours restores it
-                scope.__deepcopy__ = _scope_deepcopy
+                # recorded before it is replaced: the finally below restores whatever this loop got to
+                patched.append((scope, worker, vars(worker).get("inline_ir")))  # None: inherited (deleting restores)
                 worker.inline_ir = _sharing(worker.inline_ir)
-                patched.append((scope, worker, own))
+                scope.__deepcopy__ = _scope_deepcopy
             _depth = 1
             yield
         finally:
             _depth = 0
             for scope, worker, own in reversed(patched):
                 if own is None:
-                    del worker.inline_ir
+                    if "inline_ir" in vars(worker):
+                        del worker.inline_ir
                 else:
                     worker.inline_ir = own
-                del scope.__deepcopy__
+                if "__deepcopy__" in vars(scope):
+                    del scope.__deepcopy__
 
 
 def compiling(compile_fn):
