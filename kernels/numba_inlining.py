@@ -73,7 +73,7 @@ def _patchable() -> list:
     """The (Scope class, InlineWorker class) pairs of the loaded compilers that this workaround applies to."""
     pairs = []
     for ir_name, inliner_name in _PAIRS:
-        if ir_name.split(".")[1] == "cuda" and "numba.cuda.core" not in sys.modules:
+        if inliner_name.startswith("numba.cuda.") and "numba.cuda.core" not in sys.modules:
             continue  # numba-cuda not loaded (or Numba's own, older numba.cuda): nothing of it compiles
         try:
             ir = importlib.import_module(ir_name)

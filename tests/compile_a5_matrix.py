@@ -87,11 +87,7 @@ class Spec:
         return {k: v for k, v in self.policy.describe().items() if k != "conflict"}
 
     def ptx(self, cc: int) -> str:
-        from numba import cuda
-        from simt_pto.kernels.a5.simt import bound_source
-        from simt_pto.kernels.numba_inlining import scope_copied_once
-        with scope_copied_once():  # as every compile of the package's own (kernels/cache.py's guard)
-            return cuda.compile_ptx(bound_source(self.name, self.policy, "cuda"), self.sig, cc=(cc // 10, cc % 10))[0]
+        return _tools().compile_ptx(self.launch, cc)  # (``simt-pto inspect``'s compile: the same PTX it shows)
 
     def describe(self) -> dict:
         return {"name": self.name, "policy": self.policy_names(), "cache_key": self.policy.cache_key,
