@@ -46,8 +46,14 @@ def rows_gatherer(plan, cols: int):
     elements per row) from ``table`` (the flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in
     :func:`.walk.run_nd`): a whole-array gather's tile, its rows written where the caller's result holds them (no
     tile in between). A repeated whole-array gather keeps it (:func:`.walk.nd_walk`)."""
+    return walk.nd_walk(plan, _nd_gather_loop(plan), cols)
+
+
+def _nd_gather_loop(plan):
+    """``loop(source)`` of an ND gather of ``plan``: the compiled gather loop of a walk's source (no prefill: an ND
+    walk writes or zeroes every row it visits)."""
     rule = IndexRule(plan.rule)
-    return walk.nd_walk(plan, lambda source: gather_loop(source, rule, False), cols)
+    return lambda source: gather_loop(source, rule, False)
 
 
 def tile_gatherer(plan):
@@ -69,8 +75,8 @@ def bound_gatherer(plan, cols: int, dst_rs: int, idx_stride: int, rows: int):
     """:func:`rows_gatherer` bound to one signature's shape: ``gather(dst, idx, table)`` (the operands in the order
     a kept launch passes them): a tile op's tile (:func:`tile_gatherer`), or every row of a whole-array gather at
     once. The binding lives here, beside the loop, so that a repeated call runs no host module's code."""
-    run = rows_gatherer(plan, cols)
-    return lambda dst, idx, table: run(dst, dst_rs, table, idx, idx_stride, rows)
+    run, trailing = walk.nd_loop(plan, _nd_gather_loop(plan), cols)
+    return lambda dst, idx, table: run(dst, dst_rs, table, idx, idx_stride, rows, *trailing)
 
 
 def run_mgather(plan) -> None:

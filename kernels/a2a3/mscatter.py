@@ -54,28 +54,28 @@ def store_policy(plan) -> tuple[ScatterAtomicOp, ElementFormat]:
 
 
 def rows_scatterer(plan, cols: int):
-    """``(scatter, dtype)``: the ND scatter of ``plan`` over rows of ``cols`` columns (:func:`.walk.nd_walk`) with its
+    """``(scatter, dtype)``: the ND scatter of ``plan`` over rows of ``cols`` columns (:func:`.walk.nd_loop`) with its
     compiled loop looked up once: ``scatter(src, src_rs,
     table, idx, idx_stride, rows)`` stores ``rows`` rows of ``src`` (``src_rs`` elements per row) into the flat
     ``table`` (both viewed as ``dtype``, the store rule's) through ``idx`` (uint32, ``idx_stride`` as in
     :func:`.walk.run_nd`), in order, registered as a writer of the table as :func:`run_mscatter` registers it. A
     whole-array scatter's rows in one pass (the loop is sequential: the order of the tiles is the order of the
     rows), and a tile op's tile (:func:`tile_scatterer`)."""
-    register, run, dtype = _registered_walk(plan, cols)
+    register, run, trailing, dtype = _registered_walk(plan, cols)
 
     def scatter(src, src_rs, table, idx, idx_stride, rows):
-        register(table, run, src, src_rs, table, idx, idx_stride, rows)
+        register(table, run, src, src_rs, table, idx, idx_stride, rows, *trailing)
     return scatter, dtype
 
 
 def _registered_walk(plan, cols: int):
-    """``(register, run, dtype)`` of :func:`rows_scatterer`: the writer registration the loop runs under (a
-    composing writer for stores, the only writer for a read-modify-write Add), the compiled ND loop, the store
-    rule's dtype."""
+    """``(register, run, trailing, dtype)`` of :func:`rows_scatterer`: the writer registration the loop runs under (a
+    composing writer for stores, the only writer for a read-modify-write Add), the compiled ND loop and the
+    arguments it takes after the call's own (:func:`.walk.nd_loop`), the store rule's dtype."""
     atomic, fmt = store_policy(plan)
     rule = IndexRule(plan.rule)
-    run = walk.nd_walk(plan, lambda source: scatter_loop(source, rule, atomic, fmt), cols)
-    return _registration(atomic), run, store.source_dtype(atomic, fmt, plan.dtype)
+    run, trailing = walk.nd_loop(plan, lambda source: scatter_loop(source, rule, atomic, fmt), cols)
+    return _registration(atomic), run, trailing, store.source_dtype(atomic, fmt, plan.dtype)
 
 
 def _registration(atomic: ScatterAtomicOp):
@@ -109,8 +109,8 @@ def bound_scatterer(plan, cols: int, src_rs: int, idx_stride: int, rows: int):
     operands in the order a kept launch passes them): a tile op's tile (:func:`tile_scatterer`), or every row of a
     whole-array scatter in one pass. The binding lives here, beside the loop, so that a repeated call runs no
     host module's code."""
-    register, run, dtype = _registered_walk(plan, cols)
-    return (lambda src, idx, table: register(table, run, src, src_rs, table, idx, idx_stride, rows)), dtype
+    register, run, trailing, dtype = _registered_walk(plan, cols)
+    return (lambda src, idx, table: register(table, run, src, src_rs, table, idx, idx_stride, rows, *trailing)), dtype
 
 
 def run_mscatter(plan) -> None:

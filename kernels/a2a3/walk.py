@@ -211,15 +211,20 @@ def run_nd(plan, tile, tile_rs, table, idx, idx_stride, rows, loop) -> None:
     nd_walk(plan, loop, plan.cols)(tile, tile_rs, table, idx, idx_stride, rows)
 
 
-def nd_walk(plan, loop, cols: int):
-    """:func:`run_nd` of ``plan`` and ``loop`` over rows of ``cols`` columns (a tile op's ``plan.cols``; a whole-array
-    call's tile view, whose plan has no tile) with its compiled loop looked up once: ``run(tile, tile_rs, table, idx,
-    idx_stride, rows)`` (a repeated whole-array A2/A3 gather keeps it and runs it on each call's arrays)."""
-    capacity = plan.capacity
+def nd_loop(plan, loop, cols: int) -> tuple:
+    """``(run, trailing)``: the compiled ND loop of ``plan`` and ``loop`` over rows of ``cols`` columns (a tile op's
+    ``plan.cols``; a whole-array call's tile view, whose plan has no tile), looked up once, and the arguments it
+    takes after the call's own: ``run(tile, tile_rs, table, idx, idx_stride, rows, *trailing)`` is :func:`run_nd`.
+    A runner bound to one signature (:func:`.mgather.bound_gatherer`, :func:`.mscatter.bound_scatterer`) calls
+    ``run`` itself, so a repeated call runs one Python frame of its own."""
     if plan.coalesce == Coalesce.ROW:
-        row_loop, row_stride = loop(row_nd), plan.row_stride
-        return lambda tile, tile_rs, table, idx, idx_stride, rows: row_loop(
-            tile, tile_rs, table, idx, idx_stride, rows, cols, capacity, row_stride)
-    elem_loop = loop(elem_nd)
-    return lambda tile, tile_rs, table, idx, idx_stride, rows: elem_loop(
-        tile, tile_rs, table, idx, idx_stride, rows, cols, capacity)
+        return loop(row_nd), (cols, plan.capacity, plan.row_stride)
+    return loop(elem_nd), (cols, plan.capacity)
+
+
+def nd_walk(plan, loop, cols: int):
+    """:func:`nd_loop` as one function: ``run(tile, tile_rs, table, idx, idx_stride, rows)`` (a whole-array A2/A3
+    gather runs it on each tile of the caller's arrays)."""
+    run, trailing = nd_loop(plan, loop, cols)
+    return lambda tile, tile_rs, table, idx, idx_stride, rows: run(tile, tile_rs, table, idx, idx_stride, rows,
+                                                                   *trailing)
