@@ -45,7 +45,7 @@ def rows_gatherer(plan, cols: int):
     dst_rs, table, idx, idx_stride, rows)`` writes ``rows`` rows straight into ``dst`` (raw bits, ``dst_rs``
     elements per row) from ``table`` (the flat table's raw bits) through ``idx`` (uint32, ``idx_stride`` as in
     :func:`.walk.run_nd`): a whole-array gather's tile, its rows written where the caller's result holds them (no
-    tile in between). A repeated whole-array gather keeps it (:func:`.walk.nd_walk`)."""
+    tile in between). A repeated whole-array gather keeps its bound form (:func:`bound_gatherer`)."""
     return walk.nd_walk(plan, _nd_gather_loop(plan), cols)
 
 
