@@ -485,7 +485,8 @@ def test_a_repeated_call_enters_at_most_five_files(target, kind):
 def test_the_first_call_of_a_new_shape_is_planned_without_tiles(target, monkeypatch):
     """A warm process's first call of a new shape: the target's planner (no Tile built), a bounded road (the gather
     within issue #38's 12 files and 150 call events; the scatter also registers as its table's writer and checks
-    its operands' overlap: 13 files), and the result of numpy's own indexing."""
+    its operands' overlap: 13 files, and 14 when Numba's dispatcher reports the kernel's call to the profiler, with
+    the kernel's own file, as it did at times for the serial Elem kernel), and the result of numpy's own indexing."""
     if target == "a5" and pto.a5_backend() != "multicore":
         pytest.skip("the multicore backend's road is traced")
     rng = np.random.default_rng(1)
@@ -514,7 +515,7 @@ def test_the_first_call_of_a_new_shape_is_planned_without_tiles(target, monkeypa
     want = before.copy()
     np.add.at(want, flat_idx, np.float32(1))
     assert np.array_equal(flat, want)
-    assert len(files) <= 13 and events <= 150, (events, sorted(files))
+    assert len(files) <= 14 and events <= 150, (events, sorted(files))
 
 
 # -- tile ops: the kept launch on a5 and a2a3 ------------------------------------------------------------------------
