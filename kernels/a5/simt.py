@@ -536,6 +536,8 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
                 return False
             if whole_grid is None:
                 _launch_multicore(kernel, grid, warps, args, threads)
+            elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
+                kernel(whole_grid, *args)
             else:
                 _run_range(kernel, whole_grid, args)
             return True
