@@ -329,7 +329,7 @@ def into_operands(policy: Policy, table, idx, out) -> tuple[Call, dict[str, np.n
     call with ``out`` as a third operand, and ``out``'s memory as ``arrays["dst"]``), or None (the full path): a
     numpy array or a PyTorch CPU tensor that :func:`_host_operand` takes as a written operand (C-contiguous and
     writable; a tensor without grad, not an inference tensor, not bfloat16, which numpy cannot view)."""
-    got_out = _host_operand(out, written=True)
+    got_out = _host_operand(out, written=True, aligned=addresses_matter(policy))
     if got_out is None or got_out[0].kind not in (NUMPY, TORCH):  # (another producer's out: the full path)
         return None
     found = whole_operands(policy, table, idx)
@@ -390,6 +390,14 @@ def _bumping(tensor, run: Callable[[], bool]) -> bool:
 
 
 # -- a whole-array call's operands -----------------------------------------------------------------------------
+
+def addresses_matter(policy: Policy) -> bool:
+    """Whether a call of ``policy`` is planned by its operands' addresses (modulo 8, :class:`~simt_pto.call.Operand`'s
+    ``align``): on ``a5``, whose Row copy's move unit and 16-bit float Add's word form depend on them, and on
+    ``cpu``; not on ``a2a3``, whose loops move elements one by one whatever the address (so its signature reads no
+    address, a C call less per operand on every call)."""
+    return policy.target != "a2a3"
+
 
 def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np.ndarray] | None:
     """``(signature fields, flat C-contiguous native numpy view of its memory)`` of a host operand a kept launch can take
@@ -459,13 +467,14 @@ def _plain_keys(torch) -> list:
 def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str, np.ndarray]] | None:
     """``(call, arrays)`` of a whole-array call on host operands a kept launch can take as they are (``arrays``:
     ``"table"``, ``"idx"``, for a scatter ``"src"``: numpy views of the callers' memory), or None (the full path)."""
+    aligned = policy.target != "a2a3"  # (addresses_matter, inline)
     if type(table) is np.ndarray and type(idx) is np.ndarray and src is None:  # the commonest call, inline
         flags = table.flags
         if not (flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative and table.size and idx.size):
             return None
         # (tuple.__new__: the named tuples' own constructors are Python code, and this runs on every call)
         return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, flags.writeable,
-                                                     _address(table) & 7)),
+                                                     _address(table) & 7 if aligned else 0)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
                 {"table": table.ravel(), "idx": idx if idx.ndim == 1 else idx.ravel()})
     if type(table) is np.ndarray and type(src) is np.ndarray and type(idx) is np.ndarray:  # a numpy scatter, inline
@@ -473,9 +482,10 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         if not (flags.c_contiguous and flags.writeable and src.flags.c_contiguous and idx.flags.c_contiguous
                 and table.dtype.isnative and src.dtype.isnative and table.size and src.size and idx.size):
             return None
-        return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, True, _address(table) & 7)),
+        return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, True,
+                                                     _address(table) & 7 if aligned else 0)),
                                      _new(Operand, (NUMPY, src.shape, src.dtype, src.flags.writeable,
-                                                    _address(src) & 7)),
+                                                    _address(src) & 7 if aligned else 0)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
                 {"table": table.ravel(), "src": src.ravel(), "idx": idx.ravel()})
     torch = sys.modules.get("torch")
@@ -497,7 +507,8 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
             return None
         if not (table_view.flags.c_contiguous and idx_view.flags.c_contiguous and table_view.size and idx_view.size):
             return None
-        table_operand = _new(Operand, (TORCH, table_view.shape, table_view.dtype, True, table.data_ptr() & 7))
+        table_operand = _new(Operand, (TORCH, table_view.shape, table_view.dtype, True,
+                                       table.data_ptr() & 7 if aligned else 0))
         idx_operand = _new(Operand, (TORCH, idx_view.shape, idx_view.dtype, True, 0))
         if src is None:
             return (_new(Call, (policy, (table_operand, idx_operand))),
@@ -511,10 +522,11 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         if not (src_view.flags.c_contiguous and src_view.size):
             return None
         return (_new(Call, (policy, (table_operand,
-                                     _new(Operand, (TORCH, src_view.shape, src_view.dtype, True, src.data_ptr() & 7)),
+                                     _new(Operand, (TORCH, src_view.shape, src_view.dtype, True,
+                                                    src.data_ptr() & 7 if aligned else 0)),
                                      idx_operand))),
                 {"table": table_view.ravel(), "src": src_view.ravel(), "idx": idx_view.ravel()})
-    got_table = _host_operand(table, written=src is not None)
+    got_table = _host_operand(table, written=src is not None, aligned=aligned)
     if got_table is None:
         return None
     got_idx = _host_operand(idx, False, aligned=False)
@@ -522,7 +534,7 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         return None
     if src is None:
         return Call(policy, (got_table[0], got_idx[0])), {"table": got_table[1], "idx": got_idx[1]}
-    got_src = _host_operand(src, False)
+    got_src = _host_operand(src, False, aligned=aligned)
     if got_src is None:
         return None
     return (Call(policy, (got_table[0], got_src[0], got_idx[0])),

@@ -54,7 +54,7 @@ class Operand(NamedTuple):
     """What a call's plan reads of one operand besides its memory and values: its kind (``"numpy"``, ``"torch"``,
     ``"jax"``, ``"foreign"``, ``"device"``), the caller's shape, the element dtype as its library names it, whether
     it may be written, and its first element's address modulo 8 (the Row copy's move unit and a 16-bit float Add's
-    word form depend on it)."""
+    word form depend on it on ``a5``; 0 on ``a2a3``, whose loops read no address)."""
 
     kind: str
     shape: tuple

@@ -21,7 +21,7 @@ import simt_pto as pto
 from simt_pto import constraints
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.host import in_memory, kept_launch
-from simt_pto.call import mgather_policy
+from simt_pto.call import mgather_policy, scatter_policy
 from simt_pto.plan import SIGNATURES, CallCache
 
 
@@ -133,6 +133,40 @@ def test_a_mid_word_half_table_of_a_cached_signature_takes_the_edge_format():
         np.add.at(want, idx, src)
         assert np.array_equal(table, want)
         memory[:] = 0
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_an_a2a3_signature_reads_no_address(dtype, no_full_path):
+    # a2a3's loops move one element at a time whatever the address: a table (and source) at another address modulo 8
+    # takes the kept launch of the first, and each element still gets every update (oracle: np.add.at, twice).
+    rng = np.random.default_rng(3)
+    memory, src_memory = np.zeros(64 * 64 + 4, dtype), np.zeros(8 * 64 + 4, dtype)
+    idx = np.array([5, 0, 63, 5, 7, 0, 1, 5], np.int32)
+    start = rng.standard_normal((64, 64)).astype(dtype)
+    rows = rng.standard_normal((8, 64)).astype(dtype)
+    for offset in (0, 1, 2, 3):  # 0, 2, 4, 6 bytes (float16) or 0, 4, 8, 12 (float32) past the first
+        table = memory[offset:offset + 64 * 64].reshape(64, 64)
+        src = src_memory[offset:offset + 8 * 64].reshape(8, 64)
+        table[...], src[...] = start, rows
+        pto.scatter(table, src, idx, coalesce="row", atomic="add", target="a2a3")
+        if offset == 0:  # the first calls keep their launches: every later call runs them, at any address
+            pto.gather(table, idx, coalesce="row", target="a2a3")
+            no_full_path()
+        pto.scatter(table, src, idx, coalesce="row", atomic="add", target="a2a3")
+        want = start.copy()
+        np.add.at(want, idx, rows)
+        np.add.at(want, idx, rows)
+        assert np.array_equal(table, want)
+        got = pto.gather(table, idx, coalesce="row", target="a2a3")
+        assert np.array_equal(got, table[idx])
+    a5_policy, a2a3_policy = (scatter_policy("row", "add", "undefined", "last", target, None, None, True, "auto",
+                                                  None) for target in ("a5", "a2a3"))
+    even, odd = memory[:64 * 64].reshape(64, 64), memory[1:1 + 64 * 64].reshape(64, 64)
+    src = src_memory[:8 * 64].reshape(8, 64)
+    assert kept_launch.whole_operands(a2a3_policy, even, idx, src)[0].operands == \
+        kept_launch.whole_operands(a2a3_policy, odd, idx, src)[0].operands
+    assert kept_launch.whole_operands(a5_policy, even, idx, src)[0].operands != \
+        kept_launch.whole_operands(a5_policy, odd, idx, src)[0].operands  # a5 plans by the address
 
 
 def test_a_changed_dtype_or_shape_is_validated_again():
