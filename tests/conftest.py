@@ -14,8 +14,10 @@ import importlib.util
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -126,6 +128,25 @@ def no_full_path(monkeypatch):
         monkeypatch.setattr(in_memory, "full_gather", refuse)
         monkeypatch.setattr(in_memory, "full_scatter", refuse)
     return arm
+
+
+@pytest.fixture
+def ctrl_c_handled():
+    """SIGINT as a terminal hands it to a Python program, for this test: Python's own handler (``KeyboardInterrupt``)
+    installed and the signal not blocked in this thread; what was there is restored after. A process started in the
+    background by a non-interactive shell (``pytest ... &`` in a script) inherits SIGINT ignored, and Python then
+    leaves it ignored: a test of what Ctrl-C does would see none arrive. A child process started during the test gets
+    the default disposition (a handled signal is reset on exec), so its Python installs its own handler too."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals go to the main thread")
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        yield
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
 
 
 @pytest.fixture

@@ -251,7 +251,7 @@ def test_a_full_disk_is_one_error_line(buffered):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
-def test_ctrl_c_is_one_line_and_exit_130():
+def test_ctrl_c_is_one_line_and_exit_130(ctrl_c_handled):
     """SIGINT in the middle of a run (after its first line): ``simt-pto validate-last: interrupted``, exit 130."""
     proc = python_m("validate-last", "--coalesce", "elem", "--rows", "64", "--cols", "64", "--n", "100000",
                     "--repeat", "100000", buffered=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

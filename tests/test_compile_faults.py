@@ -26,7 +26,7 @@ from simt_pto.launch_spec import KernelPolicy
 
 
 @pytest.fixture
-def ctrl_c_in_type_inference(monkeypatch):
+def ctrl_c_in_type_inference(monkeypatch, ctrl_c_handled):
     """The next compile receives SIGINT (a Ctrl-C) from inside Numba's type inference pass, once."""
     run_pass = typed_passes.NopythonTypeInference.run_pass
     fired = []

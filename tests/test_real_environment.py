@@ -199,7 +199,7 @@ def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, mo
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
 @pytest.mark.parametrize("elem_scatter_form", ["atomic"], indirect=True)  # the form that runs on several threads
 def test_ctrl_c_while_a_launch_wakes_its_helpers_is_held_until_they_are_woken(fault_hook, monkeypatch,
-                                                                              elem_scatter_form):
+                                                                              elem_scatter_form, ctrl_c_handled):
     # A SIGINT that lands between counting a launch's helpers and waking them would leave one counted that never
     # runs (and the call waiting for it forever): it is held until every helper is woken, then raised.
     import signal
