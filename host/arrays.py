@@ -39,6 +39,7 @@ from simt_pto import dtypes as _dt
 from simt_pto import torch_rules
 from simt_pto.backend import imported, require_numba_cuda
 from simt_pto.errors import ConstraintError
+from simt_pto.tensor import plain_array
 
 ArrayLike = Any
 """What a whole-array op takes as ``table``, ``idx``, ``src`` or ``out``: a numpy array, a device array
@@ -128,9 +129,10 @@ def host_memory(obj, what: str) -> tuple[np.ndarray, str]:
     and is read-only where the producer says so (a JAX array). A PyTorch tensor is seen as torch reads it
     (:func:`simt_pto.torch_rules.for_read`: a view with a lazy negation through a resolved copy). Raises TypeError
     naming ``what`` for anything else (a Dask array, a list, an object exporting neither DLPack nor the array
-    interface, a tensor or array with no memory to read: a ``meta`` tensor, a deleted JAX array)."""
+    interface, a tensor or array with no memory to read: a ``meta`` tensor, a deleted JAX array, and a numpy masked
+    array, :func:`simt_pto.tensor.plain_array`)."""
     if isinstance(obj, np.ndarray):
-        return (obj if type(obj) is np.ndarray else obj.view(np.ndarray)), NUMPY
+        return (obj if type(obj) is np.ndarray else plain_array(obj, what)), NUMPY
     _refuse_dask(obj, what)
     if torch_rules.torch_of(obj) is not None:
         return _from_dlpack(torch_rules.for_read(obj, what), what), TORCH

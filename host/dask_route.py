@@ -68,6 +68,7 @@ from simt_pto.enums import IndexRule, ScatterAtomicOp, ScatterOOB, target_from_a
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.plan import out_of_range
 from simt_pto.policy import index_rule
+from simt_pto.tensor import plain_array
 
 from . import arrays, in_memory, tiling
 
@@ -111,12 +112,16 @@ def is_dask_array(x) -> bool:
 def _operand(x, what):
     """``x`` as a Dask array of known chunks or a numpy array; TypeError for anything else."""
     if isinstance(x, da.Array):
+        if isinstance(x._meta, np.ma.MaskedArray):  # (plain_array's rule: its chunks would be read past their masks)
+            raise TypeError(f"{what}: a Dask array of masked chunks; their masks would be ignored (masked elements "
+                            f"read and written as any other, the masks left as they were): pass "
+                            f"dask.array.ma.filled({what}, value)")
         if any(np.isnan(c) for dim in x.chunks for c in dim):
             raise ValueError(f"{what}: a Dask array of unknown chunk sizes {x.chunks}; call "
                              f"{what}.compute_chunk_sizes() first (positions and slots are global)")
         return x
     if isinstance(x, np.ndarray):
-        return x.view(np.ndarray) if type(x) is not np.ndarray else x
+        return x if type(x) is np.ndarray else plain_array(x, what)
     raise TypeError(f"{what}: expected a numpy or Dask array next to a Dask table, got {type(x).__name__}")
 
 

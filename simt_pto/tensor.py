@@ -6,11 +6,14 @@ stride then describe how the op sees it (stride-padded ND tables, NZ block layou
 offset they can produce is checked to lie inside the wrapped memory. A PyTorch tensor is used in place as
 torch reads it or refused (:func:`simt_pto.torch_rules.in_place`: a view with a lazy negation is refused, a tensor
 that requires grad is wrapped detached), and an op that writes it keeps torch's in-place rules and bumps its
-version counter (:attr:`GlobalTensor.torch_tensor`). Memory in the other byte order is refused.
+version counter (:attr:`GlobalTensor.torch_tensor`). Memory in the other byte order is refused. A numpy array is
+read as the plain array over its memory (:func:`plain_array`: an ndarray subclass as a plain array, a masked array
+refused).
 """
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -30,6 +33,21 @@ class CudaArray(Protocol):
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+def plain_array(array: np.ndarray, what: str) -> np.ndarray:
+    """``array``, a numpy array, as the plain array over its memory: an ndarray subclass (``np.matrix``, whose
+    ``reshape(-1)`` stays 2-D) is viewed as ``np.ndarray``, so every flat view of it is what it says. A masked array
+    is refused (TypeError naming ``what``): its mask says which elements hold no value, and a gather or scatter
+    would read and write those as any other, leaving the mask as it was (the same refusal as JAX's)."""
+    if type(array) is np.ndarray:
+        return array
+    ma = sys.modules.get("numpy.ma")  # (no masked array exists in a process that has not imported numpy.ma)
+    if ma is not None and isinstance(array, ma.MaskedArray):
+        raise TypeError(f"{what}: a numpy masked array, whose mask would be ignored (its masked elements read and "
+                        "written as any other, the mask left as it was): pass array.filled(value), the values with "
+                        "one in the masked places, or array.data, its memory as it is")
+    return array.view(np.ndarray)
 
 
 def is_device_array(obj: object) -> bool:
@@ -89,10 +107,7 @@ class GlobalTensor:
         else:
             if not isinstance(array, np.ndarray):
                 raise TypeError(f"GlobalTensor: expected a numpy or device array, got {type(array).__name__}")
-            if type(array) is not np.ndarray:
-                # an ndarray subclass (np.matrix keeps reshape(-1) 2-D, masked arrays carry a mask): its memory
-                # as a plain array, so every flat view below is what it says
-                array = array.view(np.ndarray)
+            array = plain_array(array, "GlobalTensor array")
             if not array.flags.c_contiguous:
                 raise ConstraintError("GlobalTensor", None, "C-contiguous memory",
                                       "the array must be C-contiguous (describe padding with shape/stride instead)")

@@ -19,6 +19,7 @@ from . import dtypes as _dt
 from . import nz
 from .enums import BLayout, BLayoutLike, SLayout, SLayoutLike, TileType, TileTypeLike, from_any
 from .errors import ConstraintError
+from .tensor import plain_array
 
 
 MAX_TILE_BYTES = 16 << 20
@@ -177,12 +178,12 @@ class Tile:
     def fill(self, value: npt.ArrayLike) -> Tile:
         """Set every element of the padded tile to ``value`` (converted to the element dtype; a value the
         dtype cannot hold is refused, see :func:`_cast`)."""
-        self.data[...] = _cast(np.asarray(value), self.dtype, "Tile.fill")
+        self.data[...] = _cast(_values(value, "Tile.fill"), self.dtype, "Tile.fill")
         return self
 
     def set(self, array: npt.ArrayLike) -> Tile:
         """Write a logical array into the tile's top-left corner (at most ``rows x cols``)."""
-        array = np.asarray(array)
+        array = _values(array, "Tile.set")
         if array.ndim == 1:
             array = array[None, :]
         if array.ndim != 2 or array.shape[0] > self.rows or array.shape[1] > self.cols:
@@ -206,7 +207,7 @@ class Tile:
         ``valid`` defaults to the array's shape. ``dtype`` defaults to the array's dtype
         (pass ``dtype="hifloat8"`` for a uint8 array of hifloat8 bits).
         """
-        array = np.asarray(array)
+        array = _values(array, "Tile.from_array")
         if array.ndim == 1:
             array = array[None, :]
         if array.ndim != 2:
@@ -217,6 +218,11 @@ class Tile:
         tile = cls(dt, rows, cols, loc=loc, blayout=blayout, slayout=slayout, fractal=fractal,
                    valid=valid if valid is not None else array.shape, addr=addr, name=name)
         return tile.set(array)
+
+
+def _values(values: npt.ArrayLike, what: str) -> np.ndarray:
+    """``values`` as a numpy array (a masked array refused: :func:`simt_pto.tensor.plain_array`)."""
+    return plain_array(values, what) if isinstance(values, np.ndarray) else np.asarray(values)
 
 
 def _cast(array: np.ndarray, dtype: _dt.DType, what: str = "Tile") -> np.ndarray:

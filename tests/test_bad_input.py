@@ -44,6 +44,69 @@ def test_matrix_table_row_scatter_writes_inside_the_table(target):
     assert (buffer[256:] == -1.0).all(), "wrote past the table"
 
 
+# -- masked arrays: refused, naming the argument, before anything is written --------------------------------------
+# (read as their memory, a masked array's masked elements would be gathered and overwritten as any other, and its mask
+# left as it was: numpy's own table[idx] keeps the mask, and its table[idx] = rows unmasks what it writes)
+
+def _masked(array):
+    """``array`` as a masked array with its first element masked."""
+    mask = np.zeros(array.shape, bool)
+    mask.flat[0] = True
+    return np.ma.array(array, mask=mask)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("repeated", [False, True], ids=["first call", "after the signature ran"])
+def test_a_masked_operand_is_refused_naming_it_and_nothing_is_written(target, repeated):
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((16, 32)).astype(np.float32)
+    src = rng.standard_normal((4, 32)).astype(np.float32)
+    idx = np.array([3, 0, 9, 15], np.int32)
+    out = np.zeros((4, 32), np.float32)
+    masked_table = _masked(table.copy())
+    row = dict(coalesce="row", target=target)
+    if repeated:  # the same shapes with plain arrays first: the repeated call's kept launch must refuse them too
+        pto.gather(table.copy(), idx, **row)
+        pto.gather(table.copy(), idx, out=out.copy(), **row)
+        pto.scatter(table.copy(), src, idx, **row)
+    calls = [("table", lambda: pto.gather(masked_table, idx, **row)),
+             ("idx", lambda: pto.gather(table, _masked(idx), **row)),
+             ("out", lambda: pto.gather(table, idx, out=_masked(out), **row)),
+             ("table", lambda: pto.scatter(masked_table, src, idx, **row)),
+             ("src", lambda: pto.scatter(table, _masked(src), idx, **row)),
+             ("idx", lambda: pto.scatter(table, src, _masked(idx), **row))]
+    before = table.copy(), masked_table.data.copy(), masked_table.mask.copy()
+    for name, call in calls:
+        with pytest.raises(TypeError, match=rf"^{name}: a numpy masked array, whose mask would be ignored"):
+            call()
+    assert np.array_equal(table, before[0]) and np.array_equal(masked_table.data, before[1])
+    assert np.array_equal(masked_table.mask, before[2])
+    assert not out.any()
+
+
+def test_the_tile_api_refuses_masked_arrays():
+    masked = np.ma.array(np.arange(16, dtype=np.float32).reshape(2, 8), mask=[[True] * 8, [False] * 8])
+    for what, call in (("GlobalTensor array", lambda: pto.GlobalTensor(masked)),
+                       ("Tile.from_array", lambda: pto.Tile.from_array(masked)),
+                       ("Tile.set", lambda: pto.Tile("float32", 2, 8).set(masked)),
+                       ("Tile.fill", lambda: pto.Tile("float32", 2, 8).fill(np.ma.array([1.0], mask=[True])))):
+        with pytest.raises(TypeError, match=rf"^{what}: a numpy masked array"):
+            call()
+    # what the message offers works: the memory as it is, or the values with one in the masked places
+    assert pto.Tile.from_array(masked.data).valid_numpy()[0, 0] == 0.0
+    assert pto.Tile.from_array(masked.filled(-1.0)).valid_numpy()[0, 0] == -1.0
+
+
+def test_a_dask_array_of_masked_chunks_is_refused():
+    da = pytest.importorskip("dask.array", reason="needs the dask extra: pip install 'simt_pto[dask]'")
+    table = da.ma.masked_array(da.zeros((8, 32), dtype=np.float32, chunks=(4, 32)), mask=True)
+    idx = da.from_array(np.array([1, 2], np.int32), chunks=1)
+    with pytest.raises(TypeError, match=r"^table: a Dask array of masked chunks"):
+        pto.gather(table, idx, coalesce="row")
+    with pytest.raises(TypeError, match=r"^idx: a Dask array of masked chunks"):
+        pto.gather(da.zeros((8, 32), dtype=np.float32, chunks=(4, 32)), da.ma.masked_array(idx), coalesce="row")
+
+
 # -- read-only arrays: read-only inputs work, a read-only output is refused before anything is written ----------
 
 def _read_only(array):
@@ -234,6 +297,9 @@ def test_tload_and_tstore_cost_the_tile_not_the_table(shape):
     table = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)  # 16 MB
     gt = pto.GlobalTensor(table)
     tile = pto.Tile("float32", 8, 64)
+    small = pto.GlobalTensor(np.zeros((8, 64), np.float32))
+    pto.tload(tile, small)  # what a process's first TLOAD / TSTORE costs once (imports), outside the count
+    pto.tstore(small, tile)
     tracemalloc.start()
     try:
         pto.tload(tile, gt)
