@@ -39,7 +39,7 @@ def plain_array(array: np.ndarray, what: str) -> np.ndarray:
     """``array``, a numpy array, as the plain array over its memory: an ndarray subclass (``np.matrix``, whose
     ``reshape(-1)`` stays 2-D) is viewed as ``np.ndarray``, so every flat view of it is what it says. A masked array
     is refused (TypeError naming ``what``): its mask says which elements hold no value, and a gather or scatter
-    would read and write those as any other, leaving the mask as it was (the same refusal as JAX's)."""
+    would read and write those as any other, leaving the mask as it was (JAX refuses masked arrays too)."""
     if type(array) is np.ndarray:
         return array
     ma = sys.modules.get("numpy.ma")  # (no masked array exists in a process that has not imported numpy.ma)
