@@ -427,8 +427,8 @@ def _destination(dest, what, op, target, shape, dtype, reinterpret) -> _Destinat
     """``out=`` (gather) / ``store=`` (scatter) checked before anything runs, by the in-memory ``out``'s rules:
     written in place, of the result's ``shape`` and ``dtype`` (in either byte order; ``reinterpret``: the call's
     ``dtype=`` views host memory of the same width as it), a tensor only where torch would write it
-    (:func:`simt_pto.torch_rules.for_write`). Refused: a Dask array (immutable), a JAX array, a device array, an
-    object without ``__setitem__`` and ``shape``."""
+    (:func:`simt_pto.torch_rules.for_write`). Refused: a Dask array (immutable), a JAX array, a device array, a
+    numpy masked array (:func:`simt_pto.tensor.plain_array`), an object without ``__setitem__`` and ``shape``."""
     root = type(dest).__module__.partition(".")[0]
     if is_dask_array(dest):
         raise TypeError(f"{what}: a Dask array cannot be written (Dask arrays are immutable); leave {what}= unset "
@@ -441,6 +441,8 @@ def _destination(dest, what, op, target, shape, dtype, reinterpret) -> _Destinat
                         "numpy array or a Zarr array and copy the result to the device")
     is_torch = torch_rules.torch_of(dest) is not None
     if isinstance(dest, np.ndarray):
+        if type(dest) is not np.ndarray:
+            plain_array(dest, what)  # (a masked array refused; another subclass, a memmap, written as it is)
         into = dest
     elif hasattr(dest, "__dlpack__") or hasattr(dest, "__array_interface__"):  # a torch CPU tensor, ...
         into = arrays.host_memory(torch_rules.for_write(dest, what, op, target) if is_torch else dest, what)[0]

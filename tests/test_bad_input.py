@@ -105,6 +105,13 @@ def test_a_dask_array_of_masked_chunks_is_refused():
         pto.gather(table, idx, coalesce="row")
     with pytest.raises(TypeError, match=r"^idx: a Dask array of masked chunks"):
         pto.gather(da.zeros((8, 32), dtype=np.float32, chunks=(4, 32)), da.ma.masked_array(idx), coalesce="row")
+    plain = da.zeros((8, 32), dtype=np.float32, chunks=(4, 32))
+    for what, call in (("idx", lambda out: pto.gather(plain, np.ma.array(np.array([1, 2], np.int32)), coalesce="row")),
+                       ("out", lambda out: pto.gather(plain, idx, coalesce="row", out=out))):
+        out = np.ma.array(np.full((2, 32), 7.0, np.float32), mask=False)
+        with pytest.raises(TypeError, match=rf"^{what}: a numpy masked array"):
+            call(out)
+        assert (out.data == 7.0).all()
 
 
 # -- read-only arrays: read-only inputs work, a read-only output is refused before anything is written ----------
