@@ -31,7 +31,7 @@ from simt_pto import geometry
 from simt_pto.backend import first_use, imported
 from simt_pto.enums import ElementFormat
 from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
-from simt_pto.plan import CallCache
+from simt_pto.plan import SMALL_INDEX_COUNT, CallCache
 from simt_pto.kernels import cache, softfloat, store, writers
 from simt_pto.kernels.store import bind
 from simt_pto.kernels.tuning import CHUNKS_PER_WORKER
@@ -198,6 +198,24 @@ fault_hook = None
 ``"helper-wake"`` (the caller, before it wakes each helper thread of a launch) and ``"launch-wait"`` (the caller,
 once a ``multicore`` launch's helpers are started, before it takes a block range itself), so that a test can raise
 there (or send a signal: an interrupt landing at that exact moment) or hold a worker."""
+
+
+def compiled_entry(dispatcher, args: tuple):
+    """The compiled entry of ``dispatcher`` (one of our ``cpu`` kernels) for arguments of exactly ``args``' Numba
+    types (``dispatcher.overloads``, the entry point of its compile result), or None while it has none (the
+    dispatcher compiles one at its next call with such arguments).
+
+    A kept launch calls its kernel with arguments of one signature every time (:func:`multicore_launcher`): its arrays
+    are the launch's own views, each 1-D and C-contiguous, of the dtype the signature fixes, and its other arguments
+    are bound. The dispatcher would type every argument again to find that same entry: about 0.5 microseconds of a
+    repeated 8-row call, measured (docs/performance.md). The entry unboxes each argument itself and refuses an array
+    of another element size; it does not check an array's dimensions, which is why only a launch whose arrays are
+    all 1-D by construction calls it. Two flags of an array's type may differ from call to call without changing
+    the signature's key: an index array's ``readonly`` (a kernel never writes its indices) and its ``aligned`` (an
+    index read at an address that is not a multiple of 4, which x86-64 and AArch64 load as any other); the code the
+    entry runs reads each element as its dtype either way."""
+    compiled = dispatcher.overloads.get(tuple(map(dispatcher.typeof_pyval, args)))
+    return None if compiled is None else compiled.entry_point
 
 
 def _run_range(kernel, launch, args):
@@ -523,6 +541,7 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.multicore_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_multicore runs on its caller
+    direct = None  # the kernel's compiled entry (compiled_entry), found at the first one-range run
     if idx_capacity is not None and "table" not in spec.writes:
         idx_at, per_block = names.index("idx"), _indices_per_block(spec)
 
@@ -532,12 +551,18 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             if whole_grid is None and per_block is not None:
                 return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
             # (not through _launch_multicore's own one-range case: a small call's extra frames cost it about 0.7 us)
-            if not _bits_below(bits, 0, bits.size, idx_capacity):  # one range, or no block -> index map: all first
+            # one range, or no block -> index map: all indices first (a few by Python's max, a C loop over a list)
+            size = bits.size
+            if not (max(bits.tolist()) < idx_capacity if size <= SMALL_INDEX_COUNT else
+                    _bits_below(bits, 0, size, idx_capacity)):
                 return False
             if whole_grid is None:
                 _launch_multicore(kernel, grid, warps, args, threads)
             elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
-                kernel(whole_grid, *args)
+                nonlocal direct
+                if direct is None:
+                    direct = compiled_entry(kernel, (whole_grid, *args))
+                (direct or kernel)(whole_grid, *args)
             else:
                 _run_range(kernel, whole_grid, args)
             return True
@@ -546,21 +571,35 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         table_at = names.index("table")
         alone = None if spec.multicore_plain_kernel is None else compile_kernel(spec.multicore_plain_kernel, spec.policy, "cpu")
 
+        direct_alone = None  # the plain-store kernel's compiled entry
+
         def run_writer(*arrays) -> None:
+            nonlocal direct, direct_alone
             args = arguments(arrays + constants)
-            if alone is None and whole_grid is not None and fault_hook is None and _trace is None:
-                # (_launch_multicore_writer and _run_range, inline: a small call's one range, registered)
-                write_shared(args[table_at], kernel, whole_grid, *args)
-            else:
+            if whole_grid is None or fault_hook is not None or _trace is not None:
                 _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
+                return
+            # (_launch_multicore_writer and _run_range, inline: a small call's one range, registered)
+            table = args[table_at]
+            if alone is not None:
+                if direct_alone is None:
+                    direct_alone = compiled_entry(alone, (whole_grid, *args))
+                if writers.table_writers.run_alone(table, direct_alone or alone, whole_grid, *args):
+                    return
+            if direct is None:
+                direct = compiled_entry(kernel, (whole_grid, *args))
+            write_shared(table, direct or kernel, whole_grid, *args)
         return run_writer
 
     def run(*arrays) -> None:
+        nonlocal direct
         args = arguments(arrays + constants)
         if whole_grid is None:
             _launch_multicore(kernel, grid, warps, args, threads)
         elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
-            kernel(whole_grid, *args)
+            if direct is None:
+                direct = compiled_entry(kernel, (whole_grid, *args))
+            (direct or kernel)(whole_grid, *args)
         else:
             _run_range(kernel, whole_grid, args)
     return run
