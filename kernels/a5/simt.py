@@ -31,7 +31,7 @@ from simt_pto import geometry
 from simt_pto.backend import first_use, imported
 from simt_pto.enums import ElementFormat
 from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
-from simt_pto.plan import SMALL_INDEX_COUNT, CallCache
+from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store, writers
 from simt_pto.kernels.store import bind
 from simt_pto.kernels.tuning import CHUNKS_PER_WORKER
@@ -148,6 +148,7 @@ def forget_compiled() -> None:
     repeated calls' launches that hold them (:func:`multicore_launcher`, kept in the call caches); the disk cache is
     untouched."""
     _dispatcher.cache_clear()
+    _ENTRIES.clear()
     CallCache.clear_all()
 
 
@@ -200,10 +201,32 @@ once a ``multicore`` launch's helpers are started, before it takes a block range
 there (or send a signal: an interrupt landing at that exact moment) or hold a worker."""
 
 
+_ENTRIES: dict = {}
+"""``(dispatcher, argument kinds) -> compiled entry``: what :func:`compiled_entry` found (cleared with the
+dispatchers, :func:`forget_compiled`)."""
+
+
+def _argument_kind(value):
+    """What Numba's type of a kernel argument depends on, read without Numba's ``typeof`` (about 10 µs an array on
+    the development machine): an array's dtype, dimensions, layout flags, writability and alignment; a Python int's
+    range (int64); a tuple's members. None for anything else (typed by Numba each time)."""
+    if type(value) is np.ndarray:
+        flags = value.flags
+        return value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
+    if type(value) is int:
+        return int if -(1 << 63) <= value < (1 << 63) else None
+    if type(value) is tuple:
+        kinds = tuple(map(_argument_kind, value))
+        return None if None in kinds else kinds
+    return None
+
+
 def compiled_entry(dispatcher, args: tuple):
-    """The compiled entry of ``dispatcher`` (one of our ``cpu`` kernels) for arguments of exactly ``args``' Numba
-    types (``dispatcher.overloads``, the entry point of its compile result), or None while it has none (the
-    dispatcher compiles one at its next call with such arguments).
+    """The compiled entry of ``dispatcher`` (one of our ``cpu`` kernels, or the index check ``_bits_below``) for
+    arguments of exactly ``args``' Numba types (``dispatcher.overloads``, the entry point of its compile result), or
+    None while it has none (the dispatcher compiles one at its next call with such arguments). Found once per
+    dispatcher and kinds of arguments (:func:`_argument_kind`), not per call signature: calls of new shapes have the
+    same kinds.
 
     A kept launch calls its kernel with arguments of one signature every time (:func:`multicore_launcher`): its arrays
     are the launch's own views, each 1-D and C-contiguous, of the dtype the signature fixes, and its other arguments
@@ -214,8 +237,18 @@ def compiled_entry(dispatcher, args: tuple):
     the signature's key: an index array's ``readonly`` (a kernel never writes its indices) and its ``aligned`` (an
     index read at an address that is not a multiple of 4, which x86-64 and AArch64 load as any other); the code the
     entry runs reads each element as its dtype either way."""
+    kinds = tuple(map(_argument_kind, args))
+    known = None not in kinds
+    if known:
+        entry = _ENTRIES.get((dispatcher, kinds))
+        if entry is not None:
+            return entry
     compiled = dispatcher.overloads.get(tuple(map(dispatcher.typeof_pyval, args)))
-    return None if compiled is None else compiled.entry_point
+    if compiled is None:
+        return None
+    if known:
+        _ENTRIES[(dispatcher, kinds)] = compiled.entry_point
+    return compiled.entry_point
 
 
 def _run_range(kernel, launch, args):
@@ -541,27 +574,31 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.multicore_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_multicore runs on its caller
-    direct = None  # the kernel's compiled entry (compiled_entry), found at the first one-range run
+    # the kernel's compiled entry (compiled_entry), looked up from the launch's second one-range run on: a shape
+    # called twice, a warm-up and a call (bench/new_shapes.py), pays no lookup
+    direct, ran = None, False
     if idx_capacity is not None and "table" not in spec.writes:
         idx_at, per_block = names.index("idx"), _indices_per_block(spec)
+        direct_check = None  # the index check's compiled entry
 
         def run_checked(*arrays) -> bool:
+            nonlocal direct, direct_check, ran
             args = arguments(arrays + constants)
             bits = args[idx_at]
             if whole_grid is None and per_block is not None:
                 return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
             # (not through _launch_multicore's own one-range case: a small call's extra frames cost it about 0.7 us)
-            # one range, or no block -> index map: all indices first (a few by Python's max, a C loop over a list)
-            size = bits.size
-            if not (max(bits.tolist()) < idx_capacity if size <= SMALL_INDEX_COUNT else
-                    _bits_below(bits, 0, size, idx_capacity)):
+            # one range, or no block -> index map: all indices first (by the check's compiled entry, as the kernel's)
+            if direct_check is None and ran:
+                direct_check = compiled_entry(_bits_below, (bits, 0, bits.size, idx_capacity))
+            if not (direct_check or _bits_below)(bits, 0, bits.size, idx_capacity):
                 return False
             if whole_grid is None:
                 _launch_multicore(kernel, grid, warps, args, threads)
             elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
-                nonlocal direct
-                if direct is None:
+                if direct is None and ran:
                     direct = compiled_entry(kernel, (whole_grid, *args))
+                ran = True
                 (direct or kernel)(whole_grid, *args)
             else:
                 _run_range(kernel, whole_grid, args)
@@ -574,31 +611,32 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         direct_alone = None  # the plain-store kernel's compiled entry
 
         def run_writer(*arrays) -> None:
-            nonlocal direct, direct_alone
+            nonlocal direct, direct_alone, ran
             args = arguments(arrays + constants)
             if whole_grid is None or fault_hook is not None or _trace is not None:
                 _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
                 return
             # (_launch_multicore_writer and _run_range, inline: a small call's one range, registered)
-            table = args[table_at]
+            table, seen, ran = args[table_at], ran, True
             if alone is not None:
-                if direct_alone is None:
+                if direct_alone is None and seen:
                     direct_alone = compiled_entry(alone, (whole_grid, *args))
                 if writers.table_writers.run_alone(table, direct_alone or alone, whole_grid, *args):
                     return
-            if direct is None:
+            if direct is None and seen:
                 direct = compiled_entry(kernel, (whole_grid, *args))
             write_shared(table, direct or kernel, whole_grid, *args)
         return run_writer
 
     def run(*arrays) -> None:
-        nonlocal direct
+        nonlocal direct, ran
         args = arguments(arrays + constants)
         if whole_grid is None:
             _launch_multicore(kernel, grid, warps, args, threads)
         elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
-            if direct is None:
+            if direct is None and ran:
                 direct = compiled_entry(kernel, (whole_grid, *args))
+            ran = True
             (direct or kernel)(whole_grid, *args)
         else:
             _run_range(kernel, whole_grid, args)
