@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -536,19 +537,19 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
             return
         shape = tuple(gathered.shape)
         dtype = c.table.dtype.numpy
+        size = math.prod(shape)
         if c.target == "a5":  # (key.operands[-1]: the indices as the caller passes them, on every call of the key)
             # on multicore the launch checks the index range itself, on the threads that run it (its output is the
             # call's own, dropped if one is out of range): the indices step then only narrows them
             in_launch = keeps == "multicore" and c.plan.checks_range
             kept = _a5_side()[1].keep_on_host(
                 call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)}, keeps, made=("dst",),
+                made_as={"dst": (size, dtype)},  # the result's own dtype: each launch takes its view of it
                 indices=whole_indices(c.plan, checks_range=not in_launch, idx_dtype=key.operands[-1].dtype),
                 idx_capacity=c.plan.capacity if in_launch else None)
         else:
             kept = _a2a3_gather_launch(c, shape, key)
         if kept is not None:
-            size = int(np.prod(shape, dtype=np.int64))
-            kept.make_as("dst", size, dtype)  # the result's own dtype: each launch takes its view of it
             entry.out = (size, dtype, shape)
             entry.kept = kept
     elif keeps == "gpu" and c.table.device and c.idx.device:
@@ -569,7 +570,7 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = Fal
     and indices into a new result, or (``into``) into the caller's ``out``, ``arrays["dst"]``."""
     plan = c.plan
     rows, idx_cols = c.idx.rows, c.idx.cols
-    out_cols = int(np.prod(shape, dtype=np.int64)) // rows
+    out_cols = math.prod(shape) // rows
     idx_stride = 1 if plan.coalesce == Coalesce.ROW else idx_cols
     launch = dispatch.runner("a2a3").bound_gatherer(plan, out_cols, out_cols, idx_stride, rows)
     bits = np.dtype(plan.dtype.bits)
@@ -577,7 +578,8 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = Fal
     indices = whole_indices(plan, idx_dtype=key.operands[1].dtype)
     if into:
         return KeptLaunch(steps, apart=_INTO_APART, indices=indices)
-    return KeptLaunch(steps, made={"dst": (rows * out_cols, bits)}, indices=indices)
+    # the result made in its own dtype (the same bytes): the walk views it as it takes it
+    return KeptLaunch(steps, made={"dst": (rows * out_cols, np.dtype(c.table.dtype.numpy))}, indices=indices)
 
 
 def _a2a3_scatter_launch(c: _Validated, key: Call) -> KeptLaunch:

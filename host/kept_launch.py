@@ -85,13 +85,16 @@ class KeptLaunch:
 
     @classmethod
     def of(cls, call: CallPlan, operands: dict[str, np.ndarray], launcher: Callable, *, made: tuple[str, ...] = (),
-           apart: tuple = (), indices: Callable | None = None, aligned_to: int = 1) -> KeptLaunch | None:
+           made_as: dict[str, tuple[int, np.dtype]] | None = None, apart: tuple = (), indices: Callable | None = None,
+           aligned_to: int = 1) -> KeptLaunch | None:
         """The kept launches of ``call``, a plan that has just run on the ``multicore`` backend over the host arrays
         ``operands`` (by the names its launches give them; each launch must take each operand whole), each bound by
         ``launcher(spec, names)`` (:func:`simt_pto.kernels.a5.simt.multicore_launcher`, which the A5 runtime passes:
         this module imports no kernel), or None for a plan that cannot be repeated so: a host step or a guard, an
         array argument that is neither an operand nor ``made`` (``"dst"``, ``"owner"``, ``"refused"``), a float32
-        Max / Min's pair of table views."""
+        Max / Min's pair of table views. ``made_as``: ``name -> (size, dtype)`` of a made array each call makes
+        otherwise than its launches take it (the same bytes: a gather's result in its own dtype, which each launch
+        views as it took it)."""
         if call.guard_name is not None or not call.steps:
             return None
         sizes: dict[str, tuple[int, np.dtype]] = {}
@@ -124,15 +127,10 @@ class KeptLaunch:
             if launch is None:
                 return None
             steps.append((launch, tuple(views)))
+        if made_as:
+            sizes.update(made_as)
         return cls(tuple(steps), made=sizes, apart=apart, indices=indices, checked_by=checked_by,
                    aligned_to=aligned_to)
-
-    def make_as(self, name: str, size: int, dtype: np.dtype) -> None:
-        """Make the array ``name`` (in ``made``) as ``size`` elements of ``dtype`` (the same bytes as its launches'
-        views: a gather's result in its own dtype, which each launch views as it took it)."""
-        self.made[name] = (size, np.dtype(dtype))
-        self._makers = tuple([(n, make, *(self.made[n] if n == name else (s, d))) for n, make, s, d in self._makers])
-        self._viewed = self._host_steps()
 
     def _host_steps(self) -> tuple:
         """The host steps as run() takes them: ``(launch, names, dtypes, as_they_are)``. ``names`` are viewed as

@@ -135,6 +135,7 @@ def bound_source(kernel: str, policy: KernelPolicy, family_name: str):
 
 
 
+@functools.cache  # (a first call and each kept launch look up their kernels: a policy's compiled() is a dataclass replace)
 def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
     """The dispatcher of one kernel specialization for a backend family (compiled per argument types on first
     call). Its policy is part of its on-disk cache key, explicitly (``KernelPolicy.cache_key``); Numba's disk
@@ -147,6 +148,7 @@ def forget_compiled() -> None:
     """Forget the dispatchers this process made (a test that swaps a kernel factory in ``KERNELS``), and the
     repeated calls' launches that hold them (:func:`multicore_launcher`, kept in the call caches); the disk cache is
     untouched."""
+    compile_kernel.cache_clear()
     _dispatcher.cache_clear()
     _ENTRIES.clear()
     CallCache.clear_all()
@@ -517,16 +519,20 @@ def _operand_picker(spec: LaunchSpec, operands: tuple[str, ...]):
     """``(arguments, constants)``: ``arguments(arrays + constants)`` is ``spec``'s argument tuple with ``arrays`` in
     the places of the arguments named ``operands``, every other argument as ``spec`` has it; None when ``spec``
     holds an array outside ``operands`` (a launch whose other arrays belong to its call)."""
-    names = [name for name, _ in spec.args]
-    if [name for name, value in spec.args if name not in operands and isinstance(value, (np.ndarray, tuple))]:
-        return None
-    constants = tuple([value for name, value in spec.args if name not in operands])  # (a list: no generator frames)
+    constants, places = [], []
+    for name, value in spec.args:  # (one loop: a new shape's launch is bound on its first call)
+        if name in operands:
+            places.append(operands.index(name))
+        elif isinstance(value, (np.ndarray, tuple)):
+            return None
+        else:
+            places.append(len(operands) + len(constants))
+            constants.append(value)
     # the kernel's arguments in order, picked from (*arrays, *constants) by one C call: a tile op's launch costs a
     # few microseconds, most of them Python's
-    places = iter(range(len(operands), len(operands) + len(constants)))
-    pick = operator.itemgetter(*[operands.index(name) if name in operands else next(places) for name in names])
-    arguments = pick if len(names) > 1 else lambda source: (pick(source),)  # (itemgetter of one: no tuple)
-    return arguments, constants
+    pick = operator.itemgetter(*places)
+    arguments = pick if len(places) > 1 else lambda source: (pick(source),)  # (itemgetter of one: no tuple)
+    return arguments, tuple(constants)
 
 
 def simulator_launcher(spec: LaunchSpec, operands: tuple[str, ...]):
