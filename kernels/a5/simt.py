@@ -245,12 +245,14 @@ def compiled_entry(dispatcher, args: tuple):
         entry = _ENTRIES.get((dispatcher, kinds))
         if entry is not None:
             return entry
-    compiled = dispatcher.overloads.get(tuple(map(dispatcher.typeof_pyval, args)))
-    if compiled is None:
-        return None
-    if known:
-        _ENTRIES[(dispatcher, kinds)] = compiled.entry_point
-    return compiled.entry_point
+    # (neither a dispatcher's ``overloads`` nor a compile result's ``entry_point`` is documented Numba API: a
+    # release without them gives None here, and the launch calls its dispatcher)
+    overloads = getattr(dispatcher, "overloads", None)
+    compiled = None if overloads is None else overloads.get(tuple(map(dispatcher.typeof_pyval, args)))
+    entry = getattr(compiled, "entry_point", None)
+    if entry is not None and known:
+        _ENTRIES[(dispatcher, kinds)] = entry
+    return entry
 
 
 def _run_range(kernel, launch, args):
