@@ -523,6 +523,24 @@ def test_a_new_shapes_kept_launch_finds_its_kernels_entry_without_numba_typing(m
     assert typed == []
 
 
+def test_a_dispatcher_without_numbas_overloads_has_no_compiled_entry():
+    """Where a Numba release has no ``overloads`` (or no ``entry_point``), the kept launch calls its dispatcher."""
+    from simt_pto.kernels.a5 import simt
+
+    class NoOverloads:
+        def typeof_pyval(self, value):
+            raise AssertionError("typed without overloads to look in")
+
+    class NoEntryPoint:
+        overloads = {("a",): object()}
+
+        def typeof_pyval(self, value):
+            return value
+
+    assert simt.compiled_entry(NoOverloads(), (np.zeros(4, np.uint32), 3)) is None
+    assert simt.compiled_entry(NoEntryPoint(), ("a",)) is None
+
+
 @pytest.mark.parametrize("oob", ["undefined", "clamp"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 def test_a_kept_launch_takes_index_arrays_of_any_flags(coalesce, oob):
