@@ -567,8 +567,9 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
     looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
-    whole arrays and tile ops alike). None when ``spec`` holds an
-    array outside ``operands`` (a launch whose other arrays belong to its call).
+    whole arrays and tile ops alike); from its second run on a small launch (one block range, on the calling thread)
+    calls the kernel's compiled entry (:func:`compiled_entry`). None when ``spec`` holds an array outside
+    ``operands`` (a launch whose other arrays belong to its call).
 
     ``idx_capacity`` (a gather whose output its call makes, under a policy that refuses out-of-range indices): the
     launch checks its uint32 ``idx`` operand against it, range by range on the threads that run the blocks
@@ -625,7 +626,8 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
                 _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
                 return
             # (_launch_multicore_writer and _run_range, inline: a small call's one range, registered)
-            table, seen, ran = args[table_at], ran, True
+            table = args[table_at]
+            seen, ran = ran, True  # (seen: a run before this one, so the entries are looked up)
             if alone is not None:
                 if direct_alone is None and seen:
                     direct_alone = compiled_entry(alone, (whole_grid, *args))
