@@ -13,6 +13,12 @@ array too. Its making is timed alone beside it: by ``jnp.asarray`` (JAX's public
 ``simt_pto.host.arrays.jax_result`` (what the gather uses: jaxlib's constructor, without a copy).
 
 Without PyTorch or JAX the benchmark says so and leaves that column out.
+
+``--jax-results`` times instead a repeated JAX Row gather of 1K to 64K rows of 64 float32 (256 KB to 16 MB results)
+from a 64K-row table, with the result made at JAX's 64-byte boundary (JAX takes its memory as it is) against the
+result made wherever numpy puts it (JAX copies it): the threshold
+``simt_pto.host.tuning.HostTuning.jax_zero_copy_result_bytes`` set to its default and to never, alternating in rounds
+of 30 calls; medians per form and the per-round ratios.
 """
 from __future__ import annotations
 
@@ -94,11 +100,50 @@ def measure(calls: int, target: str) -> list[tuple[str, float, float | None]]:
     return out
 
 
+def jax_results(rounds: int = 7) -> None:
+    """The ``--jax-results`` comparison (module docstring)."""
+    import jax.numpy as jnp
+
+    from simt_pto.host import tuning
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((65536, 64)).astype(np.float32)
+    j_table = jnp.asarray(table)
+    forms = (("made anywhere (copied)", 1 << 62), ("made at the boundary", tuning.HostTuning().jax_zero_copy_result_bytes))
+    print(f"repeated JAX Row gathers from a 64K x 64 float32 table, {rounds} rounds of 30 calls per form, target a5 "
+          f"({pto.a5_backend()})")
+    for rows in (1024, 4096, 16384, 65536):
+        idx = rng.integers(0, len(table), rows).astype(np.int32)
+        j_idx = jnp.asarray(idx)
+        medians: dict[str, list[float]] = {name: [] for name, _ in forms}
+        for _ in range(rounds):
+            for name, threshold in forms:
+                with tuning.tuned(jax_zero_copy_result_bytes=threshold):
+                    for _ in range(3):  # the first call keeps the launch
+                        got = pto.gather(j_table, j_idx)
+                    if not np.array_equal(np.asarray(got), table[idx]):
+                        sys.exit(f"{rows} rows, {name}: wrong result")
+                    times = []
+                    for _ in range(30):
+                        start = time.perf_counter()
+                        pto.gather(j_table, j_idx)
+                        times.append(time.perf_counter() - start)
+                medians[name].append(statistics.median(times))
+        (copied, c_times), (aligned, a_times) = medians.items()
+        ratios = " ".join(f"{c / a:.2f}" for c, a in zip(c_times, a_times))
+        print(f"{rows:>6} rows ({rows * 256 // 1024:>5} KB): {copied} {statistics.median(c_times) * 1e6:8.0f} µs, "
+              f"{aligned} {statistics.median(a_times) * 1e6:8.0f} µs; copied / boundary per round: {ratios}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=300, help="calls per kind (default 300)")
     ap.add_argument("--target", default="a5", choices=("a5", "a2a3"))
+    ap.add_argument("--jax-results", action="store_true",
+                    help="time large repeated JAX gathers, result made at JAX's boundary or not (needs JAX)")
     args = ap.parse_args(argv)
+    if args.jax_results:
+        jax_results()
+        return 0
     print(f"repeated 8-row calls on a 64 x 64 float32 table, target {args.target} "
           f"({pto.a5_backend() if args.target == 'a5' else 'sequential'}), median of {args.calls} calls")
     print(f"{'case':<52} {'µs/call':>8}  vs numpy")

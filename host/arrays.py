@@ -474,6 +474,22 @@ def like(table: WholeArray, result: np.ndarray) -> Any:
     return result
 
 
+JAX_ZERO_COPY_ALIGNMENT = 64
+"""The byte boundary at which a numpy array must start for JAX's CPU constructor to take its memory as it is
+(:func:`jax_result`): one that starts anywhere else is copied (measured on JAX 0.12: a 2 KB result at each multiple
+of 8 bytes was taken as it is at multiples of 64 only; numpy's own 4 MB allocations start 16 bytes past one and were
+always copied)."""
+
+
+def aligned_empty(size: int, dtype: np.dtype, alignment: int = JAX_ZERO_COPY_ALIGNMENT) -> np.ndarray:
+    """A new uninitialised 1-D array of ``size`` elements of ``dtype`` whose first byte is at a multiple of
+    ``alignment`` bytes (a view of a slightly larger byte buffer, which it keeps alive)."""
+    nbytes = size * dtype.itemsize
+    raw = np.empty(nbytes + alignment - 1, np.uint8)
+    start = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % alignment
+    return raw[start:start + nbytes].view(dtype)
+
+
 def jax_result(result: np.ndarray) -> Any:
     """``jax.numpy.asarray(result)`` for a gather's result that the call has just made and never writes again: the
     same JAX array (type, device, sharding, uncommitted, dtype, shape, values), made without a copy by jaxlib's own
@@ -485,8 +501,10 @@ def jax_result(result: np.ndarray) -> Any:
     has shown, in this process, that it gives what ``jnp.asarray`` gives (:func:`_jax_put`), and only where
     ``jnp.asarray`` would make nothing else: a default device left as JAX chose it (no ``jax.default_device``), a
     CPU one, and a C-contiguous result of at most 4-byte elements (``jnp.asarray`` turns 64-bit values into 32-bit
-    ones unless 64-bit mode is on). Transfer guards apply to both alike. Nothing of ``result`` is copied: JAX keeps
-    its memory, which is why the caller must never write it again."""
+    ones unless 64-bit mode is on). Transfer guards apply to both alike. Where ``result`` starts at a multiple of
+    :data:`JAX_ZERO_COPY_ALIGNMENT` bytes (:func:`aligned_empty`) JAX keeps its memory, which is why the caller must
+    never write it again; elsewhere JAX copies it (for a small result the copy costs less than the zero-copy
+    constructor: ``simt_pto.host.tuning.HostTuning.jax_zero_copy_result_bytes``)."""
     put = _JAX_PUT[0] if _JAX_PUT else _jax_put()
     if put is not None and result.dtype.itemsize <= 4 and result.flags.c_contiguous:
         made = put(result)
@@ -541,5 +559,5 @@ def _jax_put():
     return put
 
 
-__all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "WholeArray", "base_address", "checked_indices",
-           "host_memory", "jax_result", "like", "new_device_array", "to_host", "wrap"]
+__all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "JAX_ZERO_COPY_ALIGNMENT", "WholeArray", "aligned_empty",
+           "base_address", "checked_indices", "host_memory", "jax_result", "like", "new_device_array", "to_host", "wrap"]

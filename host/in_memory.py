@@ -69,7 +69,7 @@ from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
 from . import dispatch, tiling, tuning
-from .arrays import JAX, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
+from .arrays import JAX, JAX_ZERO_COPY_ALIGNMENT, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
 from . import kept_launch
 from .kept_launch import Entry, KeptLaunch, device_operands, whole_indices
 
@@ -538,6 +538,7 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
         shape = tuple(gathered.shape)
         dtype = c.table.dtype.numpy
         size = math.prod(shape)
+        alignment = _jax_result_alignment(key, size * dtype.itemsize)
         if c.target == "a5":  # (key.operands[-1]: the indices as the caller passes them, on every call of the key)
             # on multicore the launch checks the index range itself, on the threads that run it (its output is the
             # call's own, dropped if one is out of range): the indices step then only narrows them
@@ -546,9 +547,9 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
                 call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)}, keeps, made=("dst",),
                 made_as={"dst": (size, dtype)},  # the result's own dtype: each launch takes its view of it
                 indices=whole_indices(c.plan, checks_range=not in_launch, idx_dtype=key.operands[-1].dtype),
-                idx_capacity=c.plan.capacity if in_launch else None)
+                idx_capacity=c.plan.capacity if in_launch else None, result_alignment=alignment)
         else:
-            kept = _a2a3_gather_launch(c, shape, key)
+            kept = _a2a3_gather_launch(c, shape, key, result_alignment=alignment)
         if kept is not None:
             entry.out = (size, dtype, shape)
             entry.kept = kept
@@ -564,10 +565,21 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
             SIGNATURES.put(found[0], entry)
 
 
-def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = False) -> KeptLaunch:
+def _jax_result_alignment(key: Call, nbytes: int) -> int:
+    """The byte boundary a repeated gather of ``key`` makes its result of ``nbytes`` at: JAX's own
+    (:data:`.arrays.JAX_ZERO_COPY_ALIGNMENT`) for a JAX table's result of at least
+    :attr:`~.tuning.HostTuning.jax_zero_copy_result_bytes`, so that JAX takes it without a copy; else 0 (anywhere)."""
+    if key.operands[0].kind == JAX and nbytes >= tuning.current().jax_zero_copy_result_bytes:
+        return JAX_ZERO_COPY_ALIGNMENT
+    return 0
+
+
+def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = False,
+                        result_alignment: int = 0) -> KeptLaunch:
     """The kept launch of an ``a2a3`` gather: its row walk (:func:`simt_pto.kernels.a2a3.bound_gatherer`) over every
     row of the call at once (a gather's rows are independent: the tiles' order cannot show), from the caller's table
-    and indices into a new result, or (``into``) into the caller's ``out``, ``arrays["dst"]``."""
+    and indices into a new result, or (``into``) into the caller's ``out``, ``arrays["dst"]``; ``result_alignment``:
+    as :class:`.kept_launch.KeptLaunch` takes it."""
     plan = c.plan
     rows, idx_cols = c.idx.rows, c.idx.cols
     out_cols = math.prod(shape) // rows
@@ -579,7 +591,8 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = Fal
     if into:
         return KeptLaunch(steps, apart=_INTO_APART, indices=indices)
     # the result made in its own dtype (the same bytes): the walk views it as it takes it
-    return KeptLaunch(steps, made={"dst": (rows * out_cols, np.dtype(c.table.dtype.numpy))}, indices=indices)
+    return KeptLaunch(steps, made={"dst": (rows * out_cols, np.dtype(c.table.dtype.numpy))}, indices=indices,
+                      result_alignment=result_alignment)
 
 
 def _a2a3_scatter_launch(c: _Validated, key: Call) -> KeptLaunch:

@@ -28,6 +28,7 @@ takes the full path) into its
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import weakref
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from simt_pto.enums import BLayout, Coalesce
 from simt_pto.launch_spec import CallPlan, LaunchSpec
 from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 
-from .arrays import FOREIGN, JAX, NUMPY, TORCH, checked_indices, host_memory, jax_result, new_device_array
+from .arrays import FOREIGN, JAX, NUMPY, TORCH, aligned_empty, checked_indices, host_memory, jax_result, new_device_array
 
 _UINT32 = np.dtype(np.uint32)
 _new = tuple.__new__
@@ -64,20 +65,27 @@ class KeptLaunch:
       the call may run (False: an index the full path refuses, or one it must look at).
     * ``checked_by``: the step after which the ``refused`` flags are read (a launch that checks the range itself).
     * ``aligned_to``: the table's start address must be a multiple of it (a 16-bit float Add's whole-word form).
+    * ``result_alignment``: the byte boundary ``"dst"`` is made at (0: wherever numpy puts it;
+      :func:`.arrays.aligned_empty`): a JAX table's large result, which JAX then takes without a copy.
     * ``scan``: on the device, the index scan (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`) or None.
     """
 
-    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers",
-                 "_viewed", "_spare_owner")
+    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "result_alignment", "scan", "device",
+                 "_makers", "_viewed", "_spare_owner")
 
     def __init__(self, steps: tuple, *, made: dict | None = None, apart: tuple = (), indices: Callable | None = None,
-                 checked_by: int | None = None, aligned_to: int = 1, scan: Any = None, device: bool = False):
+                 checked_by: int | None = None, aligned_to: int = 1, result_alignment: int = 0, scan: Any = None,
+                 device: bool = False):
         self.steps, self.made, self.apart, self.indices = steps, made or {}, apart, indices
         self.checked_by, self.aligned_to, self.scan, self.device = checked_by, aligned_to, scan, device
+        self.result_alignment = result_alignment
         # how each made array is made: the owners from the pool (every launch's reset marks them unowned), the
         # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
-        self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else np.empty,
-                               size, dtype) for name, (size, dtype) in self.made.items()])
+        # (a result at the boundary asked for, by its own maker)
+        aligned = functools.partial(aligned_empty, alignment=result_alignment) if result_alignment else np.empty
+        self._makers = tuple([(name, _take_owner if name == "owner" else np.zeros if name == "refused" else
+                               aligned if name == "dst" else np.empty, size, dtype)
+                              for name, (size, dtype) in self.made.items()])
         self._viewed = () if device else self._host_steps()
         self._spare_owner: list = []  # the device owner array of the last call that finished (at most one)
 
@@ -86,7 +94,7 @@ class KeptLaunch:
     @classmethod
     def of(cls, call: CallPlan, operands: dict[str, np.ndarray], launcher: Callable, *, made: tuple[str, ...] = (),
            made_as: dict[str, tuple[int, np.dtype]] | None = None, apart: tuple = (), indices: Callable | None = None,
-           aligned_to: int = 1) -> KeptLaunch | None:
+           aligned_to: int = 1, result_alignment: int = 0) -> KeptLaunch | None:
         """The kept launches of ``call``, a plan that has just run on the ``multicore`` backend over the host arrays
         ``operands`` (by the names its launches give them; each launch must take each operand whole), each bound by
         ``launcher(spec, names)`` (:func:`simt_pto.kernels.a5.simt.multicore_launcher`, which the A5 runtime passes:
@@ -94,7 +102,7 @@ class KeptLaunch:
         array argument that is neither an operand nor ``made`` (``"dst"``, ``"owner"``, ``"refused"``), a float32
         Max / Min's pair of table views. ``made_as``: ``name -> (size, dtype)`` of a made array each call makes
         otherwise than its launches take it (the same bytes: a gather's result in its own dtype, which each launch
-        views as it took it)."""
+        views as it took it). ``result_alignment``: as the class takes it."""
         if call.guard_name is not None or not call.steps:
             return None
         sizes: dict[str, tuple[int, np.dtype]] = {}
@@ -130,7 +138,7 @@ class KeptLaunch:
         if made_as:
             sizes.update(made_as)
         return cls(tuple(steps), made=sizes, apart=apart, indices=indices, checked_by=checked_by,
-                   aligned_to=aligned_to)
+                   aligned_to=aligned_to, result_alignment=result_alignment)
 
     def _host_steps(self) -> tuple:
         """The host steps as run() takes them: ``(launch, names, dtypes, as_they_are)``. ``names`` are viewed as

@@ -72,6 +72,10 @@ class HostTuning:
     owner_copy_updates_per_slot: int = 2
     """... and while the updates are at least this many times the owners of all copies: the copies' reset and
     merge cost a pass over every copy."""
+    jax_zero_copy_result_bytes: int = 1 << 19
+    """A repeated gather of a JAX table makes a result of at least this many bytes at JAX's 64-byte boundary, which
+    JAX then takes as it is: its zero-copy constructor (about 13 µs) against its copy of a smaller result (8.7 µs at
+    2 KB, 11 at 128 KB, 18 at 512 KB, 93 at 4 MB; a whole gather level at 256 KB; dev machine, JAX 0.12, 2026-11-29)."""
     max_tile_rows: int = 256
     """Default cap on rows per Row tile of a whole-array call: more, smaller tiles give a GPU more blocks at once."""
     max_tile_elems: int = 4096

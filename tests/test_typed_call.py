@@ -356,9 +356,9 @@ def _same_jax_array(got, want) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8", "uint32"])
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 def test_a_repeated_jax_gather_gives_what_jnp_asarray_gives(no_full_path, dtype, coalesce):
-    """The kept launch's JAX result is made by jaxlib's constructor without a copy (host/arrays.jax_result): each
-    call's result is the array ``jnp.asarray`` makes of the values, and a later call leaves an earlier result as it
-    was (its memory is the result's own)."""
+    """The kept launch's JAX result is made by jaxlib's constructor (host/arrays.jax_result): each call's result is
+    the array ``jnp.asarray`` makes of the values, and a later call leaves an earlier result as it was (its memory is
+    the result's own)."""
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
     from simt_pto.host import arrays
@@ -379,6 +379,52 @@ def test_a_repeated_jax_gather_gives_what_jnp_asarray_gives(no_full_path, dtype,
         assert arrays._JAX_PUT[0] is not None, "jaxlib's constructor failed its probe: JAX gathers pay jnp.asarray"
     _same_jax_array(first, jnp.asarray(table[idx_a]))
     _same_jax_array(second, jnp.asarray(table[idx_b]))
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_a_large_repeated_jax_gather_is_taken_by_jax_without_a_copy(no_full_path, monkeypatch, target, coalesce):
+    """A repeated JAX gather whose result reaches ``jax_zero_copy_result_bytes`` makes it at JAX's 64-byte boundary,
+    and JAX takes that memory as it is: the JAX array's buffer is the memory the launch wrote (JAX copies an array that
+    starts anywhere else). Each call's result is its own: a later call leaves an earlier one as it was. The threshold
+    is lowered so that a small call reaches it."""
+    jax = pytest.importorskip("jax")
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("JAX's first device is not a CPU: its result is copied to the device by design")
+    from simt_pto.host import arrays, tuning
+    table, idx, _ = operands(21, rows=64, cols=32, n=24)
+    index = idx if coalesce == "row" else idx * 32 + 5
+    want = table[idx] if coalesce == "row" else table.reshape(-1)[index]
+    j_table = jax.numpy.asarray(table if coalesce == "row" else table.reshape(-1))
+    handed = []
+
+    def spy(result):
+        handed.append(result)
+        return arrays.jax_result(result)
+
+    with tuning.tuned(jax_zero_copy_result_bytes=want.nbytes):
+        pto.gather(j_table, jax.numpy.asarray(index), coalesce=coalesce, target=target)
+        no_full_path()
+        monkeypatch.setattr(kept_launch, "jax_result", spy)
+        results = [pto.gather(j_table, jax.numpy.asarray(ix), coalesce=coalesce, target=target)
+                   for ix in (index, index[::-1].copy())]
+    assert len(handed) == 2
+    for made, got in zip(handed, results):
+        assert made.ctypes.data % arrays.JAX_ZERO_COPY_ALIGNMENT == 0
+        assert got.unsafe_buffer_pointer() == made.ctypes.data, "JAX copied the result"
+    assert np.array_equal(np.asarray(results[0]), want)
+    assert np.array_equal(np.asarray(results[1]), want[::-1])
+
+
+def test_aligned_empty_starts_at_the_boundary_and_holds_its_elements():
+    from simt_pto.host.arrays import aligned_empty
+    for size in (1, 7, 512, 4099):
+        for dtype in (np.dtype(np.float16), np.dtype(np.float64)):
+            made = aligned_empty(size, dtype, 64)
+            assert made.shape == (size,) and made.dtype == dtype and made.flags.c_contiguous and made.flags.writeable
+            assert made.ctypes.data % 64 == 0
+            made[:] = np.arange(size)  # the whole view is writable memory of its own
+            assert np.array_equal(made, np.arange(size).astype(dtype))
 
 
 _JAX_TWO_DEVICES = """
