@@ -611,6 +611,58 @@ def test_a_kept_launch_takes_index_arrays_of_any_flags(coalesce, oob):
         assert np.allclose(flat, want, rtol=0, atol=1e-5)
 
 
+def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_thread(monkeypatch):
+    """A launch cut into block ranges (the thresholds set so that every call of the test is one) calls the compiled
+    entries of its kernel and its index check from its second run on, on the caller and its helper threads: later
+    calls give numpy's results, a Row gather whose out-of-range index lies in its last range is still refused
+    (naming it), and a call after the refusal runs as before."""
+    if pto.a5_backend() != "multicore":
+        pytest.skip("the multicore backend's launches are cut into block ranges")
+    from simt_pto.host import tuning
+    from simt_pto.kernels.a5 import simt
+    if simt.multicore_workers() < 2:
+        pytest.skip("one Numba thread: a launch runs its grid as one range")
+    called: list = []
+    real = simt.compiled_entry
+
+    def counting(dispatcher, args):
+        entry = real(dispatcher, args)
+        if entry is None:
+            return None
+
+        def counted(*arguments):
+            called.append(dispatcher)
+            return entry(*arguments)
+        return counted
+    monkeypatch.setattr(simt, "compiled_entry", counting)
+    rng = np.random.default_rng(13)
+    table = rng.standard_normal((256, 64)).astype(np.float32)
+    flat = np.zeros(4096, np.float32)
+    want_flat = flat.copy()
+    forced = dict(row_copy_one_thread_bytes=0, elem_gather_one_thread_elems=0, atomic_scatter_one_thread_updates=0,
+                  plain_add_max_updates=0)
+    with tuning.tuned(**forced), simt.trace_multicore_launches() as ranges:
+        for call in range(4):
+            rows = rng.integers(0, 256, 512).astype(np.int32)
+            assert np.array_equal(pto.gather(table, rows), table[rows])
+            elems = rng.integers(0, table.size, 2048).astype(np.int32)
+            assert np.array_equal(pto.gather(table, elems, coalesce="elem", oob="clamp"), table.reshape(-1)[elems])
+            slots, src = rng.integers(0, flat.size, 2048).astype(np.int32), rng.standard_normal(2048).astype(np.float32)
+            pto.scatter(flat, src, slots, coalesce="elem", atomic="add")
+            np.add.at(want_flat, slots, src)
+            assert np.allclose(flat, want_flat, rtol=0, atol=1e-4), call
+        bad = rng.integers(0, 256, 512).astype(np.int32)
+        bad[-1] = 300
+        with pytest.raises(pto.OutOfBoundsError) as info:
+            pto.gather(table, bad)
+        assert info.value.values == [300]
+        rows = rng.integers(0, 256, 512).astype(np.int32)
+        assert np.array_equal(pto.gather(table, rows), table[rows])
+    assert len({thread for thread, *_ in ranges}) >= 2, "no launch ran on a helper thread"
+    assert len(called) >= 3 * 2, "the launches' ranges did not call the compiled entries"
+    assert simt._bits_below in called, "the ranges' index check did not call its compiled entry"
+
+
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
 def test_the_first_call_of_a_new_shape_is_planned_without_tiles(target, monkeypatch):
     """A warm process's first call of a new shape: the target's planner (no Tile built), a bounded road (the gather

@@ -281,7 +281,7 @@ class _Launch:
         self.errors: list[BaseException] = []
         self.done = threading.Lock()
         self.done.acquire()
-        self.check = check  # (index bits, indices per block, capacity): :func:`_launch_multicore`'s
+        self.check = check  # (index bits, indices per block, capacity, the check): :func:`_launch_multicore`'s
         self.refused = False
 
     def take(self):
@@ -298,8 +298,8 @@ class _Launch:
         past the capacity: the launch is stopped and :attr:`refused`)."""
         while (taken := self.take()) is not None:
             if self.check is not None:
-                bits, per_block, capacity = self.check
-                if not _bits_below(bits, taken[0] * per_block, min(taken[1] * per_block, bits.size), capacity):
+                bits, per_block, capacity, below = self.check
+                if not below(bits, taken[0] * per_block, min(taken[1] * per_block, bits.size), capacity):
                     self.refused = self.stopped = True
                     return
             _run_range(self.kernel, (taken[0], taken[1], self.grid, self.warps), self.args)
@@ -393,15 +393,18 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
     helper costs a thread hand-off; a block range does not). One block, or one thread, runs in the calling thread
     alone.
 
-    ``check = (bits, per_block, capacity)``: the launch reads the uint32 index ``bits``, ``per_block`` of them a
-    block in order, and may read none at or past ``capacity``: each thread checks a range's indices just before it
-    runs the range (they are then in its cache for the kernel, and the threads share the check), and the launch
-    stops at the first range that has one. False then: some blocks may have run, so only a launch whose writes
-    are its call's own (a gather's new result) may be given a check. True otherwise."""
+    ``kernel``: the kernel's dispatcher, or its compiled entry (:func:`compiled_entry`).
+
+    ``check = (bits, per_block, capacity, below)``: the launch reads the uint32 index ``bits``, ``per_block`` of
+    them a block in order, and may read none at or past ``capacity``: each thread checks a range's indices
+    (``below``: :func:`_bits_below` or its compiled entry) just before it runs the range (they are then in its
+    cache for the kernel, and the threads share the check), and the launch stops at the first range that has one.
+    False then: some blocks may have run, so only a launch whose writes are its call's own (a gather's new result)
+    may be given a check. True otherwise."""
     workers = multicore_workers() if threads is None else max(1, min(threads, multicore_workers()))
     chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
     if chunks <= 1:
-        if check is not None and not _bits_below(check[0], 0, check[0].size, check[2]):
+        if check is not None and not check[3](check[0], 0, check[0].size, check[2]):
             return False
         _run_range(kernel, (0, grid, grid, warps), args)
         return True
@@ -567,9 +570,9 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
     looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
-    whole arrays and tile ops alike); from its second run on a small launch (one block range, on the calling thread)
-    calls the kernel's compiled entry (:func:`compiled_entry`). None when ``spec`` holds an array outside
-    ``operands`` (a launch whose other arrays belong to its call).
+    whole arrays and tile ops alike); from its second run on it calls the kernel's compiled entry
+    (:func:`compiled_entry`), on the calling thread (one block range) or on every thread of the launch. None when
+    ``spec`` holds an array outside ``operands`` (a launch whose other arrays belong to its call).
 
     ``idx_capacity`` (a gather whose output its call makes, under a policy that refuses out-of-range indices): the
     launch checks its uint32 ``idx`` operand against it, range by range on the threads that run the blocks
@@ -586,16 +589,24 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     # the kernel's compiled entry (compiled_entry), looked up from the launch's second one-range run on: a shape
     # called twice, a warm-up and a call (bench/new_shapes.py), pays no lookup
     direct, ran = None, False
+    # a launch of several block ranges looks its entries up once, at its second run (None: its dispatcher serves)
+    looked = False
     if idx_capacity is not None and "table" not in spec.writes:
         idx_at, per_block = names.index("idx"), _indices_per_block(spec)
         direct_check = None  # the index check's compiled entry
 
         def run_checked(*arrays) -> bool:
-            nonlocal direct, direct_check, ran
+            nonlocal direct, direct_check, ran, looked
             args = arguments(arrays + constants)
             bits = args[idx_at]
             if whole_grid is None and per_block is not None:
-                return _launch_multicore(kernel, grid, warps, args, threads, (bits, per_block, idx_capacity))
+                if ran and not looked:  # (the compiled entries, as a one-range launch's below)
+                    looked = True
+                    direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
+                    direct_check = compiled_entry(_bits_below, (bits, 0, bits.size, idx_capacity))
+                ran = True
+                return _launch_multicore(direct or kernel, grid, warps, args, threads,
+                                         (bits, per_block, idx_capacity, direct_check or _bits_below))
             # (not through _launch_multicore's own one-range case: a small call's extra frames cost it about 0.7 us)
             # one range, or no block -> index map: all indices first (by the check's compiled entry, as the kernel's)
             if direct_check is None and ran:
@@ -603,7 +614,11 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             if not (direct_check or _bits_below)(bits, 0, bits.size, idx_capacity):
                 return False
             if whole_grid is None:
-                _launch_multicore(kernel, grid, warps, args, threads)
+                if ran and not looked:
+                    looked = True
+                    direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
+                ran = True
+                _launch_multicore(direct or kernel, grid, warps, args, threads)
             elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
                 if direct is None and ran:
                     direct = compiled_entry(kernel, (whole_grid, *args))
@@ -620,9 +635,18 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         direct_alone = None  # the plain-store kernel's compiled entry
 
         def run_writer(*arrays) -> None:
-            nonlocal direct, direct_alone, ran
+            nonlocal direct, direct_alone, ran, looked
             args = arguments(arrays + constants)
-            if whole_grid is None or fault_hook is not None or _trace is not None:
+            if whole_grid is None:  # (the kernels' compiled entries, as a one-range launch's below)
+                if ran and not looked:  # (None for a kernel not compiled yet: its dispatcher then serves)
+                    looked = True
+                    direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
+                    direct_alone = None if alone is None else compiled_entry(alone, ((0, grid, grid, warps), *args))
+                ran = True
+                _launch_multicore_writer(direct or kernel, direct_alone or alone, grid, warps, args, threads,
+                                         args[table_at])
+                return
+            if fault_hook is not None or _trace is not None:
                 _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
                 return
             # (_launch_multicore_writer and _run_range, inline: a small call's one range, registered)
@@ -639,10 +663,14 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         return run_writer
 
     def run(*arrays) -> None:
-        nonlocal direct, ran
+        nonlocal direct, ran, looked
         args = arguments(arrays + constants)
         if whole_grid is None:
-            _launch_multicore(kernel, grid, warps, args, threads)
+            if ran and not looked:  # (the compiled entry, as a one-range launch's below)
+                looked = True
+                direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
+            ran = True
+            _launch_multicore(direct or kernel, grid, warps, args, threads)
         elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
             if direct is None and ran:
                 direct = compiled_entry(kernel, (whole_grid, *args))
