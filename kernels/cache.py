@@ -237,9 +237,9 @@ def guard(dispatcher, cache: bool = False):
     """Make one dispatcher of ours (Numba's CPU one or numba-cuda's) safe, and return it: with ``cache``, its
     on-disk cache is enabled with the guarantees of this module's docstring (a damaged file is rebuilt, an
     unwritable cache or an unknown source means no disk cache); a compile it runs in the main thread holds SIGINT
-    until it completes, with Numba's inlining copying each callee's scope once (:mod:`.numba_inlining`: the same
-    code, in about two thirds of the time). Anything that is not a dispatcher (``NUMBA_DISABLE_JIT``'s plain function, the CUDA
-    simulator's kernel) is returned as it is."""
+    until it completes, with Numba's inlining building each callee's IR once per process and copying its scope once
+    (:mod:`.numba_inlining`: the same code, in about half the time). Anything that is not a dispatcher
+    (``NUMBA_DISABLE_JIT``'s plain function, the CUDA simulator's kernel) is returned as it is."""
     # Numba's C dispatcher looks ``_compile_for_args`` up on the instance at each miss (numba-cuda's
     # launch-config capture relies on the same lookup): an attribute of this instance wraps exactly its compiles.
     if not callable(getattr(type(dispatcher), "_compile_for_args", None)):

@@ -1,5 +1,5 @@
-"""simt_pto.kernels.numba_inlining: each inlined callee's scope copied once per copy of its IR, for our compiles only,
-with the same compiled code."""
+"""simt_pto.kernels.numba_inlining: each inlined callee's untyped IR built once per process and its scope copied once
+per copy of its IR, for our compiles only, with the same compiled code."""
 from __future__ import annotations
 
 import threading
@@ -16,7 +16,9 @@ from simt_pto.kernels.a5 import simt
 
 def _untouched() -> bool:
     """Numba's Scope and InlineWorker as Numba defines them."""
-    return "__deepcopy__" not in vars(ir.Scope) and not hasattr(inline_closurecall.InlineWorker.inline_ir, "__wrapped__")
+    worker = inline_closurecall.InlineWorker
+    return ("__deepcopy__" not in vars(ir.Scope) and not hasattr(worker.inline_ir, "__wrapped__")
+            and not hasattr(worker.inline_function, "__wrapped__"))
 
 
 def _float16_add_kernel():
@@ -34,14 +36,14 @@ def _compile_cpu(spec, signature) -> list[str]:
 
 def test_import_and_every_exit_leave_numba_as_it_was():
     assert _untouched()
-    with numba_inlining.scope_copied_once():
+    with numba_inlining.inlining_without_repeats():
         assert "__deepcopy__" in vars(ir.Scope)
-        with numba_inlining.scope_copied_once():  # nested: still in place, and the inner exit removes nothing
+        with numba_inlining.inlining_without_repeats():  # nested: still in place, and the inner exit removes nothing
             pass
         assert "__deepcopy__" in vars(ir.Scope)
     assert _untouched()
     with pytest.raises(RuntimeError, match="inside"):
-        with numba_inlining.scope_copied_once():
+        with numba_inlining.inlining_without_repeats():
             raise RuntimeError("a failure inside a compile")
     assert _untouched()
 
@@ -64,7 +66,7 @@ def test_each_inlining_copies_each_scope_once_per_copy_of_the_callee(monkeypatch
 
     monkeypatch.setattr(numba_inlining, "_scope_deepcopy", counting_deepcopy)
     monkeypatch.setattr(inline_closurecall.InlineWorker, "inline_ir", counting_inline_ir)
-    with numba_inlining.scope_copied_once():
+    with numba_inlining.inlining_without_repeats():
         numba.njit(signature, nogil=True)(simt.bound_source(spec.kernel, spec.policy, "cpu"))
     assert inlinings[0] > 20
     # Numba copies a callee's IR twice per inlining, block by block, and each block asks for the function's scope
@@ -73,12 +75,44 @@ def test_each_inlining_copies_each_scope_once_per_copy_of_the_callee(monkeypatch
     assert asked[0] > 3 * made[0], (asked, made)
 
 
-def test_a_cpu_kernel_compiles_to_the_same_code_with_and_without_it():
+def test_a_cpu_kernel_compiles_to_the_same_code_with_and_without_it(monkeypatch):
+    """The same machine code from Numba's own inlining, from ours with no callee's IR remembered yet, and from ours
+    with every callee's IR remembered (a second compile of the kernel)."""
+    monkeypatch.setattr(numba_inlining, "_UNTYPED", {})
     spec, signature = _float16_add_kernel()
     plain = _compile_cpu(spec, signature)
-    with numba_inlining.scope_copied_once():
-        shared = _compile_cpu(spec, signature)
-    assert shared == plain and len(plain) > 500 and "lock" in plain  # the CAS loop: lock cmpxchg
+    with numba_inlining.inlining_without_repeats():
+        first = _compile_cpu(spec, signature)
+    assert numba_inlining._UNTYPED, "no callee's IR was remembered"
+    with numba_inlining.inlining_without_repeats():
+        remembered = _compile_cpu(spec, signature)
+    assert first == remembered == plain and len(plain) > 500 and "lock" in plain  # the CAS loop: lock cmpxchg
+
+
+def test_a_callees_untyped_ir_is_built_once_per_process(monkeypatch):
+    """Each callee of a kernel (the float16 Add's Elem kernel: the deepest inlining) is built once, where Numba's own
+    inlining rebuilds it at every call site, and a later compile that inlines the same helpers builds none again."""
+    monkeypatch.setattr(numba_inlining, "_UNTYPED", {})
+    built = []
+    real = inline_closurecall.InlineWorker.run_untyped_passes
+
+    def counting(self, func, *args, **kwargs):
+        built.append(func)
+        return real(self, func, *args, **kwargs)
+
+    monkeypatch.setattr(inline_closurecall.InlineWorker, "run_untyped_passes", counting)
+    add, add_signature = _float16_add_kernel()
+    with numba_inlining.inlining_without_repeats():
+        numba.njit(add_signature, nogil=True)(simt.bound_source(add.kernel, add.policy, "cpu"))
+    first = list(built)
+    assert len(first) == len(set(first)) > 5  # each callee built once, even where inlined at several sites
+    built.clear()
+    numba.njit(add_signature, nogil=True)(simt.bound_source(add.kernel, add.policy, "cpu"))
+    assert len(built) > len(first)  # Numba's own: rebuilt at each site
+    built.clear()
+    with numba_inlining.inlining_without_repeats():
+        numba.njit(add_signature, nogil=True)(simt.bound_source(add.kernel, add.policy, "cpu"))
+    assert built == []  # every callee remembered from the first compile
 
 
 def test_a_compile_in_another_thread_waits_until_ours_is_done():
@@ -86,7 +120,7 @@ def test_a_compile_in_another_thread_waits_until_ours_is_done():
     seen = []
 
     def ours():
-        with numba_inlining.scope_copied_once():
+        with numba_inlining.inlining_without_repeats():
             entered.set()
             release.wait(60)
 
@@ -113,10 +147,11 @@ from simt_pto.host.tools import kernel_report
 from simt_pto.kernels import numba_inlining
 spec = kernel_report.launch_of(kernel_report.build_plan("mscatter", "elem", atomic="add", dtype="float16"))
 shared = kernel_report.compile_ptx(spec, 90)
-numba_inlining.scope_copied_once = contextlib.nullcontext
+remembered = kernel_report.compile_ptx(spec, 90)  # every callee's IR remembered from the compile before
+numba_inlining.inlining_without_repeats = contextlib.nullcontext
 plain = kernel_report.compile_ptx(spec, 90)
-shared, plain = kernel_report.opcodes(shared, "//"), kernel_report.opcodes(plain, "//")
-print(shared == plain, "atom.global.cas.b32" in plain)
+shared, remembered, plain = (kernel_report.opcodes(ptx, "//") for ptx in (shared, remembered, plain))
+print(shared == remembered == plain, "atom.global.cas.b32" in plain)
 """
 
 
