@@ -70,15 +70,14 @@ class KeptLaunch:
     * ``scan``: on the device, the index scan (:class:`~simt_pto.kernels.a5.direct_launch.IndexScan`) or None.
     """
 
-    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "result_alignment", "scan", "device",
-                 "_makers", "_viewed", "_spare_owner")
+    __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers",
+                 "_viewed", "_spare_owner")
 
     def __init__(self, steps: tuple, *, made: dict | None = None, apart: tuple = (), indices: Callable | None = None,
                  checked_by: int | None = None, aligned_to: int = 1, result_alignment: int = 0, scan: Any = None,
                  device: bool = False):
         self.steps, self.made, self.apart, self.indices = steps, made or {}, apart, indices
         self.checked_by, self.aligned_to, self.scan, self.device = checked_by, aligned_to, scan, device
-        self.result_alignment = result_alignment
         # how each made array is made: the owners from the pool (every launch's reset marks them unowned), the
         # refused flags zeroed, anything else (a gather's output, which its launch writes whole) uninitialised
         # (a result at the boundary asked for, by its own maker)

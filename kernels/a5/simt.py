@@ -589,24 +589,20 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     # the kernel's compiled entry (compiled_entry), looked up from the launch's second one-range run on: a shape
     # called twice, a warm-up and a call (bench/new_shapes.py), pays no lookup
     direct, ran = None, False
-    # a launch of several block ranges looks its entries up once, at its second run (None: its dispatcher serves)
-    looked = False
     if idx_capacity is not None and "table" not in spec.writes:
         idx_at, per_block = names.index("idx"), _indices_per_block(spec)
         direct_check = None  # the index check's compiled entry
 
+        ranged = _RangeEntries(kernel, None, grid, warps)
+
         def run_checked(*arrays) -> bool:
-            nonlocal direct, direct_check, ran, looked
+            nonlocal direct, direct_check, ran
             args = arguments(arrays + constants)
             bits = args[idx_at]
             if whole_grid is None and per_block is not None:
-                if ran and not looked:  # (the compiled entries, as a one-range launch's below)
-                    looked = True
-                    direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
-                    direct_check = compiled_entry(_bits_below, (bits, 0, bits.size, idx_capacity))
-                ran = True
-                return _launch_multicore(direct or kernel, grid, warps, args, threads,
-                                         (bits, per_block, idx_capacity, direct_check or _bits_below))
+                entries = ranged.taken(args, (bits, 0, bits.size, idx_capacity))
+                return _launch_multicore(entries.kernel, grid, warps, args, threads,
+                                         (bits, per_block, idx_capacity, entries.check))
             # (not through _launch_multicore's own one-range case: a small call's extra frames cost it about 0.7 us)
             # one range, or no block -> index map: all indices first (by the check's compiled entry, as the kernel's)
             if direct_check is None and ran:
@@ -614,11 +610,7 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             if not (direct_check or _bits_below)(bits, 0, bits.size, idx_capacity):
                 return False
             if whole_grid is None:
-                if ran and not looked:
-                    looked = True
-                    direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
-                ran = True
-                _launch_multicore(direct or kernel, grid, warps, args, threads)
+                _launch_multicore(ranged.taken(args).kernel, grid, warps, args, threads)
             elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
                 if direct is None and ran:
                     direct = compiled_entry(kernel, (whole_grid, *args))
@@ -633,18 +625,14 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         alone = None if spec.multicore_plain_kernel is None else compile_kernel(spec.multicore_plain_kernel, spec.policy, "cpu")
 
         direct_alone = None  # the plain-store kernel's compiled entry
+        ranged = _RangeEntries(kernel, alone, grid, warps)
 
         def run_writer(*arrays) -> None:
-            nonlocal direct, direct_alone, ran, looked
+            nonlocal direct, direct_alone, ran
             args = arguments(arrays + constants)
-            if whole_grid is None:  # (the kernels' compiled entries, as a one-range launch's below)
-                if ran and not looked:  # (None for a kernel not compiled yet: its dispatcher then serves)
-                    looked = True
-                    direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
-                    direct_alone = None if alone is None else compiled_entry(alone, ((0, grid, grid, warps), *args))
-                ran = True
-                _launch_multicore_writer(direct or kernel, direct_alone or alone, grid, warps, args, threads,
-                                         args[table_at])
+            if whole_grid is None:
+                entries = ranged.taken(args)
+                _launch_multicore_writer(entries.kernel, entries.alone, grid, warps, args, threads, args[table_at])
                 return
             if fault_hook is not None or _trace is not None:
                 _launch_multicore_writer(kernel, alone, grid, warps, args, threads, args[table_at])
@@ -662,15 +650,13 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             write_shared(table, direct or kernel, whole_grid, *args)
         return run_writer
 
+    ranged = _RangeEntries(kernel, None, grid, warps)
+
     def run(*arrays) -> None:
-        nonlocal direct, ran, looked
+        nonlocal direct, ran
         args = arguments(arrays + constants)
         if whole_grid is None:
-            if ran and not looked:  # (the compiled entry, as a one-range launch's below)
-                looked = True
-                direct = compiled_entry(kernel, ((0, grid, grid, warps), *args))
-            ran = True
-            _launch_multicore(direct or kernel, grid, warps, args, threads)
+            _launch_multicore(ranged.taken(args).kernel, grid, warps, args, threads)
         elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
             if direct is None and ran:
                 direct = compiled_entry(kernel, (whole_grid, *args))
@@ -679,6 +665,30 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         else:
             _run_range(kernel, whole_grid, args)
     return run
+
+
+class _RangeEntries:
+    """What a kept launch of several block ranges hands its threads (:func:`multicore_launcher`): its kernel, its
+    plain-store form (or None) and its ranges' index check, as their compiled entries (:func:`compiled_entry`) from the
+    launch's second run on, looked up once then; until then, and where an entry is missing (a kernel not compiled
+    yet), the dispatcher."""
+
+    __slots__ = ("kernel", "alone", "check", "_launch", "_runs")
+
+    def __init__(self, kernel, alone, grid: int, warps: int):
+        self.kernel, self.alone, self.check = kernel, alone, _bits_below
+        self._launch, self._runs = (0, grid, grid, warps), 0
+
+    def taken(self, args: tuple, check_args: tuple | None = None) -> _RangeEntries:
+        """Itself, counting a run of the launch with ``args`` (and its index check's arguments, where it has one)."""
+        runs = self._runs = self._runs + 1  # (a local: of two threads that count at once, one sees 2 or both do)
+        if runs == 2:
+            self.kernel = compiled_entry(self.kernel, (self._launch, *args)) or self.kernel
+            if self.alone is not None:
+                self.alone = compiled_entry(self.alone, (self._launch, *args)) or self.alone
+            if check_args is not None:
+                self.check = compiled_entry(_bits_below, check_args) or _bits_below
+        return self
 
 
 def _single_launch(call: CallPlan) -> LaunchSpec | None:
