@@ -16,6 +16,9 @@ CHUNKS_PER_WORKER = 4
 ROWS_AHEAD = 8
 """Rows ahead a CPU warp prefetches the table row it will copy: misses overlapped against lines evicted unused (dev machine, 2026-11-26)."""
 
+STREAMED_RESULT_BYTES = 8 << 20
+"""A CPU Row gather into at least this many bytes streams its stores: its speed against its reader's misses (dev machine, 2026-11-29)."""
+
 SERIAL_PREFETCH_AHEAD = 32
 """Positions ahead the serial Elem walk prefetches an atomic op's target: overlap against eviction (dev machine, 2026-11-26)."""
 

@@ -2,6 +2,7 @@
 tile boundaries, both Conflict::Last paths, and the validate-last command."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import simt_pto as pto
 from simt_pto.host.tools.cli import main as cli_main
@@ -364,3 +365,99 @@ def test_the_gpu_runner_stages_a_host_table_once_per_call(simulator_backend, mon
     the_table = call.launches[0].arguments["table"]
     assert sum(a is the_table for a in staged) == 1 and sum(h is the_table for h in copied) == 1
     assert np.array_equal(table, serial_scatter(np.zeros(16, np.float32), src, idx, "elem"))
+
+
+# -- a large Row gather's streaming stores (kernels/a5/device.streams_rows, intrinsics.stream_run) -------------------
+
+def _streamed_rows_case(rng, dtype, cols, offset, oob):
+    """A table, indices (out-of-range ones where ``oob`` remaps them) and a destination of at least
+    ``STREAMED_RESULT_BYTES``: a new result (``offset`` None) or ``out=`` starting ``offset`` bytes into a buffer
+    of sentinel bytes (``(buffer, start, out)``)."""
+    from simt_pto.kernels.tuning import STREAMED_RESULT_BYTES
+    item = np.dtype(pto.dtypes.resolve(dtype).numpy)
+    rows = STREAMED_RESULT_BYTES // (cols * item.itemsize) + 3
+    table = rng.integers(0, 120, (rows // 2 + 5, cols)).astype(item)
+    idx = rng.integers(0, table.shape[0], rows).astype(np.int32)
+    if oob != "undefined":
+        idx[::97] = table.shape[0] + 7   # past the table: clamped, wrapped or zeroed
+        idx[5::131] = -1                 # 2**32 - 1 after the uint32 cast
+    if offset is None:
+        return table, idx, None
+    nbytes = rows * cols * item.itemsize
+    buffer = np.full(nbytes + 128, 0xAB, np.uint8)
+    start = (-buffer.ctypes.data) % 64 + offset   # ``offset`` bytes past a 64-byte boundary
+    return table, idx, (buffer, start, buffer[start:start + nbytes].view(item).reshape(rows, cols))
+
+
+@pytest.mark.parametrize("oob", GATHER_OOB)
+@pytest.mark.parametrize("dtype, cols, offset", [
+    ("float32", 64, None),   # a new result: 256-byte rows in 8-byte units
+    ("float32", 64, 4),      # out= 4 bytes past a boundary: 4-byte units, each row's store runs start mid-way
+    ("float16", 63, 2),      # 126-byte rows: a plain tail on every row
+    ("int8", 37, 1),         # odd rows, odd start: byte units, plain head and tail
+])
+def test_a_large_row_gather_streams_its_rows_and_gives_numpys(rng, oob, dtype, cols, offset):
+    from simt_pto.kernels.a5 import simt
+    table, idx, placed = _streamed_rows_case(rng, dtype, cols, offset, oob)
+    out = None if placed is None else placed[2]
+    launch, = pto.gather_plan(table, idx, coalesce="row", oob=oob, target="a5", out=out).launches
+    args = launch.arguments
+    assert simt.namespace("cpu")["streams_rows"](args["dst"], args["dst_cs"], args["warps_per_row"])
+    want = gather_oracle(table, idx, "row", oob)
+    for _ in range(2):   # the first call and the kept launch
+        got = pto.gather(table, idx, coalesce="row", oob=oob, target="a5", out=out)
+        assert np.array_equal(got, want)
+    if placed is not None:
+        buffer, start, out = placed
+        assert got is out
+        assert (buffer[:start] == 0xAB).all() and (buffer[start + out.nbytes:] == 0xAB).all()
+
+
+def test_only_a_large_cpu_row_gather_streams():
+    from simt_pto.kernels.a5 import simt
+    from simt_pto.kernels.tuning import STREAMED_RESULT_BYTES
+    streams_rows = simt.namespace("cpu")["streams_rows"]
+    large, small = np.empty(STREAMED_RESULT_BYTES // 8, np.uint64), np.empty(STREAMED_RESULT_BYTES // 8 - 1, np.uint64)
+    assert streams_rows(large, 1, 1)
+    assert not streams_rows(small, 1, 1)         # a result that the caches keep for its reader
+    assert not streams_rows(large, 2, 1)         # a strided (UB) destination
+    assert not streams_rows(large, 1, 2)         # a row split between warps: no one contiguous run
+
+
+_STREAM_COPY = None
+
+
+def _stream_copy():
+    """An ``njit`` function ``(dst, dst_start, src, src_start, n)`` around the CPU's ``stream_run``, compiled once."""
+    global _STREAM_COPY
+    if _STREAM_COPY is None:
+        import numba
+
+        from simt_pto.kernels.a5.intrinsics import CPU
+
+        stream_run = CPU["stream_run"]
+
+        @numba.njit
+        def copy(dst, dst_start, src, src_start, n):
+            stream_run(dst, dst_start, src, src_start, n)
+        _STREAM_COPY = copy
+    return _STREAM_COPY
+
+
+def test_the_cpu_stream_run_stores_around_the_caches():
+    copy = _stream_copy()
+    copy(np.zeros(64, np.uint8), 0, np.ones(64, np.uint8), 0, 64)
+    llvm = copy.inspect_llvm(copy.signatures[0])
+    assert "!nontemporal" in llvm
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(dst_start=st.integers(0, 40), src_start=st.integers(0, 40), n=st.integers(0, 300),
+       dtype=st.sampled_from([np.uint8, np.uint16, np.uint32, np.uint64]))
+def test_the_cpu_stream_run_copies_exactly_its_run_at_any_alignment(dst_start, src_start, n, dtype):
+    src = np.arange(400, dtype=np.uint64).astype(dtype) + 1
+    dst = np.zeros(400, dtype)
+    want = dst.copy()
+    want[dst_start:dst_start + n] = src[src_start:src_start + n]
+    _stream_copy()(dst, dst_start, src, src_start, n)
+    assert np.array_equal(dst, want)

@@ -103,3 +103,14 @@ def prefetch_read(ary, i, n):
 def copy_run(dst, dst_start, src, src_start, n):
     for j in range(n):
         dst[dst_start + j] = src[src_start + j]
+
+
+@cuda.jit(device=True, inline="always")
+def stream_run(dst, dst_start, src, src_start, n):
+    for j in range(n):
+        dst[dst_start + j] = src[src_start + j]
+
+
+@cuda.jit(device=True, inline="always")
+def store_fence():
+    pass

@@ -14,9 +14,9 @@ import numba
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
-from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROWS_AHEAD, SERIAL_PREFETCH_AHEAD
+from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROWS_AHEAD, SERIAL_PREFETCH_AHEAD, STREAMED_RESULT_BYTES
 from .intrinsics import (atomic_cas, atomic_max, block_range, copy_run, lane_span, prefetch, prefetch_read,
-                         warp_range)
+                         stream_run, warp_range)
 
 
 def block_tile(b, tile_rows, valid_rows):
@@ -109,10 +109,13 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
 def prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes):
     """On the CPU (a warp's span, ``lanes > 1``), prefetch the table row that destination row
     ``gr + ROWS_AHEAD`` will read (one prefetch per 64-byte line): random row reads are latency-bound, and
-    the hardware prefetcher cannot guess the next row. A GPU lane does nothing."""
+    the hardware prefetcher cannot guess the next row. ``last_row`` is the thread's last row, not its block's:
+    a block's first rows are prefetched while the block before it ends (stopping at each block's end left
+    ``ROWS_AHEAD`` rows of every 256-row block to wait for memory). The index may belong to a range whose check
+    has not run yet, so the slot is bounded by the table. A GPU lane does nothing."""
     if lanes > 1 and gr + ROWS_AHEAD <= last_row:
         slot, in_range = remap_index(idx[unsigned_offset((gr + ROWS_AHEAD) * idx_step)], table_rows, rule)
-        if in_range:
+        if in_range and slot < table_rows:
             prefetch_read(table, slot * valid_cols, valid_cols)
 
 
@@ -139,7 +142,8 @@ def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, arg
     row: one 128 B burst for 4-byte elements).
 
     For each row ``gr`` of this thread, in order, calls ``visit(args, gr, last_row, col_begin, col_step, lanes,
-    store)``: ``last_row`` is the block's last row, ``col_begin`` the first column of the thread's first lane
+    store)``: ``last_row`` is the last row of the thread's last block (how far ahead a CPU warp may read indices:
+    its next block's rows follow its block's), ``col_begin`` the first column of the thread's first lane
     (``lanes`` from ``lane_span``), ``col_step = kWarpsPerRow * 32``; ``args`` and ``store`` (a scatter's store
     rule, else None) are the kernel's, passed through. The walk goes over row groups of ``kRowWarps`` with the
     warps inside, so a CPU runs a block's warps in lock-step, as an SM interleaves them, and visits the rows in
@@ -156,6 +160,7 @@ def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, arg
         break
     first_row_warp = first_warp % row_warps
     first_segment = first_warp // row_warps
+    last_row = min(launch[1] * tile_rows, row_count) - 1
     for b in block_range(launch):
         row0, rows = block_tile(b, tile_rows, row_count)
         for base in range(0, rows, row_warps):
@@ -164,22 +169,36 @@ def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, arg
             for _ in warps:
                 r = base + row_warp
                 if r < rows:
-                    visit(args, row0 + r, row0 + rows - 1, segment * WARP + lane0, col_step, lanes, store)
+                    visit(args, row0 + r, last_row, segment * WARP + lane0, col_step, lanes, store)
                 row_warp += 1
                 if row_warp == row_warps:
                     row_warp = 0
                     segment += 1
 
 
+def streams_rows(dst, dst_cs, warps_per_row):
+    """Whether a CPU Row gather writes its destination rows with :func:`.intrinsics.stream_run`: a destination of
+    at least ``STREAMED_RESULT_BYTES`` (larger than the caches can keep while it is written: a normal store
+    first reads the line it writes, and the lines it fills evict the table rows prefetched for the next rows),
+    each row one warp's contiguous run. A GPU lane (``lanes == 1``) never does."""
+    _lane0, lanes = lane_span()
+    return lanes > 1 and dst_cs == 1 and warps_per_row == 1 and dst.size * dst.itemsize >= STREAMED_RESULT_BYTES
+
+
 def gather_row(args, gr, last_row, col_begin, col_step, lanes, store):
     """``simt_mgather_row_kernel``'s visitor: this warp's columns of destination row ``gr`` from table row
     ``remap(idx[gr])`` (packed ND, row stride ``validCols``), or ``T(0)`` where the rule masks the row
-    (GatherOOB::Zero). ``args = (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule)``."""
-    dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule = args
+    (GatherOOB::Zero). ``args = (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule,
+    streams)``; ``streams`` (:func:`streams_rows`): the warp owns whole rows, copied by streaming stores."""
+    dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule, streams = args
     prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes)
     slot, in_range = remap_index(idx[unsigned_offset(gr * idx_step)], table_rows, rule)
     if in_range:
-        copy_row_segment(dst, gr * dst_rs, dst_cs, table, slot * valid_cols, 1, col_begin, valid_cols, col_step, lanes)
+        if streams:
+            stream_run(dst, gr * dst_rs, table, slot * valid_cols, valid_cols)
+        else:
+            copy_row_segment(dst, gr * dst_rs, dst_cs, table, slot * valid_cols, 1, col_begin, valid_cols, col_step,
+                             lanes)
     else:
         fill_row_segment(dst, gr * dst_rs, dst_cs, col_begin, valid_cols, col_step, lanes)
 
@@ -606,7 +625,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 
 
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
-           copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element,
+           copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element, streams_rows,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,

@@ -67,6 +67,15 @@ prefetch_read = _stub("prefetch_read")
 copy_run = _stub("copy_run")
 """``copy_run(dst, dst_start, src, src_start, n)``: ``dst[dst_start + j] = src[src_start + j]`` for ``j < n``
 (arrays of one dtype that do not overlap; CPU: one ``memcpy``, CUDA: a loop)."""
+stream_run = _stub("stream_run")
+"""``stream_run(dst, dst_start, src, src_start, n)``: :func:`copy_run` whose stores go around the caches, for a
+destination too large to stay in them (CPU: non-temporal 16-byte stores, which neither read the destination's
+lines first nor evict the source's; the unaligned ends by plain stores. CUDA: :func:`copy_run`). A thread that
+streamed calls :func:`store_fence` before its work is handed back."""
+store_fence = _stub("store_fence")
+"""``store_fence()``: the stores this thread made, streamed ones included, are visible to every thread before any
+store or load after it (CPU: a sequentially consistent fence; x86's non-temporal stores are weakly ordered and a
+lock may not drain them. CUDA: nothing; a launch's end orders its stores)."""
 
 float32_from_bits = _stub("float32_from_bits")
 """``float32_from_bits(bits)``: the float32 whose bits are the low 32 of the integer ``bits``."""
@@ -77,7 +86,8 @@ float32_sum = _stub("float32_sum")
 16-bit float adder (:mod:`simt_pto.kernels.softfloat`) computes with."""
 
 NAMES = ("block_range", "warp_range", "lane_span", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
-         "prefetch", "prefetch_read", "copy_run", "float32_from_bits", "float32_bits", "float32_sum")
+         "prefetch", "prefetch_read", "copy_run", "stream_run", "store_fence", "float32_from_bits", "float32_bits",
+         "float32_sum")
 
 
 # -- CPU ---------------------------------------------------------------------------------------------------
@@ -204,10 +214,81 @@ def _cpu_memcpy(typingctx, dst, dst_start, src, src_start, n):
     return types.none(dst, dst_start, src, src_start, n), codegen
 
 
+_STREAM_STORE_BYTES = 16
+"""Bytes of one non-temporal store of :func:`_cpu_stream_copy`: SSE's, so a destination that numpy aligns to 16
+bytes (its large arrays start 16 past a multiple of 64) streams whole."""
+
+
+@intrinsic
+def _cpu_stream_copy(typingctx, dst, dst_start, src, src_start, n):
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype):
+        return None
+
+    def codegen(context, builder, sig, args):
+        # By the destination's address: plain bytes up to its first 16-byte boundary; then whole lines' worth, four
+        # 16-byte loads ahead of their four non-temporal stores (``!nontemporal`` on an aligned vector store:
+        # MOVNTPS on x86; a line's stores leave together, and a load does not wait behind a store); then single
+        # 16-byte steps, then plain bytes. The loads may be unaligned.
+        dstty, dstartty, srcty, sstartty, nty = sig.args
+        i8p = llvm_ir.IntType(8).as_pointer()
+        intp = context.get_value_type(types.intp)
+        dptr = builder.bitcast(_element_pointer(context, builder, dstty, args[0], dstartty, args[1]), i8p)
+        sptr = builder.bitcast(_element_pointer(context, builder, srcty, args[2], sstartty, args[3]), i8p)
+        itemsize = context.get_abi_sizeof(context.get_data_type(dstty.dtype))
+        nbytes = builder.mul(context.cast(builder, args[4], nty, types.intp), intp(itemsize))
+        to_boundary = builder.and_(builder.neg(builder.ptrtoint(dptr, intp)), intp(_STREAM_STORE_BYTES - 1))
+        head = builder.select(builder.icmp_signed("<", to_boundary, nbytes), to_boundary, nbytes)
+        with builder.if_then(builder.icmp_signed(">", head, intp(0)), likely=False):
+            cgutils.raw_memcpy(builder, dptr, sptr, head, 1)
+        rest = builder.sub(nbytes, head)
+        lines_end = builder.add(head, builder.and_(rest, intp(-_CACHE_LINE)))
+        body_end = builder.add(head, builder.and_(rest, intp(-_STREAM_STORE_BYTES)))
+        vector = llvm_ir.VectorType(llvm_ir.IntType(64), _STREAM_STORE_BYTES // 8).as_pointer()
+        nontemporal = builder.module.add_metadata([llvm_ir.IntType(32)(1)])
+
+        def stream(offset, count):
+            offsets = [builder.add(offset, intp(k * _STREAM_STORE_BYTES)) for k in range(count)]
+            values = [builder.load(builder.bitcast(builder.gep(sptr, [at]), vector), align=1) for at in offsets]
+            for at, value in zip(offsets, values):
+                stored = builder.store(value, builder.bitcast(builder.gep(dptr, [at]), vector), align=_STREAM_STORE_BYTES)
+                stored.set_metadata("nontemporal", nontemporal)
+
+        with cgutils.for_range_slice(builder, head, lines_end, intp(_CACHE_LINE)) as (offset, _):
+            stream(offset, _CACHE_LINE // _STREAM_STORE_BYTES)
+        with cgutils.for_range_slice(builder, lines_end, body_end, intp(_STREAM_STORE_BYTES)) as (offset, _):
+            stream(offset, 1)
+        tail = builder.sub(nbytes, body_end)
+        with builder.if_then(builder.icmp_signed(">", tail, intp(0)), likely=False):
+            cgutils.raw_memcpy(builder, builder.gep(dptr, [body_end]), builder.gep(sptr, [body_end]), tail, 1)
+        return context.get_dummy_value()
+
+    return types.none(dst, dst_start, src, src_start, n), codegen
+
+
+@intrinsic
+def _cpu_fence(typingctx):
+    def codegen(context, builder, sig, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
 @njit(inline="always")
 def _cpu_copy_run(dst, dst_start, src, src_start, n):
     if n > 0:
         _cpu_memcpy(dst, dst_start, src, src_start, n)
+
+
+@njit(inline="always")
+def _cpu_stream_run(dst, dst_start, src, src_start, n):
+    if n > 0:
+        _cpu_stream_copy(dst, dst_start, src, src_start, n)
+
+
+@njit(inline="always")
+def _cpu_store_fence():
+    _cpu_fence()
 
 
 @njit(inline="always")
@@ -268,7 +349,8 @@ CPU = {
     "block_range": _cpu_block_range, "warp_range": _cpu_warp_range, "lane_span": _cpu_lane_span,
     "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
     "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element,
-    "prefetch_read": _cpu_prefetch_read, "copy_run": _cpu_copy_run,
+    "prefetch_read": _cpu_prefetch_read, "copy_run": _cpu_copy_run, "stream_run": _cpu_stream_run,
+    "store_fence": _cpu_store_fence,
     "float32_from_bits": softfloat.float32_from_bits, "float32_bits": softfloat.float32_bits,
     "float32_sum": softfloat.float32_sum,
 }

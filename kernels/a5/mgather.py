@@ -16,8 +16,8 @@ import functools
 from simt_pto.enums import IndexRule
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import dense_tile, gather_elems, gather_row, span_end, walk_elems, walk_rows
-from .intrinsics import block_range, lane_span, warp_range
+from .device import dense_tile, gather_elems, gather_row, span_end, streams_rows, walk_elems, walk_rows
+from .intrinsics import block_range, lane_span, store_fence, warp_range
 
 
 @functools.cache
@@ -28,13 +28,17 @@ def simt_mgather_row_kernel(rule: IndexRule):
     column segment ``ty // kRowWarps``; lanes walk columns ``seg * 32 + tx`` in steps of ``kWarpsPerRow * 32``,
     so a warp reads 32 consecutive elements of one table row (one 128 B burst for 4-byte elements). The table is
     packed ND with row stride ``validCols``. Out-of-range rows under Zero are filled with ``T(0)`` inline
-    (:func:`.device.gather_row`).
+    (:func:`.device.gather_row`). On the CPU a large destination is written around the caches
+    (:func:`.device.streams_rows`), and the thread's streamed stores are fenced before it hands its blocks back.
     """
 
     def simt_mgather_row_kernel(launch, dst, dst_rs, dst_cs, idx, idx_step, table, table_rows,
                                 valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
+        streams = streams_rows(dst, dst_cs, warps_per_row)
         walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, gather_row,
-                  (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule), None)
+                  (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule, streams), None)
+        if streams:
+            store_fence()
 
     return simt_mgather_row_kernel
 
