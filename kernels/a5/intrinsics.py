@@ -197,21 +197,37 @@ def _cpu_prefetch_lines(typingctx, ary, start, n):
     return types.none(ary, start, n), codegen
 
 
-@intrinsic
-def _cpu_memcpy(typingctx, dst, dst_start, src, src_start, n):
-    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype):
-        return None
+def _run_copy(codegen_bytes):
+    """An ``@intrinsic`` ``f(dst, dst_start, src, src_start, n)`` over arrays of one dtype whose code is
+    ``codegen_bytes(context, builder, dst_pointer, src_pointer, nbytes)``: the run's first bytes (``i8*``) in both
+    arrays and its length in bytes (an ``intp``)."""
 
-    def codegen(context, builder, sig, args):
-        dstty, dstartty, srcty, sstartty, nty = sig.args
-        dptr = _element_pointer(context, builder, dstty, args[0], dstartty, args[1])
-        sptr = _element_pointer(context, builder, srcty, args[2], sstartty, args[3])
-        count = context.cast(builder, args[4], nty, types.intp)
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(dstty.dtype)))
-        cgutils.raw_memcpy(builder, dptr, sptr, count, itemsize)
-        return context.get_dummy_value()
+    def run_copy(typingctx, dst, dst_start, src, src_start, n):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype):
+            return None
 
-    return types.none(dst, dst_start, src, src_start, n), codegen
+        def codegen(context, builder, sig, args):
+            dstty, dstartty, srcty, sstartty, nty = sig.args
+            i8p = llvm_ir.IntType(8).as_pointer()
+            dptr = builder.bitcast(_element_pointer(context, builder, dstty, args[0], dstartty, args[1]), i8p)
+            sptr = builder.bitcast(_element_pointer(context, builder, srcty, args[2], sstartty, args[3]), i8p)
+            itemsize = context.get_abi_sizeof(context.get_data_type(dstty.dtype))
+            nbytes = builder.mul(context.cast(builder, args[4], nty, types.intp),
+                                 context.get_constant(types.intp, itemsize))
+            codegen_bytes(context, builder, dptr, sptr, nbytes)
+            return context.get_dummy_value()
+
+        return types.none(dst, dst_start, src, src_start, n), codegen
+
+    run_copy.__name__ = run_copy.__qualname__ = f"_cpu{codegen_bytes.__name__}"  # _cpu_memcpy_bytes, ...
+    return intrinsic(run_copy)
+
+
+def _memcpy_bytes(context, builder, dptr, sptr, nbytes):
+    cgutils.raw_memcpy(builder, dptr, sptr, nbytes, 1)
+
+
+_cpu_memcpy = _run_copy(_memcpy_bytes)
 
 
 _STREAM_STORE_BYTES = 16
@@ -219,50 +235,39 @@ _STREAM_STORE_BYTES = 16
 bytes (its large arrays start 16 past a multiple of 64) streams whole."""
 
 
-@intrinsic
-def _cpu_stream_copy(typingctx, dst, dst_start, src, src_start, n):
-    if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype):
-        return None
+def _stream_bytes(context, builder, dptr, sptr, nbytes):
+    # By the destination's address: plain bytes up to its first 16-byte boundary; then whole lines' worth, four
+    # 16-byte loads ahead of their four non-temporal stores (``!nontemporal`` on an aligned vector store: MOVNTPS
+    # on x86; a line's stores leave together, and a load does not wait behind a store); then single 16-byte steps,
+    # then plain bytes. The loads may be unaligned.
+    intp = context.get_value_type(types.intp)
+    to_boundary = builder.and_(builder.neg(builder.ptrtoint(dptr, intp)), intp(_STREAM_STORE_BYTES - 1))
+    head = builder.select(builder.icmp_signed("<", to_boundary, nbytes), to_boundary, nbytes)
+    with builder.if_then(builder.icmp_signed(">", head, intp(0)), likely=False):
+        cgutils.raw_memcpy(builder, dptr, sptr, head, 1)
+    rest = builder.sub(nbytes, head)
+    lines_end = builder.add(head, builder.and_(rest, intp(-_CACHE_LINE)))
+    body_end = builder.add(head, builder.and_(rest, intp(-_STREAM_STORE_BYTES)))
+    vector = llvm_ir.VectorType(llvm_ir.IntType(64), _STREAM_STORE_BYTES // 8).as_pointer()
+    nontemporal = builder.module.add_metadata([llvm_ir.IntType(32)(1)])
 
-    def codegen(context, builder, sig, args):
-        # By the destination's address: plain bytes up to its first 16-byte boundary; then whole lines' worth, four
-        # 16-byte loads ahead of their four non-temporal stores (``!nontemporal`` on an aligned vector store:
-        # MOVNTPS on x86; a line's stores leave together, and a load does not wait behind a store); then single
-        # 16-byte steps, then plain bytes. The loads may be unaligned.
-        dstty, dstartty, srcty, sstartty, nty = sig.args
-        i8p = llvm_ir.IntType(8).as_pointer()
-        intp = context.get_value_type(types.intp)
-        dptr = builder.bitcast(_element_pointer(context, builder, dstty, args[0], dstartty, args[1]), i8p)
-        sptr = builder.bitcast(_element_pointer(context, builder, srcty, args[2], sstartty, args[3]), i8p)
-        itemsize = context.get_abi_sizeof(context.get_data_type(dstty.dtype))
-        nbytes = builder.mul(context.cast(builder, args[4], nty, types.intp), intp(itemsize))
-        to_boundary = builder.and_(builder.neg(builder.ptrtoint(dptr, intp)), intp(_STREAM_STORE_BYTES - 1))
-        head = builder.select(builder.icmp_signed("<", to_boundary, nbytes), to_boundary, nbytes)
-        with builder.if_then(builder.icmp_signed(">", head, intp(0)), likely=False):
-            cgutils.raw_memcpy(builder, dptr, sptr, head, 1)
-        rest = builder.sub(nbytes, head)
-        lines_end = builder.add(head, builder.and_(rest, intp(-_CACHE_LINE)))
-        body_end = builder.add(head, builder.and_(rest, intp(-_STREAM_STORE_BYTES)))
-        vector = llvm_ir.VectorType(llvm_ir.IntType(64), _STREAM_STORE_BYTES // 8).as_pointer()
-        nontemporal = builder.module.add_metadata([llvm_ir.IntType(32)(1)])
+    def stream(offset, count):
+        offsets = [builder.add(offset, intp(k * _STREAM_STORE_BYTES)) for k in range(count)]
+        values = [builder.load(builder.bitcast(builder.gep(sptr, [at]), vector), align=1) for at in offsets]
+        for at, value in zip(offsets, values):
+            stored = builder.store(value, builder.bitcast(builder.gep(dptr, [at]), vector), align=_STREAM_STORE_BYTES)
+            stored.set_metadata("nontemporal", nontemporal)
 
-        def stream(offset, count):
-            offsets = [builder.add(offset, intp(k * _STREAM_STORE_BYTES)) for k in range(count)]
-            values = [builder.load(builder.bitcast(builder.gep(sptr, [at]), vector), align=1) for at in offsets]
-            for at, value in zip(offsets, values):
-                stored = builder.store(value, builder.bitcast(builder.gep(dptr, [at]), vector), align=_STREAM_STORE_BYTES)
-                stored.set_metadata("nontemporal", nontemporal)
+    with cgutils.for_range_slice(builder, head, lines_end, intp(_CACHE_LINE)) as (offset, _):
+        stream(offset, _CACHE_LINE // _STREAM_STORE_BYTES)
+    with cgutils.for_range_slice(builder, lines_end, body_end, intp(_STREAM_STORE_BYTES)) as (offset, _):
+        stream(offset, 1)
+    tail = builder.sub(nbytes, body_end)
+    with builder.if_then(builder.icmp_signed(">", tail, intp(0)), likely=False):
+        cgutils.raw_memcpy(builder, builder.gep(dptr, [body_end]), builder.gep(sptr, [body_end]), tail, 1)
 
-        with cgutils.for_range_slice(builder, head, lines_end, intp(_CACHE_LINE)) as (offset, _):
-            stream(offset, _CACHE_LINE // _STREAM_STORE_BYTES)
-        with cgutils.for_range_slice(builder, lines_end, body_end, intp(_STREAM_STORE_BYTES)) as (offset, _):
-            stream(offset, 1)
-        tail = builder.sub(nbytes, body_end)
-        with builder.if_then(builder.icmp_signed(">", tail, intp(0)), likely=False):
-            cgutils.raw_memcpy(builder, builder.gep(dptr, [body_end]), builder.gep(sptr, [body_end]), tail, 1)
-        return context.get_dummy_value()
 
-    return types.none(dst, dst_start, src, src_start, n), codegen
+_cpu_stream_copy = _run_copy(_stream_bytes)
 
 
 @intrinsic
