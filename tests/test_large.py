@@ -1,5 +1,7 @@
 """Whole-array gather / scatter (host/in_memory.py): tiled results against independent oracles, every target,
 tile boundaries, both Conflict::Last paths, and the validate-last command."""
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -424,24 +426,18 @@ def test_only_a_large_cpu_row_gather_streams():
     assert not streams_rows(large, 1, 2)         # a row split between warps: no one contiguous run
 
 
-_STREAM_COPY = None
-
-
+@functools.cache
 def _stream_copy():
     """An ``njit`` function ``(dst, dst_start, src, src_start, n)`` around the CPU's ``stream_run``, compiled once."""
-    global _STREAM_COPY
-    if _STREAM_COPY is None:
-        import numba
+    import numba
 
-        from simt_pto.kernels.a5.intrinsics import CPU
+    from simt_pto.kernels.a5.intrinsics import CPU
+    stream_run = CPU["stream_run"]
 
-        stream_run = CPU["stream_run"]
-
-        @numba.njit
-        def copy(dst, dst_start, src, src_start, n):
-            stream_run(dst, dst_start, src, src_start, n)
-        _STREAM_COPY = copy
-    return _STREAM_COPY
+    @numba.njit
+    def copy(dst, dst_start, src, src_start, n):
+        stream_run(dst, dst_start, src, src_start, n)
+    return copy
 
 
 def test_the_cpu_stream_run_stores_around_the_caches():
