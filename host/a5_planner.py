@@ -442,10 +442,13 @@ def scatter_launches(plan, table, src, idx, tile_rows, last_path, slot_path_max_
         steps = (_tile_scatter(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt),)
     else:
         slot_work = plan.capacity * rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
-        if (last_path == "auto" and plan.coalesce == Coalesce.ELEM and backend == "multicore"
-                and takes_serial_last(rows * cols, plan.capacity * plan.dtype.itemsize)):
-            steps = (_elem_serial_last(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt),)
-        elif last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work):
+        serial = last_path == "auto" and backend == "multicore" and (
+            takes_serial_last(rows * cols, plan.capacity * plan.dtype.itemsize) if plan.coalesce == Coalesce.ELEM
+            else takes_serial_row_last(rows, plan.capacity, cols * plan.dtype.itemsize))
+        if serial:
+            steps = (_serial_last(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows, fmt),)
+        elif last_path == "slot" or (last_path == "auto" and slot_work <= slot_path_max_work
+                                     and not (backend == "multicore" and plan.coalesce == Coalesce.ROW)):
             steps = _last_slot_centric(plan, table_arg, src_flat, idx_flat, rows, cols, tile_rows)
         else:
             updates = rows * (cols if plan.coalesce == Coalesce.ELEM else 1)
@@ -476,18 +479,33 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
 
 
 def takes_serial_last(updates: int, table_bytes: int) -> bool:
-    """Whether a ``multicore`` whole-array Elem Conflict::Last under ``last_path="auto"`` is the serial loop
-    (:attr:`~.tuning.HostTuning.serial_last_max_updates`, :attr:`~.tuning.HostTuning.serial_last_max_table_bytes`)."""
+    """Whether a ``multicore`` whole-array Elem Conflict::Last of ``updates`` elements into a table of ``table_bytes``
+    under ``last_path="auto"`` is the serial loop (:attr:`~.tuning.HostTuning.serial_last_max_updates`,
+    :attr:`~.tuning.HostTuning.serial_last_max_table_bytes`)."""
     limits = tuning.current()
     return updates <= limits.serial_last_max_updates or table_bytes <= limits.serial_last_max_table_bytes
 
 
-def _elem_serial_last(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
-    """Conflict::Last as the serial loop: the Elem launch of :func:`_tile_scatter` (atomic NONE: plain stores) as the
-    serial kernel over every tile, on the calling thread, in source order (the last writer of each slot stores
-    last)."""
-    return replace(_tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt),
-                   kernel="simt_mscatter_elem_serial_kernel", multicore_threads=1)
+def takes_serial_row_last(rows: int, table_rows: int, row_bytes: int) -> bool:
+    """Whether a ``multicore`` whole-array Row Conflict::Last of ``rows`` source rows of ``row_bytes`` into a table of
+    ``table_rows`` rows under ``last_path="auto"`` is the serial loop (:attr:`~.tuning.HostTuning.serial_row_last_max_bytes`,
+    :attr:`~.tuning.HostTuning.serial_row_last_sparse_rows`); else it is the owner path. The serial loop copies
+    every source row, the owner path each table row once: the slot-centric kernels, which scan every index for
+    every table row, are never the cheapest there (docs/performance.md)."""
+    limits = tuning.current()
+    return rows * row_bytes <= limits.serial_row_last_max_bytes or table_rows >= limits.serial_row_last_sparse_rows * rows
+
+
+def _serial_last(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
+    """Conflict::Last as the serial loop (MSCATTER.md, "Conflict Resolution": the sequential order's result): the
+    launch of :func:`_tile_scatter` (atomic NONE: plain stores) on the calling thread, which visits the sources in
+    order, so the last writer of each slot stores last. Elem: the serial kernel over every tile
+    (``simt_mscatter_elem_serial_kernel``); Row: ``simt_mscatter_row_kernel`` itself, whose walk visits a
+    thread's rows in order (:func:`simt_pto.kernels.a5.device.walk_rows`)."""
+    launch = _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt)
+    if plan.coalesce == Coalesce.ELEM:
+        return replace(launch, kernel="simt_mscatter_elem_serial_kernel", multicore_threads=1)
+    return replace(launch, multicore_threads=1)
 
 
 def _last_slot_centric(plan, table_arg, src, idx, rows, cols, tile_rows):
@@ -674,4 +692,4 @@ def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, 
 __all__ = ["TableMemory", "compact_slots", "element_format", "elem_alone_kernel", "gather_launches", "gm_memory",
            "guarded", "mgather_l1_launches", "mgather_launches", "mgather_scalar_impl", "mscatter_launches",
            "mscatter_scalar_impl", "owner_layout", "row_move_unit", "scatter_launches", "scatter_policy",
-           "scatter_table", "table_memory", "takes_serial_last", "tile_bits"]
+           "scatter_table", "table_memory", "takes_serial_last", "takes_serial_row_last", "tile_bits"]

@@ -49,8 +49,19 @@ class HostTuning:
     serial_last_max_table_bytes: int = 8 << 20
     """... and so is one of any number of updates into a table of at most this many bytes: the table stays in
     the 32 MB last-level cache, and the serial loop's speed does not move with the host's core placement."""
+    serial_row_last_max_bytes: int = 1 << 18
+    """A Row Conflict::Last (``last_path="auto"``) of at most this many bytes of source rows is the serial loop on the
+    calling thread, not the owner path: it copies every source row, the owner path each table row once, but below
+    this the owner path's three launches cost more (level or behind at 256 KB for rows of 32 B to 1 KB, 1 and 16
+    updates a table row; ``bench/bench_row_last.py``, dev machine, 2026-11-29)."""
+    serial_row_last_sparse_rows: int = 4
+    """... and so is one into a table of at least this many times the source's rows: the owner path's reset and
+    write pass over every table row, more than the updates (the serial loop 1.2x-3.3x faster there, 256 KB to 4 MB
+    of rows of 32 and 256 bytes)."""
     slot_path_max_work: int = 1 << 22
-    """``last_path="auto"`` takes the slot-centric Last kernels while slots x sources stays below this."""
+    """``last_path="auto"`` takes the slot-centric Last kernels while slots x sources stays below this (on
+    ``multicore`` an Elem call past the serial loop's limits; never a Row call there: the serial loop or the owner
+    path)."""
     dense_owner_slots_per_update: int = 32
     """The owner path keeps one owner per table slot while the table has at most this many slots per update
     (plus :attr:`dense_owner_min_slots`): O(table) memory and no sort, against a sort of the updates."""

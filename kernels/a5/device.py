@@ -218,6 +218,19 @@ def scatter_row(args, gr, last_row, col_begin, col_step, lanes, store):
             c += col_step
 
 
+def store_row(args, gr, last_row, col_begin, col_step, lanes, store):
+    """:func:`scatter_row` where the store rule is a plain store of the source's bits (atomic NONE): a CPU warp
+    (``lanes > 1``) copies its columns as the gather's rows are copied (:func:`copy_row_segment`: one run per step
+    where the columns are contiguous), the same bytes as one store per element; a GPU lane is :func:`scatter_row`."""
+    if lanes == 1:
+        scatter_row(args, gr, last_row, col_begin, col_step, lanes, store)
+        return
+    table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule = args
+    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
+    if in_range:
+        copy_row_segment(table, slot * valid_cols, 1, src, gr * src_rs, src_cs, col_begin, valid_cols, col_step, lanes)
+
+
 def owner_row(args, slot, last_row, col_begin, col_step, lanes, store):
     """``simt_mscatter_row_owner_write_kernel``'s visitor: this warp's columns of table row ``slot`` from source
     row ``owner[slot]``, if the row has an owner (``>= 0``). ``args = (table, src, src_rs, src_cs, owner,
@@ -626,7 +639,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element, streams_rows,
-           walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
+           walk_rows, gather_row, scatter_row, store_row, owner_row, compact_owner_row,
            walk_elems, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
