@@ -19,7 +19,7 @@ from simt_pto.kernels.a5 import simt
 from simt_pto.launch_spec import CallPlan, HostStep
 
 from .a5_planner import element_format, mgather_launches, mscatter_launches
-from .kept_launch import HOST_KEEPING, KeptLaunch, tile_checks, tile_operands
+from .kept_launch import HOST_KEEPING, KeptLaunch, read_addresses_with, tile_checks, tile_operands
 
 
 def on_gpu() -> bool:
@@ -167,6 +167,7 @@ def keep_on_host(call: CallPlan, operands: dict, backend: str, *, idx_capacity: 
                     functools.partial(simt.multicore_launcher, idx_capacity=idx_capacity))
     else:
         launcher = simt.simulator_launcher
+    read_addresses_with(simt.address_readers())  # (the repeated calls' operand addresses, by compiled code)
     return KeptLaunch.of(call, operands, launcher, **checks)
 
 

@@ -416,8 +416,9 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if written and not obj.flags.writeable:
             return None
-        return (_new(Operand, (NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(obj) & 7 if aligned else 0)),
-                obj.ravel())
+        flat = obj.ravel()
+        return (_new(Operand, (NUMPY, obj.shape, obj.dtype, obj.flags.writeable, _address(flat) & 7 if aligned else 0)),
+                flat)
     if not written and type(obj).__module__.startswith("jax"):
         try:
             view = np.asarray(obj)  # a JAX CPU array's own memory, read-only; a deleted one raises
@@ -455,8 +456,9 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
             return None
         if written and not view.flags.writeable:
             return None
-        return (Operand(FOREIGN, view.shape, view.dtype, view.flags.writeable, _address(view) & 7 if aligned else 0),
-                view.ravel())
+        flat = view.ravel()
+        return (Operand(FOREIGN, view.shape, view.dtype, view.flags.writeable, _address(flat) & 7 if aligned else 0),
+                flat)
     return None
 
 
@@ -480,22 +482,24 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         flags = table.flags
         if not (flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative and table.size and idx.size):
             return None
+        flat = table.ravel()  # (1-D: its address read by the compiled reader)
         # (tuple.__new__: the named tuples' own constructors are Python code, and this runs on every call)
         return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, flags.writeable,
-                                                     _address(table) & 7 if aligned else 0)),
+                                                     _address(flat) & 7 if aligned else 0)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
-                {"table": table.ravel(), "idx": idx if idx.ndim == 1 else idx.ravel()})
+                {"table": flat, "idx": idx if idx.ndim == 1 else idx.ravel()})
     if type(table) is np.ndarray and type(src) is np.ndarray and type(idx) is np.ndarray:  # a numpy scatter, inline
         flags = table.flags
         if not (flags.c_contiguous and flags.writeable and src.flags.c_contiguous and idx.flags.c_contiguous
                 and table.dtype.isnative and src.dtype.isnative and table.size and src.size and idx.size):
             return None
+        flat_table, flat_src = table.ravel(), src.ravel()
         return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, True,
-                                                     _address(table) & 7 if aligned else 0)),
+                                                     _address(flat_table) & 7 if aligned else 0)),
                                      _new(Operand, (NUMPY, src.shape, src.dtype, src.flags.writeable,
-                                                    _address(src) & 7 if aligned else 0)),
+                                                    _address(flat_src) & 7 if aligned else 0)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
-                {"table": table.ravel(), "src": src.ravel(), "idx": idx.ravel()})
+                {"table": flat_table, "src": flat_src, "idx": idx.ravel()})
     torch = sys.modules.get("torch")
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor:
         # (the checks of _host_operand, inline: a PyTorch call's per-call cost is mostly these). A tensor the call
@@ -659,11 +663,26 @@ def all_below(bits: np.ndarray, capacity: int) -> bool:
 
 def _address(array: np.ndarray) -> int:
     """The address of a numpy array's first element (:func:`.arrays.base_address`, here for the same reason as
-    :func:`all_below`)."""
+    :func:`all_below`): a 1-D array's by the compiled reader of its element size (:data:`_ADDRESS_READERS`), any
+    other through ctypes."""
+    read = _ADDRESS_READERS.get(array.itemsize) if array.ndim == 1 else None
+    if read is not None:
+        return read(array)
     try:  # a writable C-contiguous array: read through ctypes' buffer view, a quarter of the cost of .ctypes
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError, BufferError):  # read-only, not C-contiguous, or empty
         return array.ctypes.data
+
+
+_ADDRESS_READERS: dict = {}
+"""``{itemsize: read}``: compiled readers of a 1-D array's address (``simt_pto.kernels.a5.simt.address_readers``,
+a quarter of ctypes' cost), handed over by :func:`read_addresses_with` once the first kept launch is made (this
+module imports no kernel); empty before that, and where Numba gives none."""
+
+
+def read_addresses_with(readers: dict) -> None:
+    """Read 1-D arrays' addresses with ``readers`` from now on (:data:`_ADDRESS_READERS`)."""
+    _ADDRESS_READERS.update(readers)
 
 
 _SPARE_OWNER = CallCache(maxsize=1)
@@ -683,4 +702,5 @@ def _keep_owner(owner: np.ndarray) -> None:
 
 
 __all__ = ["Entry", "HOST_KEEPING", "KeptLaunch", "all_below", "device_operands", "gathered", "gathered_into",
-           "into_operands", "keeping_backend", "scattered", "tile_checks", "tile_operands", "whole_indices", "whole_operands"]
+           "into_operands", "keeping_backend", "read_addresses_with", "scattered", "tile_checks", "tile_operands",
+           "whole_indices", "whole_operands"]

@@ -119,6 +119,53 @@ def test_a_misaligned_table_of_a_cached_signature_moves_narrower_units():
     assert units == [8, 4, 8]
 
 
+def _ctypes_address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def test_the_compiled_address_readers_read_what_numpy_says_for_every_one_dimensional_array():
+    """The kept launch reads a 1-D array's address through a compiled reader of its element size
+    (``simt.address_readers``, the entry of one specialization per size): any dtype of that size, read-only,
+    strided, offset into a buffer; arrays of other sizes, and of other dimensions, through ctypes."""
+    from simt_pto.kernels.a5 import simt
+    readers = simt.address_readers()
+    assert sorted(readers) == [1, 2, 4, 8]
+    buffer = np.zeros(256, np.uint8)
+    arrays = [np.arange(10, dtype=dtype) for dtype in (np.int8, np.float16, np.int32, np.float32, np.uint64, np.float64)]
+    arrays += [buffer[3:].view(np.int8), buffer[2:66].view(np.float16), buffer[4:68].view(np.float32)[::3],
+               np.frombuffer(bytes(64), np.float64), np.zeros(4, np.complex128)]
+    for array in arrays:
+        if array.itemsize in readers:
+            assert readers[array.itemsize](array) == _ctypes_address(array), (array.dtype, array.strides)
+        assert kept_launch._address(array) == _ctypes_address(array), (array.dtype, array.strides)
+    table = np.zeros((8, 8), np.float32)[1:]
+    assert kept_launch._address(table) == _ctypes_address(table)
+
+
+def test_a_repeated_call_hands_the_address_readers_one_dimensional_arrays_alone(monkeypatch):
+    """A reader writes one dimension's shape and stride where it unboxes its array: a repeated call of 2-D operands
+    (a gather, a scatter) hands it their flat views, and its alignment key holds their addresses modulo 8."""
+    table, src, idx = np.ones((16, 8), np.float32), np.ones((4, 8), np.float32), np.array([3, 1, 3, 0], np.int32)
+    pto.gather(table, idx, target="a5")  # the first calls keep their launches (and hand the readers over)
+    pto.scatter(table, src, idx, target="a5")
+    seen = []
+
+    def reader_of(read):
+        def spy(array):
+            assert array.ndim == 1, array.shape
+            seen.append(array.ctypes.data)
+            return read(array)
+        return spy
+    monkeypatch.setattr(kept_launch, "_ADDRESS_READERS", {k: reader_of(v) for k, v in kept_launch._ADDRESS_READERS.items()})
+    for _ in range(2):
+        assert np.array_equal(pto.gather(table, idx, target="a5"), table[idx])
+        pto.scatter(table, src, idx, target="a5")
+    assert seen.count(table.ctypes.data) == 4 and seen.count(src.ctypes.data) == 2
+    key, _ = kept_launch.whole_operands(scatter_policy("row", "none", "undefined", "last", "a5", None, None, True,
+                                                       "auto", None), table, idx, src)
+    assert [operand[4] for operand in key.operands] == [table.ctypes.data & 7, src.ctypes.data & 7, 0]
+
+
 def test_a_mid_word_half_table_of_a_cached_signature_takes_the_edge_format():
     # A float16 Add on a table that starts mid-word takes the boundary-word form, chosen per call from the address.
     memory = np.zeros(65, np.float16)
