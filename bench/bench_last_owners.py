@@ -30,7 +30,6 @@ import numpy as np
 
 import side_by_side
 import simt_pto as pto
-from simt_pto import reference
 from simt_pto.host import tuning
 from simt_pto.plan import CallCache
 
@@ -73,16 +72,7 @@ def measure(n: int, writers: int, dtype: np.dtype, rounds: int, rng) -> dict:
     table = np.zeros(slots, dtype)
     idx = rng.integers(0, slots, n, dtype=np.int32)
     src = rng.standard_normal(n, dtype=np.float32).astype(dtype)
-    peer_idx = idx.astype(np.int64)
-    want = reference.last_writer_scatter(table, peer_idx, src).view(np.uint8)
-    runs, planned = {}, {}
-    for form in FORMS:
-        runner, planned[form] = _runner(form, table, src, idx)
-        got = table.copy()
-        if runner(got, src, idx) is None or not np.array_equal(got.view(np.uint8), want):
-            raise SystemExit(f"{form}: wrong result at n={n}, {dtype}")
-        runs[form] = (lambda r: lambda: r(table, src, idx))(runner)
-    runs["numpy"] = lambda: table.__setitem__(peer_idx, src)
+    runs, planned = side_by_side.checked_last_runs(FORMS, _runner, table, src, idx, f"n={n}, {dtype}")
     return {"n": n, "slots": slots, "dtype": np.dtype(dtype).name, "planned": planned,
             **side_by_side.timed_rounds(runs, FORMS, rounds)}
 

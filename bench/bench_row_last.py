@@ -26,7 +26,6 @@ import numpy as np
 
 import side_by_side
 import simt_pto as pto
-from simt_pto import reference
 from simt_pto.host import tuning
 from simt_pto.plan import CallCache
 
@@ -70,17 +69,8 @@ def measure(n: int, cols: int, writers: float, dtype: np.dtype, rounds: int, rng
     table = np.zeros((slots, cols), dtype)
     idx = rng.integers(0, slots, rows, dtype=np.int32)
     src = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
-    peer_idx = idx.astype(np.int64)
-    want = reference.last_writer_scatter(table, peer_idx, src).view(np.uint8)
     forms = tuple(f for f in ("serial", "owner", "slot", "chosen") if f != "slot" or slots * rows <= SLOT_MAX_WORK)
-    runs, planned = {}, {}
-    for form in forms:
-        runner, planned[form] = _runner(form, table, src, idx)
-        got = table.copy()
-        if runner(got, src, idx) is None or not np.array_equal(got.view(np.uint8), want):
-            raise SystemExit(f"{form}: wrong result at n={n}, cols={cols}, {dtype}")
-        runs[form] = (lambda r: lambda: r(table, src, idx))(runner)
-    runs["numpy"] = lambda: table.__setitem__(peer_idx, src)
+    runs, planned = side_by_side.checked_last_runs(forms, _runner, table, src, idx, f"n={n}, cols={cols}, {dtype}")
     timed = side_by_side.timed_rounds(runs, forms, rounds)
     for missing in {"serial", "owner", "slot", "chosen"} - set(forms):
         timed["ms"][missing], timed["vs_numpy"][missing], planned[missing] = float("nan"), float("nan"), "-"

@@ -1,6 +1,6 @@
 """What the benchmarks that run several forms of one call side by side share (``bench_add_forms.py``,
-``bench_last_owners.py``): their command line, the kept launch a form's first call leaves, the timed rounds, and
-the run's header.
+``bench_last_owners.py``, ``bench_row_last.py``): their command line, the kept launch a form's first call leaves,
+the Conflict::Last forms' checked runs, the timed rounds, and the run's header.
 
 Each round calls every form once, then numpy once; the forms' order is reversed every other round (on the
 development machine a fixed order alone moved two identical runners apart by up to 1.3x). Each figure is the median
@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 import simt_pto as pto
+from simt_pto import reference
 from simt_pto.kernels.a5.simt import multicore_workers
 
 
@@ -58,6 +59,24 @@ def kept_scatter() -> Callable | None:
     return run
 
 
+def checked_last_runs(forms: tuple[str, ...], runner_of: Callable, table, src, idx, what: str) -> tuple[dict, dict]:
+    """``(runs, planned)`` of a Conflict::Last benchmark: ``runs[form]`` runs ``form``'s kept launch
+    (``runner_of(form, table, src, idx) -> (runner, planned words)``) on the call's arrays, once its result has been
+    checked bitwise against the serial loop (``reference.last_writer_scatter``; ``what`` names the point in the
+    error), and ``runs["numpy"]`` is numpy's ``table[idx] = src`` with int64 indices."""
+    peer_idx = idx.astype(np.int64)
+    want = reference.last_writer_scatter(table, peer_idx, src).view(np.uint8)
+    runs, planned = {}, {}
+    for form in forms:
+        runner, planned[form] = runner_of(form, table, src, idx)
+        got = table.copy()
+        if runner(got, src, idx) is None or not np.array_equal(got.view(np.uint8), want):
+            raise SystemExit(f"{form}: wrong result at {what}")
+        runs[form] = (lambda r: lambda: r(table, src, idx))(runner)
+    runs["numpy"] = lambda: table.__setitem__(peer_idx, src)
+    return runs, planned
+
+
 def timed_rounds(runs: dict[str, Callable[[], object]], forms: tuple[str, ...], rounds: int) -> dict:
     """``{"ms": median ms per run, "vs_numpy": numpy's median / the form's}`` over ``rounds`` rounds of every form
     in ``forms`` (their order alternating) and ``runs["numpy"]``, after three warm-up rounds."""
@@ -95,4 +114,4 @@ def report(rows: list[dict], as_json: bool, shape: str, rounds: int, shown: tupl
         print("| " + " | ".join(cells) + " |")
 
 
-__all__ = ["parser", "report", "require_multicore", "size", "timed_rounds"]
+__all__ = ["checked_last_runs", "parser", "report", "require_multicore", "size", "timed_rounds"]
