@@ -224,16 +224,29 @@ def scatter_row(args, gr, last_row, col_begin, col_step, lanes, store):
 
 
 def store_row(args, gr, last_row, col_begin, col_step, lanes, store):
-    """:func:`scatter_row` where the store rule is a plain store of the source's bits (atomic NONE): a CPU warp
-    (``lanes > 1``) copies its columns as the gather's rows are copied (:func:`copy_row_segment`: one run per step
-    where the columns are contiguous), the same bytes as one store per element; a GPU lane is :func:`scatter_row`."""
+    """:func:`scatter_row` where the store rule is a plain store of the source's bits (atomic NONE), for a CPU warp
+    (``lanes > 1``) one element store each with unsigned offsets (:func:`unsigned_offset`: no wraparound test, so the
+    span's loop vectorises), not a memory copy: Conflict::Default's writers of one row may race on several threads,
+    and a copy routine may move a row in pieces that are not whole elements, where each element must end up holding
+    one writer's value. A GPU lane is :func:`scatter_row`."""
     if lanes == 1:
         scatter_row(args, gr, last_row, col_begin, col_step, lanes, store)
         return
     table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule = args
     slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
     if in_range:
-        copy_row_segment(table, slot * valid_cols, 1, src, gr * src_rs, src_cs, col_begin, valid_cols, col_step, lanes)
+        dst_row = slot * valid_cols
+        src_row = gr * src_rs
+        c = col_begin
+        while c < valid_cols:
+            stop = span_end(c, lanes, valid_cols)
+            if src_cs == 1:
+                for j in range(c, stop):
+                    table[unsigned_offset(dst_row + j)] = src[unsigned_offset(src_row + j)]
+            else:
+                for j in range(c, stop):
+                    table[unsigned_offset(dst_row + j)] = src[unsigned_offset(src_row + j * src_cs)]
+            c += col_step
 
 
 def owner_row(args, slot, last_row, col_begin, col_step, lanes, store):
