@@ -223,32 +223,6 @@ def scatter_row(args, gr, last_row, col_begin, col_step, lanes, store):
             c += col_step
 
 
-def store_row(args, gr, last_row, col_begin, col_step, lanes, store):
-    """:func:`scatter_row` where the store rule is a plain store of the source's bits (atomic NONE), for a CPU warp
-    (``lanes > 1``) one element store each with unsigned offsets (:func:`unsigned_offset`: no wraparound test, so the
-    span's loop vectorises), not a memory copy: Conflict::Default's writers of one row may race on several threads,
-    and a copy routine may move a row in pieces that are not whole elements, where each element must end up holding
-    one writer's value. A GPU lane is :func:`scatter_row`."""
-    if lanes == 1:
-        scatter_row(args, gr, last_row, col_begin, col_step, lanes, store)
-        return
-    table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule = args
-    slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
-    if in_range:
-        dst_row = slot * valid_cols
-        src_row = gr * src_rs
-        c = col_begin
-        while c < valid_cols:
-            stop = span_end(c, lanes, valid_cols)
-            if src_cs == 1:
-                for j in range(c, stop):
-                    table[unsigned_offset(dst_row + j)] = src[unsigned_offset(src_row + j)]
-            else:
-                for j in range(c, stop):
-                    table[unsigned_offset(dst_row + j)] = src[unsigned_offset(src_row + j * src_cs)]
-            c += col_step
-
-
 def owner_row(args, slot, last_row, col_begin, col_step, lanes, store):
     """``simt_mscatter_row_owner_write_kernel``'s visitor: this warp's columns of table row ``slot`` from source
     row ``owner[slot]``, if the row has an owner (``>= 0``). ``args = (table, src, src_rs, src_cs, owner,
@@ -657,7 +631,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
            copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element, streams_rows,
-           walk_rows, gather_row, scatter_row, store_row, owner_row, compact_owner_row,
+           walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,

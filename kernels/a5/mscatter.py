@@ -23,7 +23,7 @@ from simt_pto.kernels.store import store_element
 from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
 from .device import (claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
                      claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner,
-                     scatter_elems, scatter_row, store_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
+                     scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
 from .intrinsics import block_range, lane_span
 
@@ -31,24 +31,17 @@ from .intrinsics import block_range, lane_span
 @functools.cache
 def simt_mscatter_row_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
     """Row coalesce, ``table[remap(idx[r]), :] op= src[r, :]``; the Row walk of ``simt_mgather_row_kernel``
-    (:func:`.device.walk_rows`, :func:`.device.scatter_row`; atomic NONE: :func:`.device.store_row`). Masked (Skip)
-    rows issue no store; the predicate is per row, so it is warp-uniform.
+    (:func:`.device.walk_rows`, :func:`.device.scatter_row`). Masked (Skip) rows issue no store; the predicate is
+    per row, so it is warp-uniform.
 
     With atomic NONE on one thread (the ``multicore`` backend's calling thread) the walk visits the rows in source
     order, so a later row overwrites an earlier one: the whole-array Row Conflict::Last's serial loop
     (``host/a5_planner.takes_serial_row_last``)."""
 
-    # compile-time (the ISA's ``if constexpr``: Numba prunes the branch it rules out): a plain store of the
-    # source's bits, which a CPU warp issues as a copy of its columns (store_row)
-    plain = atomic == ScatterAtomicOp.NONE
-
     def simt_mscatter_row_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                  valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
         row = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)  # what scatter_row reads
-        if plain:
-            walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, store_row, row, store_element)
-        else:
-            walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row, row, store_element)
+        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row, row, store_element)
 
     return simt_mscatter_row_kernel
 
