@@ -464,13 +464,17 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
 
 _PLAIN_KEYS: list = []
 """``[keys of a plain dense CPU tensor, the function that reads a tensor's keys]`` in this process (read once, from
-``torch.empty(0)``)."""
+a CPU ``torch.empty(0)`` made outside inference mode)."""
 
 
 def _plain_keys(torch) -> list:
     if not _PLAIN_KEYS:
         keys = torch._C._dispatch_keys
-        _PLAIN_KEYS.extend((keys(torch.empty(0)), keys))
+        # (a first call under torch.inference_mode() would read an inference tensor's keys, which lack autograd's:
+        # every later plain tensor would then be refused the kept launch for the life of the process)
+        with torch.inference_mode(False):
+            plain = keys(torch.empty(0, device="cpu"))
+        _PLAIN_KEYS.extend((plain, keys))
     return _PLAIN_KEYS
 
 

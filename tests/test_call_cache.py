@@ -978,6 +978,25 @@ def test_a_device_plan_of_several_launches_is_kept_when_each_takes_its_operands_
                                           "simt_mscatter_row_owner_write_kernel"]
 
 
+def test_a_first_torch_call_under_inference_mode_leaves_plain_tensors_their_kept_launch(monkeypatch, no_full_path):
+    """The dispatch keys of a plain dense tensor, read once per process, are read outside inference mode: a process
+    whose first torch call ran under ``torch.inference_mode()`` still runs a plain tensor's repeated scatter through
+    its kept launch (it took the full path for the life of the process when the keys were an inference tensor's)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(kept_launch, "_PLAIN_KEYS", [])
+    with torch.inference_mode():
+        plain, keys = kept_launch._plain_keys(torch)
+    assert plain == keys(torch.from_numpy(np.zeros(4, np.float32)))
+    table = torch.zeros(16 * 8)
+    src, idx = torch.ones(4), torch.tensor([3, 9, 3, 0], dtype=torch.int32)
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a5")  # (keeps the launch)
+    no_full_path()
+    pto.scatter(table, src, idx, coalesce="elem", atomic="add", target="a5")
+    want = np.zeros(16 * 8, np.float32)
+    np.add.at(want, [3, 9, 3, 0, 3, 9, 3, 0], 1.0)
+    assert np.array_equal(table.numpy(), want)
+
+
 def test_a_repeated_multicore_gather_of_torch_tensors_checks_its_indices_on_its_threads(tune, no_full_path):
     """The in-launch index check of a repeated gather, with PyTorch CPU tensors (their kept launch is numpy's)."""
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")

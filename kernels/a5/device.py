@@ -99,11 +99,6 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
         # a CPU warp that owns whole rows (kWarpsPerRow == 1): its columns are one contiguous run
         if c < stop:
             copy_run(dst, dst_base + c, src, src_base + c, stop - c)
-    elif dst_cs == 1 and src_cs == 1:
-        # a CPU warp that shares its rows with others: each step's span of columns is a contiguous run
-        while c < stop:
-            copy_run(dst, dst_base + c, src, src_base + c, span_end(c, lanes, stop) - c)
-            c += step
     else:
         while c < stop:
             for j in range(c, span_end(c, lanes, stop)):
