@@ -247,7 +247,7 @@ def main(argv=None) -> int:
                                processes=True, host="127.0.0.1", dashboard_address=None)
         client = Client(cluster)
     report = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
-              "dask": dask.__version__, "workers": len(client.scheduler_info(n_workers=-1)["workers"]),
+              "dask": dask.__version__, "workers": len(client.nthreads()),
               "memory_limit": args.memory_limit, "table": f"{table_bytes / 1e9:.2f} GB float32 "
               + (f"({rows} x {cols}, Row)" if cols else f"({rows} elements, Elem)"),
               "n": n, "index elements": n * max(cols, 1), "ops": {}}

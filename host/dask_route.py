@@ -47,6 +47,7 @@ from __future__ import annotations
 import copyreg
 import functools
 import operator
+import socket
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -762,16 +763,15 @@ def warm(client=None, *, dtypes=("float32",), targets=("a5",)) -> dict:
     if client is None:
         from distributed import get_client
         client = get_client()
-    try:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-    except TypeError:  # distributed before 2025: every worker, no argument
-        workers = client.scheduler_info()["workers"]
+    # every worker the scheduler has now, with its machine: asked of the workers themselves, since the client's copy
+    # of the scheduler's worker list (``scheduler_info``) is replaced by a periodic refresh that holds no workers
+    hosts = client.run(socket.gethostname)
     first = {}
-    for address, info in workers.items():
-        first.setdefault(info.get("host", address), address)
+    for address, host in hosts.items():
+        first.setdefault(host, address)
     dtypes, targets = tuple(dtypes), tuple(target_from_any(t) for t in targets)
     took = dict(client.run(_warm_here, dtypes, targets, workers=list(first.values())))
-    rest = [a for a in workers if a not in took]
+    rest = [a for a in hosts if a not in took]
     if rest:
         took.update(client.run(_warm_here, dtypes, targets, workers=rest))
     return took
