@@ -178,14 +178,4 @@ def inlining_without_repeats():
                     del scope.__deepcopy__
 
 
-def compiling(compile_fn):
-    """``compile_fn`` run inside :func:`inlining_without_repeats` (a dispatcher's ``_compile_for_args``,
-    ``compile_ptx``)."""
-    @functools.wraps(compile_fn)
-    def compile_with_scopes_copied_once(*args, **kwargs):
-        with inlining_without_repeats():
-            return compile_fn(*args, **kwargs)
-    return compile_with_scopes_copied_once
-
-
-__all__ = ["compiling", "inlining_without_repeats"]
+__all__ = ["inlining_without_repeats"]

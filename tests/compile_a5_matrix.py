@@ -113,8 +113,8 @@ class ValidateSpec(Spec):
     def ptx(self, cc: int) -> str:
         from numba import cuda
         from simt_pto.kernels.a5 import index_check
-        from simt_pto.kernels.numba_inlining import inlining_without_repeats
-        with inlining_without_repeats():
+        from simt_pto.kernels.cache import compile_scope
+        with compile_scope():
             return cuda.compile_ptx(getattr(index_check, self.name).py_func, self.sig, cc=(cc // 10, cc % 10))[0]
 
 

@@ -80,6 +80,34 @@ def test_a_compile_in_another_thread_leaves_sigint_alone():
     assert seen == [(2, handler)]
 
 
+@pytest.mark.parametrize("collector_on", [True, False], ids=["collector-on", "collector-off"])
+def test_a_compile_of_ours_pauses_the_garbage_collector_and_leaves_it_as_it_was(monkeypatch, collector_on):
+    """The cyclic collector is off while one of our dispatchers compiles (seen from inside Numba's type inference),
+    on again after it if it was on, and still off if the caller had turned it off."""
+    import gc
+    run_pass = typed_passes.NopythonTypeInference.run_pass
+    seen = []
+
+    def watching(self, state):
+        seen.append(gc.isenabled())
+        return run_pass(self, state)
+
+    monkeypatch.setattr(typed_passes.NopythonTypeInference, "run_pass", watching)
+
+    @cache.njit
+    def plus_two(x):
+        return x + 2
+
+    was = gc.isenabled()
+    (gc.enable if collector_on else gc.disable)()
+    try:
+        assert plus_two(1) == 3
+        after = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False] and after is collector_on
+
+
 def _guarded(dispatcher) -> bool:
     compile_for_args = dispatcher.__dict__.get("_compile_for_args")
     return isinstance(compile_for_args, functools.partial) and compile_for_args.func is cache.uninterrupted

@@ -75,23 +75,11 @@ def test_each_inlining_copies_each_scope_once_per_copy_of_the_callee(monkeypatch
     assert asked[0] > 3 * made[0], (asked, made)
 
 
-def test_a_cpu_kernel_compiles_to_the_same_code_with_and_without_it(monkeypatch):
-    """The same machine code from Numba's own inlining, from ours with no callee's IR remembered yet, and from ours
-    with every callee's IR remembered (a second compile of the kernel)."""
-    monkeypatch.setattr(numba_inlining, "_UNTYPED", {})
-    spec, signature = _float16_add_kernel()
-    plain = _compile_cpu(spec, signature)
-    with numba_inlining.inlining_without_repeats():
-        first = _compile_cpu(spec, signature)
-    assert numba_inlining._UNTYPED, "no callee's IR was remembered"
-    with numba_inlining.inlining_without_repeats():
-        remembered = _compile_cpu(spec, signature)
-    assert first == remembered == plain and len(plain) > 500 and "lock" in plain  # the CAS loop: lock cmpxchg
-
-
-def test_a_callees_untyped_ir_is_built_once_per_process(monkeypatch):
-    """Each callee of a kernel (the float16 Add's Elem kernel: the deepest inlining) is built once, where Numba's own
-    inlining rebuilds it at every call site, and a later compile that inlines the same helpers builds none again."""
+def test_a_cpu_kernel_compiles_to_the_same_code_with_each_callee_built_once(monkeypatch):
+    """The float16 Add's Elem kernel (the deepest inlining: walk, visitor, store rule, CAS loop, the 16-bit float
+    adder and its helpers), compiled three times. Ours, with no callee's IR remembered yet, builds each callee once,
+    where Numba's own inlining rebuilds it at every call site; ours again, every callee remembered, builds none. All
+    three give the same machine code."""
     monkeypatch.setattr(numba_inlining, "_UNTYPED", {})
     built = []
     real = inline_closurecall.InlineWorker.run_untyped_passes
@@ -101,18 +89,19 @@ def test_a_callees_untyped_ir_is_built_once_per_process(monkeypatch):
         return real(self, func, *args, **kwargs)
 
     monkeypatch.setattr(inline_closurecall.InlineWorker, "run_untyped_passes", counting)
-    add, add_signature = _float16_add_kernel()
+    spec, signature = _float16_add_kernel()
     with numba_inlining.inlining_without_repeats():
-        numba.njit(add_signature, nogil=True)(simt.bound_source(add.kernel, add.policy, "cpu"))
-    first = list(built)
-    assert len(first) == len(set(first)) > 5  # each callee built once, even where inlined at several sites
-    built.clear()
-    numba.njit(add_signature, nogil=True)(simt.bound_source(add.kernel, add.policy, "cpu"))
-    assert len(built) > len(first)  # Numba's own: rebuilt at each site
-    built.clear()
+        first = _compile_cpu(spec, signature)
+    built_first, built[:] = list(built), []
+    assert numba_inlining._UNTYPED, "no callee's IR was remembered"
+    assert len(built_first) == len(set(built_first)) > 5  # each callee built once, even where inlined at several sites
+    plain = _compile_cpu(spec, signature)
+    built_plain, built[:] = list(built), []
+    assert len(built_plain) > len(built_first)  # Numba's own: rebuilt at each site
     with numba_inlining.inlining_without_repeats():
-        numba.njit(add_signature, nogil=True)(simt.bound_source(add.kernel, add.policy, "cpu"))
+        remembered = _compile_cpu(spec, signature)
     assert built == []  # every callee remembered from the first compile
+    assert first == remembered == plain and len(plain) > 500 and "lock" in plain  # the CAS loop: lock cmpxchg
 
 
 def test_a_compile_in_another_thread_waits_until_ours_is_done():

@@ -307,10 +307,10 @@ def compile_ptx(spec, cc) -> str:
     CUDA compiler libraries are missing (a plain install: cuda.pathfinder cannot find libnvrtc / libnvvm)."""
     from numba import cuda
     from simt_pto.kernels.a5.simt import bound_source
-    from simt_pto.kernels.numba_inlining import inlining_without_repeats
+    from simt_pto.kernels.cache import compile_scope
     cc = normalise_cc(cc)
     try:
-        with inlining_without_repeats():  # as the kernel's own compiles (simt_pto.kernels.cache.guard)
+        with compile_scope():  # as the kernel's own compiles (simt_pto.kernels.cache.guard)
             ptx, _ = cuda.compile_ptx(bound_source(spec.kernel, spec.policy, "cuda"), signature(spec),
                                       cc=(cc // 10, cc % 10))
     except Exception as exc:
