@@ -19,7 +19,8 @@ from simt_pto.kernels.a5 import simt
 from simt_pto.launch_spec import CallPlan, HostStep
 
 from .a5_planner import element_format, mgather_launches, mscatter_launches
-from .kept_launch import HOST_KEEPING, KeptLaunch, read_addresses_with, tile_checks, tile_operands
+from .kept_launch import (HOST_KEEPING, KeptLaunch, check_index_ranges_with, read_addresses_with, tile_checks,
+                          tile_operands)
 
 
 def on_gpu() -> bool:
@@ -165,9 +166,12 @@ def keep_on_host(call: CallPlan, operands: dict, backend: str, *, idx_capacity: 
     if backend == "multicore":
         launcher = (simt.multicore_launcher if idx_capacity is None else
                     functools.partial(simt.multicore_launcher, idx_capacity=idx_capacity))
+        # (its compiled entries read an operand of the launch's element size in the caller's dtype: no view a call)
+        checks["launcher_reads_as"] = True
     else:
-        launcher = simt.simulator_launcher
+        launcher = simt.simulator_launcher  # (the simulator runs the kernel's Python: each operand in its dtype)
     read_addresses_with(simt.address_readers())  # (the repeated calls' operand addresses, by compiled code)
+    check_index_ranges_with(simt.index_range_check())  # (and their index ranges)
     return KeptLaunch.of(call, operands, launcher, **checks)
 
 

@@ -512,7 +512,8 @@ def _keep_gather_into(policy: Policy, key: Call, c: _Validated, call: CallPlan, 
     dst = out.reshape(-1) if isinstance(out, np.ndarray) else out.numpy().reshape(-1)
     operands = {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1), "dst": dst}
     entry.kept = _a5_side()[1].keep_on_host(
-        call, operands, keeps, apart=_INTO_APART, indices=whole_indices(c.plan, idx_dtype=key.operands[1].dtype))
+        call, operands, keeps, apart=_INTO_APART,
+        indices=whole_indices(c.plan, idx_dtype=key.operands[1].dtype, read_as_bits=keeps == "multicore"))
 
 
 _INTO_APART = (("dst", "table"), ("dst", "idx"))
@@ -546,7 +547,8 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
             kept = _a5_side()[1].keep_on_host(
                 call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)}, keeps, made=("dst",),
                 made_as={"dst": (size, dtype)},  # the result's own dtype: each launch takes its view of it
-                indices=whole_indices(c.plan, checks_range=not in_launch, idx_dtype=key.operands[-1].dtype),
+                indices=whole_indices(c.plan, checks_range=not in_launch, idx_dtype=key.operands[-1].dtype,
+                                      read_as_bits=keeps == "multicore"),
                 idx_capacity=c.plan.capacity if in_launch else None, result_alignment=alignment)
         else:
             kept = _a2a3_gather_launch(c, shape, key, result_alignment=alignment)
@@ -803,7 +805,8 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
         entry.kept = _a5_side()[1].keep_on_host(
             call, {"table": c.table.obj.reshape(-1), "src": c.src.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
             keeps, made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
-            indices=whole_indices(c.plan, checks_range=not refuses, idx_dtype=key.operands[-1].dtype))
+            indices=whole_indices(c.plan, checks_range=not refuses, idx_dtype=key.operands[-1].dtype,
+                                  read_as_bits=keeps == "multicore"))
     elif keeps == "gpu" and c.table.device and c.idx.device and c.src.device:
         found = device_operands(policy, table, idx, src)
         if found is None or SIGNATURES.get(found[0]) is not None or not _takes_whole(call, found[1]):

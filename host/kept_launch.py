@@ -60,7 +60,9 @@ class KeptLaunch:
     operands fixed), run on each later call's own operands.
 
     * ``steps``: ``(launch, views)`` in order; ``launch(*arrays)`` takes the arrays named by ``views`` (host:
-      ``(name, dtype)`` pairs, each array viewed as that dtype; device: names, each given as a data pointer).
+      ``(name, dtype)`` pairs, each array viewed as that dtype, or passed as it is where the dtype is None: an
+      operand in the launch's dtype, or one its launcher reads as that dtype itself; device: names, each given as
+      a data pointer).
     * ``made``: arrays each call makes afresh: ``name -> (size, dtype)`` (a gather's output; the Conflict::Last
       owners, from a one-array pool (:data:`_SPARE_OWNER`), and ``refused`` flags, zeroed).
     * ``apart``: pairs of operand names that may share no byte.
@@ -96,7 +98,7 @@ class KeptLaunch:
     @classmethod
     def of(cls, call: CallPlan, operands: dict[str, np.ndarray], launcher: Callable, *, made: tuple[str, ...] = (),
            made_as: dict[str, tuple[int, np.dtype]] | None = None, apart: tuple = (), indices: Callable | None = None,
-           aligned_to: int = 1, result_alignment: int = 0) -> KeptLaunch | None:
+           aligned_to: int = 1, result_alignment: int = 0, launcher_reads_as: bool = False) -> KeptLaunch | None:
         """The kept launches of ``call``, a plan that has just run on the ``multicore`` backend over the host arrays
         ``operands`` (by the names its launches give them; each launch must take each operand whole), each bound by
         ``launcher(spec, names)`` (:func:`simt_pto.kernels.a5.simt.multicore_launcher`, which the A5 runtime passes:
@@ -104,7 +106,10 @@ class KeptLaunch:
         array argument that is neither an operand nor ``made`` (``"dst"``, ``"owner"``, ``"refused"``), a float32
         Max / Min's pair of table views. ``made_as``: ``name -> (size, dtype)`` of a made array each call makes
         otherwise than its launches take it (the same bytes: a gather's result in its own dtype, which each launch
-        views as it took it). ``result_alignment``: as the class takes it."""
+        views as it took it). ``result_alignment``: as the class takes it. ``launcher_reads_as``: ``launcher`` takes a
+        ``reads_as`` argument (:func:`simt_pto.kernels.a5.simt.multicore_launcher`'s): each array a call hands in a
+        dtype of its own but of the launch's element size (a float32 table where the kernel moves uint32 bits) is
+        passed as it is, and the launcher reads it as the launch's dtype; otherwise run() views it."""
         if call.guard_name is not None or not call.steps:
             return None
         sizes: dict[str, tuple[int, np.dtype]] = {}
@@ -128,12 +133,25 @@ class KeptLaunch:
                 else:
                     return None
                 views.append((name, np.dtype(value.dtype)))
-            # the arrays a call hands over in the dtype the launch takes go last, where run() passes them unviewed
-            viewed, handed = [], []
-            for view in views:
-                (handed if view[0] in made or view[0] == "idx" and indices is not None else viewed).append(view)
-            views = viewed + handed
-            launch = launcher(spec, tuple(name for name, _ in views))
+            # the arrays a call hands over in the dtype the launch takes go last, where run() passes them unviewed;
+            # before them those the launcher reads as the launch's dtype (their dtype None: run() passes them too)
+            viewed, read_as, passed, handed = [], [], [], []
+            for name, dtype in views:
+                bits_given = name == "idx" and indices is not None and getattr(indices, "gives_bits", True)
+                have = (made_as[name][1] if made_as and name in made_as else dtype) if name in made else (
+                    _UINT32 if bits_given else operands[name].dtype)
+                if name in made and have == dtype or bits_given:
+                    handed.append((name, dtype))
+                elif have == dtype:  # an operand in the launch's own dtype: passed as it is
+                    passed.append((name, None))
+                elif launcher_reads_as and have.itemsize == dtype.itemsize:
+                    read_as.append((name, dtype))
+                    passed.append((name, None))
+                else:
+                    viewed.append((name, dtype))
+            views = viewed + passed + handed
+            names = tuple(name for name, _ in views)
+            launch = launcher(spec, names, reads_as=tuple(read_as)) if read_as else launcher(spec, names)
             if launch is None:
                 return None
             steps.append((launch, tuple(views)))
@@ -145,14 +163,15 @@ class KeptLaunch:
     def _host_steps(self) -> tuple:
         """The host steps as run() takes them: ``(launch, names, dtypes, as_they_are)``. ``names`` are viewed as
         ``dtypes`` (each a C call); ``as_they_are``, the launch's last arguments, are passed as they are: the index
-        bits ``indices`` makes (uint32) and the arrays the call makes in the launch's own dtype."""
-        given = {"idx": _UINT32} if self.indices is not None else {}
+        bits ``indices`` makes (uint32), the arrays the call makes in the launch's own dtype, and the operands
+        :meth:`of` marked so (dtype None)."""
+        given = {"idx": _UINT32} if self.indices is not None and getattr(self.indices, "gives_bits", True) else {}
         for name, (_, dtype) in self.made.items():
             given[name] = dtype
         host = []
         for launch, views in self.steps:  # (loops and zip, no comprehension: a first call's trace counts frames)
             cut = len(views)
-            while cut and given.get(views[cut - 1][0]) == views[cut - 1][1]:
+            while cut and (views[cut - 1][1] is None or given.get(views[cut - 1][0]) == views[cut - 1][1]):
                 cut -= 1
             names, dtypes = zip(*views) if views else ((), ())
             host.append((launch, names[:cut], dtypes[:cut], names[cut:]))
@@ -486,24 +505,28 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         flags = table.flags
         if not (flags.c_contiguous and idx.flags.c_contiguous and table.dtype.isnative and table.size and idx.size):
             return None
-        flat = table.ravel()  # (1-D: its address read by the compiled reader)
+        flat = table.ravel()  # (1-D: its address read by the compiled reader of its element size, _address inline)
         # (tuple.__new__: the named tuples' own constructors are Python code, and this runs on every call)
         return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, flags.writeable,
-                                                     _address(flat) & 7 if aligned else 0)),
+                                                     (_ADDRESS_READERS.get(flat.itemsize) or _address)(flat) & 7
+                                                     if aligned else 0)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
                 {"table": flat, "idx": idx if idx.ndim == 1 else idx.ravel()})
     if type(table) is np.ndarray and type(src) is np.ndarray and type(idx) is np.ndarray:  # a numpy scatter, inline
-        flags = table.flags
-        if not (flags.c_contiguous and flags.writeable and src.flags.c_contiguous and idx.flags.c_contiguous
+        flags, src_flags = table.flags, src.flags
+        if not (flags.c_contiguous and flags.writeable and src_flags.c_contiguous and idx.flags.c_contiguous
                 and table.dtype.isnative and src.dtype.isnative and table.size and src.size and idx.size):
             return None
         flat_table, flat_src = table.ravel(), src.ravel()
+        readers = _ADDRESS_READERS  # (_address, inline, as in the gather's case)
         return (_new(Call, (policy, (_new(Operand, (NUMPY, table.shape, table.dtype, True,
-                                                     _address(flat_table) & 7 if aligned else 0)),
-                                     _new(Operand, (NUMPY, src.shape, src.dtype, src.flags.writeable,
-                                                    _address(flat_src) & 7 if aligned else 0)),
+                                                     (readers.get(flat_table.itemsize) or _address)(flat_table) & 7
+                                                     if aligned else 0)),
+                                     _new(Operand, (NUMPY, src.shape, src.dtype, src_flags.writeable,
+                                                    (readers.get(flat_src.itemsize) or _address)(flat_src) & 7
+                                                    if aligned else 0)),
                                      _new(Operand, (NUMPY, idx.shape, idx.dtype, True, 0))))),
-                {"table": flat_table, "src": flat_src, "idx": idx.ravel()})
+                {"table": flat_table, "src": flat_src, "idx": idx if idx.ndim == 1 else idx.ravel()})
     torch = sys.modules.get("torch")
     if torch is not None and type(table) is torch.Tensor and type(idx) is torch.Tensor:
         # (the checks of _host_operand, inline: a PyTorch call's per-call cost is mostly these). A tensor the call
@@ -621,13 +644,28 @@ def device_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[st
             {name: (pointer, size) for name, (_, pointer, size) in zip(names, found)})
 
 
-def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = None) -> Callable[[dict], bool]:
+def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = None,
+                  read_as_bits: bool = False) -> Callable[[dict], bool] | None:
     """A whole-array call's index step: the caller's index array, narrowed as the full path narrows it, as flat
     uint32 bits in ``arrays["idx"]``; False under a policy that leaves out-of-range indices undefined when one is out
     of range (unless a launch checks the range itself: ``checks_range=False``). ``idx_dtype``: the signature's index
-    dtype (a numpy dtype: every call of the signature has it, it is part of the key), when known."""
+    dtype (a numpy dtype: every call of the signature has it, it is part of the key), when known.
+
+    ``read_as_bits``: the launches read int32 / uint32 indices as their uint32 bits themselves (a ``multicore``
+    launcher's ``reads_as``, :meth:`KeptLaunch.of`): for such indices the step leaves them as they are and only
+    checks their range (by :data:`_INDEX_RANGE_CHECK`, which reads them as uint32 bits), or is None where there is
+    no range to check."""
     check = checks_range and plan.checks_range
     op, target, capacity = plan.op, plan.target, plan.capacity
+    if read_as_bits and idx_dtype is not None and _as_bits(idx_dtype):
+        if not check:
+            return None
+
+        def in_range(arrays: dict) -> bool:
+            idx = arrays["idx"]  # (flat: whole_operands' view, left as the caller's)
+            return _INDEX_RANGE_CHECK[0](idx, 0, idx.size, capacity)
+        setattr(in_range, "gives_bits", False)  # (KeptLaunch.of: the indices stay the caller's)  # noqa: B010
+        return in_range
     if idx_dtype is not None and _as_bits(idx_dtype):
         # int32 / uint32 indices are their bits as they are: the step below without its dtype tests (on every call)
         if not check:
@@ -650,6 +688,25 @@ def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = 
         bits = arrays["idx"] = raw.view(_UINT32)  # (flat and C-contiguous: a view)
         return not check or all_below(bits, capacity)
     return indices
+
+
+def _bits_below(bits: np.ndarray, lo: int, hi: int, capacity: int) -> bool:
+    """Whether every one of ``bits[lo:hi]``, 4-byte indices read as their uint32 bits, is below ``capacity`` (what
+    :data:`_INDEX_RANGE_CHECK` holds until the A5 runtime hands over its compiled form)."""
+    return hi <= lo or all_below(bits[lo:hi].view(_UINT32), capacity)
+
+
+_INDEX_RANGE_CHECK: list = [_bits_below]
+"""``[below]``: the index step's range check (``below(bits, lo, hi, capacity)``, 4-byte indices read as uint32
+bits): :func:`_bits_below`, until :func:`check_index_ranges_with` hands over the kernels' compiled one (this module
+imports no kernel)."""
+
+
+def check_index_ranges_with(below) -> None:
+    """Check a whole-array call's int32 / uint32 index range with ``below`` from now on (:data:`_INDEX_RANGE_CHECK`;
+    None: keep the one in use)."""
+    if below is not None:
+        _INDEX_RANGE_CHECK[0] = below
 
 
 def _as_bits(dt: np.dtype) -> bool:
@@ -705,6 +762,6 @@ def _keep_owner(owner: np.ndarray) -> None:
     _SPARE_OWNER.put((owner.size, owner.dtype), owner)
 
 
-__all__ = ["Entry", "HOST_KEEPING", "KeptLaunch", "all_below", "device_operands", "gathered", "gathered_into",
-           "into_operands", "keeping_backend", "read_addresses_with", "scattered", "tile_checks", "tile_operands",
-           "whole_indices", "whole_operands"]
+__all__ = ["Entry", "HOST_KEEPING", "KeptLaunch", "all_below", "check_index_ranges_with", "device_operands", "gathered",
+           "gathered_into", "into_operands", "keeping_backend", "read_addresses_with", "scattered", "tile_checks",
+           "tile_operands", "whole_indices", "whole_operands"]

@@ -663,6 +663,65 @@ def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_
     assert simt._bits_below in called, "the ranges' index check did not call its compiled entry"
 
 
+@pytest.mark.parametrize("cut", ["one range", "block ranges"])
+def test_a_kept_launch_hands_its_entries_the_callers_arrays_and_its_dispatchers_their_own_dtypes(cut, monkeypatch):
+    """A repeated whole-array call on ``multicore`` hands its kernels' compiled entries the caller's float32 table and
+    source and int32 indices as they are (``multicore_launcher``'s ``reads_as``), and any dispatcher the launch still
+    calls (before its entries are known, or under a launch trace) views them as the kernel's uint32 first. Every call
+    gives numpy's bits (NaN payloads, -0.0, subnormals); a negative and a past-the-table index are still refused, the
+    scatter's table untouched; and nothing is compiled after the first calls: a dispatcher typed with the caller's own
+    dtypes would compile the kernel for float32, and its index check for int32, which reads -1 as below the table."""
+    if pto.a5_backend() != "multicore":
+        pytest.skip("the multicore backend's launches")
+    import numba.core.dispatcher
+    from simt_pto.host import tuning
+    from simt_pto.kernels.a5 import simt
+    rows = 8 if cut == "one range" else 512
+    rng = np.random.default_rng(29)
+    bits = rng.integers(0, 1 << 32, (rows, 64), dtype=np.uint64).astype(np.uint32)
+    bits[0, :4] = [0x7FC00001, 0xFFC12345, 0x80000000, 0x00000001]  # NaN payloads, -0.0, the least subnormal
+    table = bits.view(np.float32)
+    forced = {} if cut == "one range" else dict(row_copy_one_thread_bytes=0)
+    compiled: list = []
+    real_compile = numba.core.dispatcher.Dispatcher.compile
+
+    def recording(self, sig):
+        compiled.append((self.py_func.__name__, sig))
+        return real_compile(self, sig)
+
+    def calls(trace=False):
+        idx = rng.permutation(rows).astype(np.int32)
+        src = np.ascontiguousarray(table[::-1][:rows])
+        got = pto.gather(table, idx)
+        assert np.array_equal(got.view(np.uint32), bits[idx])
+        dst = np.zeros_like(table)
+        pto.scatter(dst, src, idx, coalesce="row")  # Conflict::Last: every index once, so each row is its source's
+        want = np.zeros_like(bits)
+        want[idx] = src.view(np.uint32)
+        assert np.array_equal(dst.view(np.uint32), want), trace
+
+    with tuning.tuned(**forced):
+        for _ in range(3):  # the full path, the kept launch's first run, its run that looks the entries up
+            calls()
+        monkeypatch.setattr(numba.core.dispatcher.Dispatcher, "compile", recording)
+        for _ in range(3):
+            calls()
+        with simt.trace_multicore_launches() as ranges:  # a traced launch calls its kernel's dispatcher
+            calls(trace=True)
+        assert ranges, "the traced calls ran no multicore launch"
+        for bad in (-1, rows):
+            idx = rng.permutation(rows).astype(np.int32)
+            idx[-1] = bad
+            with pytest.raises(pto.OutOfBoundsError):
+                pto.gather(table, idx)
+            dst = np.zeros_like(table)
+            with pytest.raises(pto.OutOfBoundsError):
+                pto.scatter(dst, table[:rows], idx, coalesce="row")
+            assert not dst.view(np.uint32).any(), f"index {bad}: the refused scatter wrote its table"
+        calls()
+    assert compiled == [], f"compiled after the first calls: {compiled}"
+
+
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
 def test_the_first_call_of_a_new_shape_is_planned_without_tiles(target, monkeypatch):
     """A warm process's first call of a new shape: the target's planner (no Tile built), a bounded road (the gather

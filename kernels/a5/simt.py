@@ -235,10 +235,11 @@ def compiled_entry(dispatcher, args: tuple):
     are bound. The dispatcher would type every argument again to find that same entry: about 0.5 microseconds of a
     repeated 8-row call, measured (docs/performance.md). The entry unboxes each argument itself and refuses an array
     of another element size; it does not check an array's dimensions, which is why only a launch whose arrays are
-    all 1-D by construction calls it. Two flags of an array's type may differ from call to call without changing
-    the signature's key: an index array's ``readonly`` (a kernel never writes its indices) and its ``aligned`` (an
-    index read at an address that is not a multiple of 4, which x86-64 and AArch64 load as any other); the code the
-    entry runs reads each element as its dtype either way."""
+    all 1-D by construction calls it, nor its dtype, which is why :func:`multicore_launcher` may hand it a float32
+    array where the kernel moves uint32 bits (``reads_as``). Two flags of an array's type may differ from call to
+    call without changing the signature's key: an index array's ``readonly`` (a kernel never writes its indices) and
+    its ``aligned`` (an index read at an address that is not a multiple of 4, which x86-64 and AArch64 load as any
+    other); the code the entry runs reads each element as its dtype either way."""
     kinds = tuple(map(_argument_kind, args))
     known = None not in kinds
     if known:
@@ -444,6 +445,21 @@ def _first_address(array):
 
 
 @functools.cache
+def index_range_check():
+    """``below(bits, lo, hi, capacity)``: :func:`_bits_below`'s compiled entry (:func:`compiled_entry`) for a 1-D
+    C-contiguous array of 4-byte indices, which it reads as their uint32 bits whatever their dtype (an int32 -1 is
+    then past any table), or None where Numba gives no entry. A kept launch's index step calls it on the caller's
+    int32 / uint32 indices as they are (0.4 µs for 8 of them on the development machine, against 0.8 µs for Python's
+    ``max`` and ``min`` over their ``tolist()``)."""
+    probe = np.zeros(1, np.uint32)
+    _bits_below(probe, 0, 1, 1)  # (compiled, or loaded from the disk cache)
+    entry = compiled_entry(_bits_below, (probe, 0, 1, 1))
+    if entry is None or not entry(probe, 0, 1, 1) or entry(np.array([-1], np.int32), 0, 1, 1 << 31):
+        return None
+    return entry
+
+
+@functools.cache
 def address_readers() -> dict:
     """``{itemsize: read}``: ``read(array)``, the address of the first element of a 1-D numpy array of that element
     size (1, 2, 4 or 8 bytes, any dtype, writable or not, any stride), by :func:`_first_address`'s compiled entry
@@ -591,7 +607,8 @@ def _indices_per_block(spec: LaunchSpec) -> int | None:
     return None
 
 
-def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity: int | None = None):
+def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity: int | None = None,
+                       reads_as: tuple[tuple[str, np.dtype], ...] = ()):
     """``run(*arrays)``: ``spec``'s launch on the ``multicore`` backend with ``arrays`` in the places of its arguments
     named ``operands`` (of the same Numba types as ``spec``'s), every other argument as ``spec`` has it. The kernel is
     looked up once, here: what a repeated call of one signature runs (``simt_pto.host.kept_launch.KeptLaunch``, for
@@ -602,18 +619,29 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
     ``idx_capacity`` (a gather whose output its call makes, under a policy that refuses out-of-range indices): the
     launch checks its uint32 ``idx`` operand against it, range by range on the threads that run the blocks
     (:func:`_launch_multicore`'s ``check``), and ``run`` returns False, its output to be dropped, when one is past
-    it (True otherwise)."""
+    it (True otherwise).
+
+    ``reads_as``: ``(name, dtype)`` of operands the caller hands in a dtype of their own, of ``dtype``'s element
+    size (a float32 table where the kernel moves uint32 bits, int32 indices read as uint32). A compiled entry reads
+    an array's memory whatever its dtype (:func:`compiled_entry`), so once every kernel the launch calls is one,
+    they are passed as they are, a view less each per call (a repeated 8-row call: about 0.4 µs each); until then,
+    and wherever the launch calls a dispatcher (a fault hook or a trace set), each is viewed as ``dtype`` first, so
+    a dispatcher never types, nor compiles for, the caller's own dtype."""
     picker = _operand_picker(spec, operands)
     if picker is None:
         return None
     arguments, constants = picker
     names = [name for name, _ in spec.args]
+    typed_at = tuple((names.index(name), np.dtype(dtype)) for name, dtype in reads_as)
     grid, warps, threads = int(spec.grid), int(spec.geometry.launch_warps), spec.multicore_threads
     kernel = compile_kernel(spec.kernel, spec.policy, "cpu")
     whole_grid = (0, grid, grid, warps) if grid == 1 or threads == 1 else None  # what _launch_multicore runs on its caller
     # the kernel's compiled entry (compiled_entry), looked up from the launch's second one-range run on: a shape
     # called twice, a warm-up and a call (bench/new_shapes.py), pays no lookup
     direct, ran = None, False
+    # raw: every kernel (and index check) this launch calls is a compiled entry, so the reads_as operands go as
+    # they are (a fault hook or a trace, tests' tools, routes a launch through its dispatchers: typed then)
+    raw = not typed_at
     if idx_capacity is not None and "table" not in spec.writes:
         idx_at, per_block = names.index("idx"), _indices_per_block(spec)
         direct_check = None  # the index check's compiled entry
@@ -621,11 +649,14 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         ranged = _RangeEntries(kernel, None, grid, warps)
 
         def run_checked(*arrays) -> bool:
-            nonlocal direct, direct_check, ran
+            nonlocal direct, direct_check, ran, raw
             args = arguments(arrays + constants)
+            if not raw or fault_hook is not None or _trace is not None:
+                args = _typed(args, typed_at)
             bits = args[idx_at]
             if whole_grid is None and per_block is not None:
                 entries = ranged.taken(args, (bits, 0, bits.size, idx_capacity))
+                raw = raw or ranged.all_entries()
                 return _launch_multicore(entries.kernel, grid, warps, args, threads,
                                          (bits, per_block, idx_capacity, entries.check))
             # (not through _launch_multicore's own one-range case: a small call's extra frames cost it about 0.7 us)
@@ -635,10 +666,13 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             if not (direct_check or _bits_below)(bits, 0, bits.size, idx_capacity):
                 return False
             if whole_grid is None:
-                _launch_multicore(ranged.taken(args).kernel, grid, warps, args, threads)
+                entries = ranged.taken(args)
+                raw = raw or (direct_check is not None and entries.all_entries())
+                _launch_multicore(entries.kernel, grid, warps, args, threads)
             elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
                 if direct is None and ran:
                     direct = compiled_entry(kernel, (whole_grid, *args))
+                    raw = direct is not None and direct_check is not None
                 ran = True
                 (direct or kernel)(whole_grid, *args)
             else:
@@ -653,10 +687,13 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
         ranged = _RangeEntries(kernel, alone, grid, warps)
 
         def run_writer(*arrays) -> None:
-            nonlocal direct, direct_alone, ran
+            nonlocal direct, direct_alone, ran, raw
             args = arguments(arrays + constants)
+            if not raw or fault_hook is not None or _trace is not None:
+                args = _typed(args, typed_at)
             if whole_grid is None:
                 entries = ranged.taken(args)
+                raw = raw or entries.all_entries()
                 _launch_multicore_writer(entries.kernel, entries.alone, grid, warps, args, threads, args[table_at])
                 return
             if fault_hook is not None or _trace is not None:
@@ -672,24 +709,42 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
                     return
             if direct is None and seen:
                 direct = compiled_entry(kernel, (whole_grid, *args))
+                # (a plan whose plain-store form has always run has no compiled atomic kernel yet: typed until then)
+                raw = direct is not None and (alone is None or direct_alone is not None)
             write_shared(table, direct or kernel, whole_grid, *args)
         return run_writer
 
     ranged = _RangeEntries(kernel, None, grid, warps)
 
     def run(*arrays) -> None:
-        nonlocal direct, ran
+        nonlocal direct, ran, raw
         args = arguments(arrays + constants)
+        if not raw or fault_hook is not None or _trace is not None:
+            args = _typed(args, typed_at)
         if whole_grid is None:
-            _launch_multicore(ranged.taken(args).kernel, grid, warps, args, threads)
+            entries = ranged.taken(args)
+            raw = raw or entries.all_entries()
+            _launch_multicore(entries.kernel, grid, warps, args, threads)
         elif fault_hook is None and _trace is None:  # (_run_range, inline: a small call's one range)
             if direct is None and ran:
                 direct = compiled_entry(kernel, (whole_grid, *args))
+                raw = direct is not None
             ran = True
             (direct or kernel)(whole_grid, *args)
         else:
             _run_range(kernel, whole_grid, args)
     return run
+
+
+def _typed(args: tuple, typed_at: tuple) -> tuple:
+    """``args`` with each array at a position of ``typed_at`` (``(position, dtype)`` pairs) viewed as its dtype
+    (:func:`multicore_launcher`'s ``reads_as``); ``args`` itself when there is none."""
+    if not typed_at:
+        return args
+    typed = list(args)
+    for at, dtype in typed_at:
+        typed[at] = typed[at].view(dtype)
+    return tuple(typed)
 
 
 class _RangeEntries:
@@ -698,22 +753,28 @@ class _RangeEntries:
     launch's second run on, looked up once then; until then, and where an entry is missing (a kernel not compiled
     yet), the dispatcher."""
 
-    __slots__ = ("kernel", "alone", "check", "_launch", "_runs")
+    __slots__ = ("kernel", "alone", "check", "_launch", "_runs", "_found")
 
     def __init__(self, kernel, alone, grid: int, warps: int):
         self.kernel, self.alone, self.check = kernel, alone, _bits_below
-        self._launch, self._runs = (0, grid, grid, warps), 0
+        self._launch, self._runs, self._found = (0, grid, grid, warps), 0, False
 
     def taken(self, args: tuple, check_args: tuple | None = None) -> _RangeEntries:
         """Itself, counting a run of the launch with ``args`` (and its index check's arguments, where it has one)."""
         runs = self._runs = self._runs + 1  # (a local: of two threads that count at once, one sees 2 or both do)
         if runs == 2:
-            self.kernel = compiled_entry(self.kernel, (self._launch, *args)) or self.kernel
-            if self.alone is not None:
-                self.alone = compiled_entry(self.alone, (self._launch, *args)) or self.alone
-            if check_args is not None:
-                self.check = compiled_entry(_bits_below, check_args) or _bits_below
+            kernel = compiled_entry(self.kernel, (self._launch, *args))
+            alone = None if self.alone is None else compiled_entry(self.alone, (self._launch, *args))
+            check = None if check_args is None else compiled_entry(_bits_below, check_args)
+            self.kernel, self.alone, self.check = kernel or self.kernel, alone or self.alone, check or _bits_below
+            self._found = (kernel is not None and (self.alone is None or alone is not None)
+                           and (check_args is None or check is not None))
         return self
+
+    def all_entries(self) -> bool:
+        """Whether the kernel, its plain-store form and its index check (those the launch has) are all compiled
+        entries (:func:`multicore_launcher`'s ``reads_as``)."""
+        return self._found
 
 
 def _single_launch(call: CallPlan) -> LaunchSpec | None:
