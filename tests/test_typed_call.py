@@ -663,25 +663,27 @@ def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_
     assert simt._bits_below in called, "the ranges' index check did not call its compiled entry"
 
 
-@pytest.mark.parametrize("cut", ["one range", "block ranges"])
-def test_a_kept_launch_hands_its_entries_the_callers_arrays_and_its_dispatchers_their_own_dtypes(cut, monkeypatch):
+@pytest.mark.parametrize("target, cut", [("a5", "one range"), ("a5", "block ranges"), ("a2a3", "one loop")])
+def test_a_kept_launch_hands_its_entries_the_callers_arrays_and_its_dispatchers_their_own_dtypes(target, cut,
+                                                                                                  monkeypatch):
     """A repeated whole-array call on ``multicore`` hands its kernels' compiled entries the caller's float32 table and
     source and int32 indices as they are (``multicore_launcher``'s ``reads_as``), and any dispatcher the launch still
-    calls (before its entries are known, or under a launch trace) views them as the kernel's uint32 first. Every call
-    gives numpy's bits (NaN payloads, -0.0, subnormals); a negative and a past-the-table index are still refused, the
-    scatter's table untouched; and nothing is compiled after the first calls: a dispatcher typed with the caller's own
-    dtypes would compile the kernel for float32, and its index check for int32, which reads -1 as below the table."""
-    if pto.a5_backend() != "multicore":
+    calls (before its entries are known, or under a launch trace) views them as the kernel's uint32 first; the A2/A3
+    loops, called through their dispatchers, take them viewed. Every call gives numpy's bits (NaN payloads, -0.0,
+    subnormals); a negative and a past-the-table index are still refused, the scatter's table untouched; nothing is
+    ever compiled for the caller's dtypes (a kernel compiled for float32, or an index check for int32, which reads -1
+    as below the table), and nothing after the first calls."""
+    if target == "a5" and pto.a5_backend() != "multicore":
         pytest.skip("the multicore backend's launches")
     import numba.core.dispatcher
     from simt_pto.host import tuning
     from simt_pto.kernels.a5 import simt
-    rows = 8 if cut == "one range" else 512
+    rows = 512 if cut == "block ranges" else 8
     rng = np.random.default_rng(29)
     bits = rng.integers(0, 1 << 32, (rows, 64), dtype=np.uint64).astype(np.uint32)
     bits[0, :4] = [0x7FC00001, 0xFFC12345, 0x80000000, 0x00000001]  # NaN payloads, -0.0, the least subnormal
     table = bits.view(np.float32)
-    forced = {} if cut == "one range" else dict(row_copy_one_thread_bytes=0)
+    forced = dict(row_copy_one_thread_bytes=0) if cut == "block ranges" else {}
     compiled: list = []
     real_compile = numba.core.dispatcher.Dispatcher.compile
 
@@ -692,34 +694,38 @@ def test_a_kept_launch_hands_its_entries_the_callers_arrays_and_its_dispatchers_
     def calls(trace=False):
         idx = rng.permutation(rows).astype(np.int32)
         src = np.ascontiguousarray(table[::-1][:rows])
-        got = pto.gather(table, idx)
+        got = pto.gather(table, idx, target=target)
         assert np.array_equal(got.view(np.uint32), bits[idx])
         dst = np.zeros_like(table)
-        pto.scatter(dst, src, idx, coalesce="row")  # Conflict::Last: every index once, so each row is its source's
+        pto.scatter(dst, src, idx, coalesce="row", target=target)  # every index once: each row is its source's
         want = np.zeros_like(bits)
         want[idx] = src.view(np.uint32)
         assert np.array_equal(dst.view(np.uint32), want), trace
 
+    monkeypatch.setattr(numba.core.dispatcher.Dispatcher, "compile", recording)
     with tuning.tuned(**forced):
         for _ in range(3):  # the full path, the kept launch's first run, its run that looks the entries up
             calls()
-        monkeypatch.setattr(numba.core.dispatcher.Dispatcher, "compile", recording)
+        first_calls = len(compiled)
         for _ in range(3):
             calls()
         with simt.trace_multicore_launches() as ranges:  # a traced launch calls its kernel's dispatcher
             calls(trace=True)
-        assert ranges, "the traced calls ran no multicore launch"
+        assert ranges or target == "a2a3", "the traced calls ran no multicore launch"
         for bad in (-1, rows):
             idx = rng.permutation(rows).astype(np.int32)
             idx[-1] = bad
             with pytest.raises(pto.OutOfBoundsError):
-                pto.gather(table, idx)
+                pto.gather(table, idx, target=target)
             dst = np.zeros_like(table)
             with pytest.raises(pto.OutOfBoundsError):
-                pto.scatter(dst, table[:rows], idx, coalesce="row")
+                pto.scatter(dst, table[:rows], idx, coalesce="row", target=target)
             assert not dst.view(np.uint32).any(), f"index {bad}: the refused scatter wrote its table"
         calls()
-    assert compiled == [], f"compiled after the first calls: {compiled}"
+    callers_dtypes = [(name, sig) for name, sig in compiled
+                      if any(isinstance(t, numba.types.Array) and str(t.dtype) in ("float32", "int32") for t in sig)]
+    assert callers_dtypes == [], f"compiled for the caller's dtypes: {callers_dtypes}"
+    assert compiled[first_calls:] == [], f"compiled after the first calls: {compiled[first_calls:]}"
 
 
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
