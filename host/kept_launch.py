@@ -690,15 +690,16 @@ def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = 
     return indices
 
 
-def _bits_below(bits: np.ndarray, lo: int, hi: int, capacity: int) -> bool:
+def _uint32_bits_below(bits: np.ndarray, lo: int, hi: int, capacity: int) -> bool:
     """Whether every one of ``bits[lo:hi]``, 4-byte indices read as their uint32 bits, is below ``capacity`` (what
-    :data:`_INDEX_RANGE_CHECK` holds until the A5 runtime hands over its compiled form)."""
+    :data:`_INDEX_RANGE_CHECK` holds until the A5 runtime hands over the compiled one, ``simt._bits_below``'s
+    entry)."""
     return hi <= lo or all_below(bits[lo:hi].view(_UINT32), capacity)
 
 
-_INDEX_RANGE_CHECK: list = [_bits_below]
+_INDEX_RANGE_CHECK: list = [_uint32_bits_below]
 """``[below]``: the index step's range check (``below(bits, lo, hi, capacity)``, 4-byte indices read as uint32
-bits): :func:`_bits_below`, until :func:`check_index_ranges_with` hands over the kernels' compiled one (this module
+bits): :func:`_uint32_bits_below`, until :func:`check_index_ranges_with` hands over the kernels' compiled one (this module
 imports no kernel)."""
 
 
