@@ -12,6 +12,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -624,6 +625,9 @@ def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_
         pytest.skip("one Numba thread: a launch runs its grid as one range")
     called: list = []
     real = simt.compiled_entry
+    caller = threading.get_ident()
+    helper_ran = threading.Event()
+    waited = threading.Event()
 
     def counting(dispatcher, args):
         entry = real(dispatcher, args)
@@ -632,6 +636,13 @@ def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_
 
         def counted(*arguments):
             called.append(dispatcher)
+            if threading.get_ident() != caller:
+                helper_ran.set()
+            elif not waited.is_set() and sys._getframe(2).f_code is simt._Launch.run.__code__:
+                # a launch's ranges go to whichever thread is free, and the caller may take them all before a helper
+                # wakes: holding its first range, once, until a helper has run one makes the claim below certain
+                waited.set()
+                helper_ran.wait(timeout=10)
             return entry(*arguments)
         return counted
     monkeypatch.setattr(simt, "compiled_entry", counting)
