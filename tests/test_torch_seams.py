@@ -211,6 +211,30 @@ def test_a_scatter_is_refused_exactly_where_index_put_is(target, make, mode):
         assert table._version - version == (0 if refused else 1) == oracle._version - version
 
 
+@pytest.mark.parametrize("first_in", ["grad mode", "inference mode"])
+def test_the_version_bump_counts_as_torchs_own_wherever_its_first_call_is(first_in, monkeypatch):
+    """:func:`~simt_pto.torch_rules.bump_version` finds its way to torch's counter at its first call, perhaps under
+    inference mode, where a tensor made there has no counter: the way found adds one to a plain tensor's counter
+    and its aliases' at each call, as ``torch.autograd.graph.increment_version`` does, and leaves an inference
+    tensor as it was."""
+    from simt_pto import torch_rules
+    monkeypatch.setattr(torch_rules, "_INCREMENT", [])  # (this process's first bump, again)
+    table, oracle = torch.zeros(4), torch.zeros(4)
+    alias = table.detach()
+    mode = torch.inference_mode() if first_in == "inference mode" else torch.enable_grad()
+    with mode:
+        inference = torch.zeros(2)
+        torch_rules.bump_version(inference if first_in == "inference mode" else table)
+    if first_in == "grad mode":
+        torch.autograd.graph.increment_version(oracle)
+    for _ in range(2):
+        torch_rules.bump_version(table)
+        torch.autograd.graph.increment_version(oracle)
+    assert len(torch_rules._INCREMENT) == 1
+    assert table._version == oracle._version == alias._version == 3 - (first_in == "inference mode")
+    assert torch.equal(inference, torch.zeros(2)) and inference.is_inference() == (first_in == "inference mode")
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_non_leaf_that_requires_grad_is_refused_while_grad_mode_is_on(target):
     """torch would record the write in the graph; a scatter records no grad_fn, so it refuses rather than let
