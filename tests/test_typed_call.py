@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -672,6 +673,50 @@ def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_
     assert len({thread for thread, *_ in ranges}) >= 2, "no launch ran on a helper thread"
     assert len(called) >= 3 * 2, "the launches' ranges did not call the compiled entries"
     assert simt._bits_below in called, "the ranges' index check did not call its compiled entry"
+
+
+@pytest.mark.parametrize("op", ["row gather", "elem add"])
+def test_a_launch_of_several_block_ranges_keeps_none_of_its_calls_arrays(op):
+    """Once a call whose launch ran on several threads has returned, nothing of the package's holds its arrays: the
+    table, the indices, the source and the result are freed when the caller drops them, on the first call of a shape
+    and on its kept launch's later runs. (A helper thread that kept its last launch while it slept held that call's
+    arrays, a table of any size, until the next launch woke it.)"""
+    if pto.a5_backend() != "multicore":
+        pytest.skip("the multicore backend's launches are cut into block ranges")
+    from simt_pto.host import tuning
+    from simt_pto.kernels.a5 import simt
+    if simt.multicore_workers() < 2:
+        pytest.skip("one Numba thread: a launch runs its grid as one range")
+    rng = np.random.default_rng(31)
+    forced = dict(row_copy_one_thread_bytes=0, atomic_scatter_one_thread_updates=0, plain_add_max_updates=0)
+    with tuning.tuned(**forced):
+        for call in range(4):
+            table = rng.standard_normal((256, 64)).astype(np.float32)
+            if op == "row gather":
+                idx = rng.integers(0, 256, 512).astype(np.int32)
+                result = pto.gather(table, idx)
+                assert np.array_equal(result, table[idx])
+                arrays = [table, idx, result if result.base is None else result.base]  # (its memory's owner)
+            else:
+                idx = rng.integers(0, table.size, 1 << 15).astype(np.int32)  # (8 blocks of 4096 updates)
+                src = rng.standard_normal(1 << 15).astype(np.float32)
+                want = table.copy()
+                np.add.at(want.reshape(-1), idx, src)
+                assert pto.scatter(table, src, idx, coalesce="elem", atomic="add") is table
+                assert np.allclose(table, want, rtol=0, atol=1e-4)
+                arrays = [table, idx, src]
+            refs = [weakref.ref(a) for a in arrays]
+            del table, idx, arrays
+            if op == "row gather":
+                del result
+            else:
+                del src, want
+            for _ in range(200):  # (a helper lets go of a launch just after it reports it finished)
+                gc.collect()
+                if not any(ref() is not None for ref in refs):
+                    break
+                time.sleep(0.005)
+            assert [ref() is None for ref in refs] == [True] * 3, f"call {call}: an array of the call is still held"
 
 
 @pytest.mark.parametrize("target, cut", [("a5", "one range"), ("a5", "block ranges"), ("a2a3", "one loop")])

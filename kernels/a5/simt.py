@@ -338,6 +338,8 @@ class _Helper:
                 error = exc
             self.pool.idle(self)
             launch.helper_finished(error)
+            # (asleep until the next launch, the thread would otherwise hold this one: its call's arrays, of any size)
+            del launch, error
 
 
 class _HelperPool:
