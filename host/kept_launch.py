@@ -401,13 +401,7 @@ def _run_kept(found: tuple[Call, dict[str, np.ndarray]] | None, written, written
         return False
     if key.operands[written_at].kind != TORCH:
         return entry.kept.run(arrays)
-    wrote = True  # (_bumping, inline: a repeated PyTorch scatter runs this on every call)
-    try:
-        wrote = entry.kept.run(arrays)
-        return wrote
-    finally:
-        if wrote:
-            torch_rules.bump_version(written)
+    return _bumping(written, lambda: entry.kept.run(arrays))
 
 
 def _bumping(tensor, run: Callable[[], bool]) -> bool:
