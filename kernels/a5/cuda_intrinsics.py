@@ -29,8 +29,11 @@ def warp_range(launch):
 
 
 @cuda.jit(device=True, inline="always")
-def lane_span():
-    return numba.int64(cuda.threadIdx.x), 1
+def first_lane():
+    return numba.int64(cuda.threadIdx.x)
+
+
+SPAN_LANES = 1  # a CUDA thread is one lane
 
 
 if cuda_mode() == "simulator":  # read from numba-cuda's own config, as imported

@@ -15,8 +15,8 @@ from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
 from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROWS_AHEAD, SERIAL_PREFETCH_AHEAD, STREAMED_RESULT_BYTES
-from .intrinsics import (atomic_cas, atomic_max, block_range, copy_run, lane_span, prefetch, prefetch_read,
-                         stream_run, warp_range)
+from .intrinsics import (SPAN_LANES, atomic_cas, atomic_max, block_range, copy_run, first_lane, prefetch,
+                         prefetch_read, stream_run, warp_range)
 
 
 def block_tile(b, tile_rows, valid_rows):
@@ -69,7 +69,7 @@ def tile_offset_2d(r, c, row_stride, col_stride):
 def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step, lanes):
     """``dst[dst_base + j * dst_cs] = src[src_base + j * src_cs]`` for the columns ``j`` of one warp's lanes
     in the lane order of the Row kernels: ``j = c + k * step + lane`` for ``lane < lanes``, ``j < stop``
-    (``c`` is the first lane's column, ``lanes`` from ``lane_span``).
+    (``c`` is the first lane's column, ``lanes`` the family's ``SPAN_LANES``).
 
     One GPU lane (``lanes == 1``) issues its loads four (then two) ahead of their stores. The destination and
     the source never overlap (UB and GM, or two GM arrays), but the compiler cannot know that: written one
@@ -144,11 +144,12 @@ def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, arg
     For each row ``gr`` of this thread, in order, calls ``visit(args, gr, last_row, col_begin, col_step, lanes,
     store)``: ``last_row`` is the last row of the thread's last block (how far ahead a CPU warp may read indices:
     its next block's rows follow its block's), ``col_begin`` the first column of the thread's first lane
-    (``lanes`` from ``lane_span``), ``col_step = kWarpsPerRow * 32``; ``args`` and ``store`` (a scatter's store
+    (``lanes``: the family's ``SPAN_LANES``), ``col_step = kWarpsPerRow * 32``; ``args`` and ``store`` (a scatter's store
     rule, else None) are the kernel's, passed through. The walk goes over row groups of ``kRowWarps`` with the
     warps inside, so a CPU runs a block's warps in lock-step, as an SM interleaves them, and visits the rows in
     order."""
-    lane0, lanes = lane_span()
+    lane0 = first_lane()
+    lanes = SPAN_LANES
     col_step = warps_per_row * WARP
     warps = warp_range(launch)
     # The first warp's row and segment are divided out once and counted along the warps after it: a division per
@@ -181,7 +182,7 @@ def streams_rows(dst, dst_cs, warps_per_row):
     at least ``STREAMED_RESULT_BYTES`` (larger than the caches can keep while it is written: a normal store
     first reads the line it writes, and the lines it fills evict the table rows prefetched for the next rows),
     each row one warp's contiguous run. A GPU lane (``lanes == 1``) never does."""
-    _lane0, lanes = lane_span()
+    lanes = SPAN_LANES
     return lanes > 1 and dst_cs == 1 and warps_per_row == 1 and dst.size * dst.itemsize >= STREAMED_RESULT_BYTES
 
 
@@ -249,7 +250,8 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
     ``row0`` and first flat position in the whole region ``base``; ``args`` and ``store`` as for :func:`walk_rows`.
     A CPU thread running a gather (``store`` None) visits each block as one span: the same positions in the same
     order."""
-    lane0, lanes = lane_span()
+    lane0 = first_lane()
+    lanes = SPAN_LANES
     threads = launch[3] * WARP
     # a gather on the CPU: the warps' spans of a block follow each other (warp ty, step s: positions from s + 32 ty),
     # so the thread that runs them all in order runs the block as one span, one loop without the walk between spans
@@ -350,7 +352,8 @@ def walk_grid(launch, count, visit, args):
     """The flat grid-stride walk over ``count`` items: thread ``g = b * threads + ty * 32 + lane0`` takes items
     ``g, g + grid threads, ...`` (:func:`grid_stride`; a CPU warp its 32 lanes' items as one span). Calls
     ``visit(args, item)`` for each, in order."""
-    lane0, lanes = lane_span()
+    lane0 = first_lane()
+    lanes = SPAN_LANES
     for b in block_range(launch):
         for ty in warp_range(launch):
             first, step = grid_stride(launch, b, ty, lane0)
@@ -365,7 +368,8 @@ def walk_block_share(launch, b, count, visit, args):
     thread ``t = ty * 32 + lane0`` takes items ``lo + t, lo + t + threads, ...`` (a CPU warp its 32 lanes' items as
     one span, so that a CPU block of one warp walks its share in order). For a kernel whose blocks differ in what
     they visit: it walks its blocks itself."""
-    lane0, lanes = lane_span()
+    lane0 = first_lane()
+    lanes = SPAN_LANES
     lo = b * count // launch[2]
     hi = (b + 1) * count // launch[2]
     threads = launch[3] * WARP
@@ -437,7 +441,7 @@ def claim_elem_owner(args, item):
     total, contiguous, prefetches, alone, rule)``, the three flags loop-invariant."""
     owner, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, prefetches, alone, rule = args
     p = total - 1 - item
-    _, lanes = lane_span()
+    lanes = SPAN_LANES
     if lanes > 1 and contiguous and prefetches and p >= CLAIM_PREFETCH_AHEAD:
         ahead, ahead_in_range = remap_index(idx[unsigned_offset(p - CLAIM_PREFETCH_AHEAD)], table_size, rule)
         if ahead_in_range:
@@ -461,7 +465,7 @@ def claim_private_elem_owner(args, item):
     rule)``."""
     owner, refused, idx, idx_rs, idx_cs, table_size, valid_cols, total, contiguous, rule = args
     p = total - 1 - item
-    _, lanes = lane_span()
+    lanes = SPAN_LANES
     slot, in_range = elem_owner_slot(idx, idx_rs, idx_cs, table_size, valid_cols, contiguous, rule, p)
     if in_range:
         if slot >= table_size:

@@ -7,9 +7,10 @@ backend's implementation and compiles it there:
 * ``cuda`` (a GPU, or Numba's CUDA simulator): the thread is one CUDA thread, ``(blockIdx.x,
   threadIdx.y, threadIdx.x)``; the atomics are ``numba.cuda.atomic.*``.
 * ``cpu``: the thread is a whole block range of one CPU worker: ``block_range`` yields the blocks
-  ``[launch[0], launch[1])``, ``warp_range`` every warp of the block in order, and ``lane_span`` the 32
-  lanes of a warp as one span ``(0, 32)``, which the kernels walk as a contiguous run (a warp's lanes
-  touch consecutive elements, so on a CPU they are one vectorisable loop instead of 32 strided ones).
+  ``[launch[0], launch[1])``, ``warp_range`` every warp of the block in order, and the 32 lanes of a warp
+  run as one span (``first_lane()`` 0, ``SPAN_LANES`` 32), which the kernels walk as a contiguous run (a
+  warp's lanes touch consecutive elements, so on a CPU they are one vectorisable loop instead of 32 strided
+  ones).
   The atomics are LLVM ``atomicrmw`` / ``cmpxchg`` on the element (Numba has none for the CPU).
 
 ``launch`` is the tuple ``(block_lo, block_hi, grid_blocks, launch_warps)`` every kernel takes first:
@@ -18,7 +19,10 @@ the launch geometry of :mod:`simt_pto.geometry`, passed the same way to both bac
 are unused).
 
 The stubs below only name and document the intrinsics (as ``numba.cuda.stubs`` does); calling one from
-Python raises.
+Python raises. ``SPAN_LANES`` is a constant, not a function: bound per family as a global of the kernel's copy, it
+is a compile-time fact Numba's dead-branch pruning reads, so each family's kernels are typed and lowered without
+the other's branches (``if lanes == 1``): the same machine code, about a sixth less compile time on the CPU and a
+fifth less for CUDA (docs/performance.md, twentieth session).
 """
 from __future__ import annotations
 
@@ -45,8 +49,12 @@ block_range = _stub("block_range")
 """``block_range(launch)``: the block indices this thread runs (CUDA: ``blockIdx.x`` alone)."""
 warp_range = _stub("warp_range")
 """``warp_range(launch)``: the warps (``threadIdx.y``) this thread runs (CUDA: its own alone)."""
-lane_span = _stub("lane_span")
-"""``lane_span()``: ``(first lane, lanes)`` this thread runs as one contiguous span (CUDA: ``(threadIdx.x, 1)``)."""
+first_lane = _stub("first_lane")
+"""``first_lane()``: the first of the ``SPAN_LANES`` lanes this thread runs as one contiguous span (CUDA:
+``threadIdx.x``; CPU: 0)."""
+SPAN_LANES = 0
+"""The lanes a thread runs as one contiguous span: 32 on the CPU (a warp), 1 on CUDA (the thread's own lane). A
+constant each family binds (0 here: a kernel run as plain Python never gets this far, its ``block_range`` raises)."""
 atomic_add = _stub("atomic_add")
 """``atomic_add(ary, i, v)``: ``old = ary[i]; ary[i] = old + v; return old``, atomically (int32, uint32,
 int64, float32)."""
@@ -85,7 +93,7 @@ float32_sum = _stub("float32_sum")
 """``float32_sum(x, y)``: ``x + y`` in float32, rounded once (subnormals kept). With the two bit casts, what the
 16-bit float adder (:mod:`simt_pto.kernels.softfloat`) computes with."""
 
-NAMES = ("block_range", "warp_range", "lane_span", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
+NAMES = ("block_range", "warp_range", "first_lane", "SPAN_LANES", "atomic_add", "atomic_max", "atomic_min", "atomic_cas",
          "prefetch", "prefetch_read", "copy_run", "stream_run", "store_fence", "float32_from_bits", "float32_bits",
          "float32_sum")
 
@@ -307,8 +315,8 @@ def _cpu_warp_range(launch):
 
 
 @njit(inline="always")
-def _cpu_lane_span():
-    return 0, 32
+def _cpu_first_lane():
+    return 0
 
 
 @njit(inline="always")
@@ -351,7 +359,8 @@ def _cpu_prefetch_read(ary, i, n):
 
 
 CPU = {
-    "block_range": _cpu_block_range, "warp_range": _cpu_warp_range, "lane_span": _cpu_lane_span,
+    "block_range": _cpu_block_range, "warp_range": _cpu_warp_range, "first_lane": _cpu_first_lane,
+    "SPAN_LANES": 32,
     "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
     "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element,
     "prefetch_read": _cpu_prefetch_read, "copy_run": _cpu_copy_run, "stream_run": _cpu_stream_run,

@@ -17,7 +17,7 @@ from simt_pto.enums import IndexRule
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from .device import dense_tile, gather_elems, gather_row, span_end, streams_rows, walk_elems, walk_rows
-from .intrinsics import block_range, lane_span, store_fence, warp_range
+from .intrinsics import SPAN_LANES, block_range, first_lane, store_fence, warp_range
 
 
 @functools.cache
@@ -87,7 +87,8 @@ def simt_mgather_l1_elem_kernel(rule: IndexRule):
 
     def simt_mgather_l1_elem_kernel(launch, scratch, table, idx, idx_rs, valid_rows, valid_cols, table_size,
                                     tile_rows, tile_elems, kc0):
-        lane0, lanes = lane_span()
+        lane0 = first_lane()
+        lanes = SPAN_LANES
         threads = launch[3] * WARP
         block_span = tile_rows * kc0
         for _b in block_range(launch):

@@ -12,7 +12,7 @@
 Factories take the index rule, the ScatterAtomicOp value and the element format
 (:mod:`simt_pto.kernels.store`) as compile-time constants and return the kernel as plain Python over the intrinsics of
 :mod:`.intrinsics` (compiled per backend by :mod:`.simt`). ``launch`` is ``(block_lo, block_hi, grid,
-kLaunchWarps)``; a warp's lanes run as the span ``lane_span()`` returns (one lane on CUDA, 32 on the CPU).
+kLaunchWarps)``; a warp's lanes run as one span of ``SPAN_LANES`` lanes (one on CUDA, 32 on the CPU).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .device import (claim_compact_owner, claim_elem_owner, claim_private_elem_o
                      claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner,
                      scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
-from .intrinsics import block_range, lane_span
+from .intrinsics import SPAN_LANES, block_range
 
 
 @functools.cache
@@ -198,7 +198,7 @@ def simt_mscatter_elem_owner_claim_kernel(rule: IndexRule):
         total = valid_rows * valid_cols
         contiguous = idx_cs == 1 and dense_tile(idx_rs, idx_cs, valid_cols)
         prefetches = owner.size >= CLAIM_PREFETCH_MIN_SLOTS
-        _, lanes = lane_span()
+        lanes = SPAN_LANES
         alone = lanes > 1 and launch[2] == 1  # a CPU grid of one block: one thread runs it (never so on CUDA)
         walk_grid(launch, total, claim_elem_owner, (owner, idx, idx_rs, idx_cs, table_size, valid_cols, total,
                                                     contiguous, prefetches, alone, rule))
