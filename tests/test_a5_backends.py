@@ -81,6 +81,33 @@ def test_multicore_backend_never_imports_numba_cuda():
     assert out.stdout.strip() == "False"
 
 
+def test_a_cpu_kernel_is_typed_without_the_one_lane_branches():
+    """A span's width is a constant of each backend family (``SPAN_LANES``: 32 on the CPU, 1 on CUDA), which Numba's
+    dead-branch pruning reads before typing: a CPU Row gather's typed IR holds the warp's contiguous copy of
+    ``copy_row_segment`` and none of a GPU lane's loads issued four ahead (typed and lowered, they cost compile time
+    only, for LLVM to drop)."""
+    import inspect
+
+    import numba
+
+    from simt_pto.host.tools import kernel_report
+    from simt_pto.kernels.a5 import device
+
+    assert simt.namespace("cpu")["SPAN_LANES"] == 32
+    spec = kernel_report.launch_of(kernel_report.build_plan("mgather", "row", dtype="float32"))
+    signature = kernel_report.signature(spec)
+    dispatcher = numba.njit(signature, nogil=True)(simt.bound_source(spec.kernel, spec.policy, "cpu"))
+    typed = dispatcher.overloads[dispatcher.signatures[0]].type_annotation
+    source, first = inspect.getsourcelines(device.copy_row_segment)
+    path = inspect.getsourcefile(device.copy_row_segment)
+    lines = {stmt.loc.line for block in typed.blocks.values() for stmt in block.body if stmt.loc.filename == path}
+    one_lane = {first + i for i, text in enumerate(source) if "v3 = src[" in text or "v1 = src[" in text}
+    warp_run = {first + i for i, text in enumerate(source) if "copy_run(dst" in text}
+    assert one_lane and warp_run
+    assert warp_run <= lines, "the CPU's contiguous copy is missing from the typed kernel"
+    assert not lines & one_lane, f"one-lane lines {sorted(lines & one_lane)} of copy_row_segment were typed for the CPU"
+
+
 # -- the multicore backend: blocks on several threads, exact atomics ----------------------------------------------------
 
 @pytest.mark.skipif(simt.multicore_workers() < 2, reason="NUMBA_NUM_THREADS is 1: one worker thread")
