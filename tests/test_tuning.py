@@ -90,7 +90,9 @@ def test_the_planner_reads_the_table_not_module_constants():
 # stay beside the code that uses them.
 KERNEL_FACTS = {
     "a5/intrinsics.py": {"_CACHE_LINE",  # the x86-64 cache line (64 bytes), the step of the line prefetch
-                         "_STREAM_STORE_BYTES"},  # SSE's store width (16 bytes), that of the non-temporal stores
+                         "_STREAM_STORE_BYTES",  # SSE's store width (16 bytes), that of the non-temporal stores
+                         "SPAN_LANES"},  # the stub of a family's span width (each family binds its own)
+    "a5/cuda_intrinsics.py": {"SPAN_LANES"},  # a CUDA thread is one lane
     "softfloat.py": {"F16_EXP_BITS", "F16_MAN_BITS",  # IEEE binary16's exponent and significand widths (5, 10)
                      "BF16_EXP_BITS", "BF16_MAN_BITS",  # bfloat16's (8, 7)
                      "F16_SUBNORMAL_UNIT"},  # 2^-24, binary16's smallest subnormal

@@ -31,6 +31,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from simt_pto.geometry import WARP
 from simt_pto.kernels import softfloat
 
 
@@ -360,7 +361,7 @@ def _cpu_prefetch_read(ary, i, n):
 
 CPU = {
     "block_range": _cpu_block_range, "warp_range": _cpu_warp_range, "first_lane": _cpu_first_lane,
-    "SPAN_LANES": 32,
+    "SPAN_LANES": WARP,  # a warp's lanes: one span
     "atomic_add": _cpu_atomic_add, "atomic_max": _cpu_atomic_max, "atomic_min": _cpu_atomic_min,
     "atomic_cas": _cpu_atomic_cas, "prefetch": _cpu_prefetch_element,
     "prefetch_read": _cpu_prefetch_read, "copy_run": _cpu_copy_run, "stream_run": _cpu_stream_run,
