@@ -144,8 +144,8 @@ def walk_rows(launch, tile_rows, row_count, row_warps, warps_per_row, visit, arg
     For each row ``gr`` of this thread, in order, calls ``visit(args, gr, last_row, col_begin, col_step, lanes,
     store)``: ``last_row`` is the last row of the thread's last block (how far ahead a CPU warp may read indices:
     its next block's rows follow its block's), ``col_begin`` the first column of the thread's first lane
-    (``lanes``: the family's ``SPAN_LANES``), ``col_step = kWarpsPerRow * 32``; ``args`` and ``store`` (a scatter's store
-    rule, else None) are the kernel's, passed through. The walk goes over row groups of ``kRowWarps`` with the
+    (``lanes``: the family's ``SPAN_LANES``), ``col_step = kWarpsPerRow * 32``; ``args`` and ``store`` (a
+    scatter's store rule, else None) are the kernel's, passed through. The walk goes over row groups of ``kRowWarps`` with the
     warps inside, so a CPU runs a block's warps in lock-step, as an SM interleaves them, and visits the rows in
     order."""
     lane0 = first_lane()
