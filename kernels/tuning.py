@@ -3,7 +3,7 @@ where it was measured ("dev machine": the 2-core AMD EPYC development machine, 3
 docs/performance.md, "Why the thresholds are where they are").
 
 Each is a plain module-level int or float, and a kernel module takes it by name (``from simt_pto.kernels.tuning
-import ROWS_AHEAD``): a jitted function that reads a global scalar has it frozen in at compile time. The
+import ROW_PREFETCH_BYTES``): a jitted function that reads a global scalar has it frozen in at compile time. The
 kernel-cache digest (:mod:`simt_pto.kernels.cache`) covers this file, so an edit here recompiles the kernels. Each
 picks how the same work is spread or paced (prefetch distances, block ranges, a scan's grid, a poll); none changes
 which results a call may give. The host's thresholds are a table of their own, :mod:`simt_pto.host.tuning` (the
@@ -13,8 +13,8 @@ kernels may not import the host). This module imports nothing.
 CHUNKS_PER_WORKER = 4
 """Block ranges per worker of a multicore launch: balance over uneven blocks against a call per range (untuned; dev machine, 2026-11-23)."""
 
-ROWS_AHEAD = 8
-"""Rows ahead a CPU warp prefetches the table row it will copy: misses overlapped against lines evicted unused (dev machine, 2026-11-26)."""
+ROW_PREFETCH_BYTES = 4096
+"""Bytes of rows a CPU warp prefetches ahead (16 rows of 256 B): misses in flight against lines evicted unused (dev machine, 2026-11-30)."""
 
 STREAMED_RESULT_BYTES = 8 << 20
 """A CPU Row gather into at least this many bytes streams its stores: its speed against its reader's misses (dev machine, 2026-11-29)."""

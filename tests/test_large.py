@@ -426,6 +426,26 @@ def test_only_a_large_cpu_row_gather_streams():
     assert not streams_rows(large, 1, 2)         # a row split between warps: no one contiguous run
 
 
+def test_a_cpu_warp_prefetches_as_many_bytes_of_rows_ahead_whatever_their_width():
+    """Random row reads wait on memory, and what keeps it busy is the lines in flight: a CPU warp prefetches about
+    ``ROW_PREFETCH_BYTES`` of rows ahead (a row counted as at least one cache line), so narrow rows are prefetched
+    further ahead than wide ones (a distance fixed in rows left 64-byte rows waiting: docs/performance.md)."""
+    from simt_pto.kernels.a5 import simt
+    from simt_pto.kernels.a5.intrinsics import CACHE_LINE_BYTES
+    from simt_pto.kernels.tuning import ROW_PREFETCH_BYTES
+    rows_ahead = simt.namespace("cpu")["rows_ahead"]
+    previous = None
+    for row_bytes in range(1, 4 * ROW_PREFETCH_BYTES + 1):
+        cols, itemsize = (row_bytes // 4, 4) if row_bytes % 4 == 0 else (row_bytes, 1)
+        ahead = rows_ahead(cols, itemsize)
+        cost = max(row_bytes, CACHE_LINE_BYTES)
+        assert ahead >= 1, row_bytes
+        assert ahead == 1 or ahead * cost <= ROW_PREFETCH_BYTES, row_bytes     # no more than the distance...
+        assert (ahead + 1) * cost > ROW_PREFETCH_BYTES, row_bytes               # ...and no less
+        assert previous is None or ahead <= previous, row_bytes                 # wider rows: never further ahead
+        previous = ahead
+
+
 @functools.cache
 def _stream_copy():
     """An ``njit`` function ``(dst, dst_start, src, src_start, n)`` around the CPU's ``stream_run``, compiled once."""

@@ -89,7 +89,7 @@ def test_the_planner_reads_the_table_not_module_constants():
 # Module-level numbers under kernels/ that are facts of the hardware or of a number format, not tuned choices: they
 # stay beside the code that uses them.
 KERNEL_FACTS = {
-    "a5/intrinsics.py": {"_CACHE_LINE",  # the x86-64 cache line (64 bytes), the step of the line prefetch
+    "a5/intrinsics.py": {"CACHE_LINE_BYTES",  # the x86-64 cache line (64 bytes), the step of the line prefetch
                          "_STREAM_STORE_BYTES",  # SSE's store width (16 bytes), that of the non-temporal stores
                          "SPAN_LANES"},  # the stub of a family's span width (each family binds its own)
     "a5/cuda_intrinsics.py": {"SPAN_LANES"},  # a CUDA thread is one lane
@@ -132,7 +132,7 @@ def test_the_kernels_tuned_constants_live_in_one_table():
              for path in sorted(folder.rglob("*.py")) if _module_numbers(path)}
     table = found.pop("tuning.py")
     assert found == KERNEL_FACTS
-    assert {"CHUNKS_PER_WORKER", "ROWS_AHEAD", "SERIAL_PREFETCH_AHEAD", "CLAIM_PREFETCH_AHEAD", "CLAIM_PREFETCH_MIN_SLOTS",
+    assert {"CHUNKS_PER_WORKER", "ROW_PREFETCH_BYTES", "SERIAL_PREFETCH_AHEAD", "CLAIM_PREFETCH_AHEAD", "CLAIM_PREFETCH_MIN_SLOTS",
             "SCAN_BLOCK", "SCAN_MAX_BLOCKS", "WAIT_SLICE_S"} <= table
 
 

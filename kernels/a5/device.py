@@ -14,8 +14,8 @@ import numba
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
-from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROWS_AHEAD, SERIAL_PREFETCH_AHEAD, STREAMED_RESULT_BYTES
-from .intrinsics import (SPAN_LANES, atomic_cas, atomic_max, block_range, copy_run, first_lane, prefetch,
+from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROW_PREFETCH_BYTES, SERIAL_PREFETCH_AHEAD, STREAMED_RESULT_BYTES
+from .intrinsics import (CACHE_LINE_BYTES, SPAN_LANES, atomic_cas, atomic_max, block_range, copy_run, first_lane, prefetch,
                          prefetch_read, stream_run, warp_range)
 
 
@@ -106,15 +106,22 @@ def copy_row_segment(dst, dst_base, dst_cs, src, src_base, src_cs, c, stop, step
             c += step
 
 
-def prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes):
-    """On the CPU (a warp's span, ``lanes > 1``), prefetch the table row that destination row
-    ``gr + ROWS_AHEAD`` will read (one prefetch per 64-byte line): random row reads are latency-bound, and
-    the hardware prefetcher cannot guess the next row. ``last_row`` is the thread's last row, not its block's:
-    a block's first rows are prefetched while the block before it ends (stopping at each block's end left
-    ``ROWS_AHEAD`` rows of every 256-row block to wait for memory). The index may belong to a range whose check
-    has not run yet, so the slot is bounded by the table. A GPU lane does nothing."""
-    if lanes > 1 and gr + ROWS_AHEAD <= last_row:
-        slot, in_range = remap_index(idx[unsigned_offset((gr + ROWS_AHEAD) * idx_step)], table_rows, rule)
+def rows_ahead(valid_cols, itemsize):
+    """How many rows ahead a CPU warp prefetches (:func:`prefetch_row_ahead`): ``ROW_PREFETCH_BYTES`` of table rows,
+    each counted as at least a cache line, and at least one row. Random row reads are latency-bound: what keeps
+    memory busy is the number of lines in flight, so narrow rows are prefetched further ahead than wide ones."""
+    return max(1, ROW_PREFETCH_BYTES // max(valid_cols * itemsize, CACHE_LINE_BYTES))
+
+
+def prefetch_row_ahead(table, idx, idx_step, gr, ahead, last_row, table_rows, valid_cols, rule, lanes):
+    """On the CPU (a warp's span, ``lanes > 1``), prefetch the table row that destination row ``gr + ahead``
+    (:func:`rows_ahead`) will read (one prefetch per 64-byte line): random row reads are latency-bound, and the
+    hardware prefetcher cannot guess the next row. ``last_row`` is the thread's last row, not its block's: a
+    block's first rows are prefetched while the block before it ends (stopping at each block's end left the first
+    rows of every 256-row block to wait for memory). The index may belong to a range whose check has not run yet,
+    so the slot is bounded by the table. A GPU lane does nothing."""
+    if lanes > 1 and gr + ahead <= last_row:
+        slot, in_range = remap_index(idx[unsigned_offset((gr + ahead) * idx_step)], table_rows, rule)
         if in_range and slot < table_rows:
             prefetch_read(table, slot * valid_cols, valid_cols)
 
@@ -190,9 +197,10 @@ def gather_row(args, gr, last_row, col_begin, col_step, lanes, store):
     """``simt_mgather_row_kernel``'s visitor: this warp's columns of destination row ``gr`` from table row
     ``remap(idx[gr])`` (packed ND, row stride ``validCols``), or ``T(0)`` where the rule masks the row
     (GatherOOB::Zero). ``args = (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule,
-    streams)``; ``streams`` (:func:`streams_rows`): the warp owns whole rows, copied by streaming stores."""
-    dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule, streams = args
-    prefetch_row_ahead(table, idx, idx_step, gr, last_row, table_rows, valid_cols, rule, lanes)
+    streams, ahead)``; ``streams`` (:func:`streams_rows`): the warp owns whole rows, copied by streaming stores;
+    ``ahead`` (:func:`rows_ahead`): how far ahead a CPU warp prefetches."""
+    dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule, streams, ahead = args
+    prefetch_row_ahead(table, idx, idx_step, gr, ahead, last_row, table_rows, valid_cols, rule, lanes)
     slot, in_range = remap_index(idx[unsigned_offset(gr * idx_step)], table_rows, rule)
     if in_range:
         if streams:
@@ -629,7 +637,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 
 
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
-           copy_row_segment, fill_row_segment, prefetch_row_ahead, gather_element, streams_rows,
+           copy_row_segment, fill_row_segment, rows_ahead, prefetch_row_ahead, gather_element, streams_rows,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
            walk_elems, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,

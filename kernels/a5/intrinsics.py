@@ -157,7 +157,7 @@ def _cpu_cas(typingctx, ary, idx, old, new):
     return ary.dtype(ary, idx, old, new), codegen
 
 
-_CACHE_LINE = 64
+CACHE_LINE_BYTES = 64
 """Bytes of an x86-64 cache line, the step of the line prefetch: a fact of the hardware, not a tuned value."""
 
 
@@ -198,8 +198,8 @@ def _cpu_prefetch_lines(typingctx, ary, start, n):
         first = builder.ptrtoint(_element_pointer(context, builder, aryty, args[0], startty, args[1]), intp)
         itemsize = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
         end = builder.add(first, builder.mul(context.cast(builder, args[2], nty, types.intp), intp(itemsize)))
-        line = builder.and_(first, intp(-_CACHE_LINE))
-        with cgutils.for_range_slice(builder, line, end, intp(_CACHE_LINE)) as (address, _):
+        line = builder.and_(first, intp(-CACHE_LINE_BYTES))
+        with cgutils.for_range_slice(builder, line, end, intp(CACHE_LINE_BYTES)) as (address, _):
             _llvm_prefetch(builder, builder.inttoptr(address, llvm_ir.IntType(8).as_pointer()), 0)
         return context.get_dummy_value()
 
@@ -255,7 +255,7 @@ def _stream_bytes(context, builder, dptr, sptr, nbytes):
     with builder.if_then(builder.icmp_signed(">", head, intp(0)), likely=False):
         cgutils.raw_memcpy(builder, dptr, sptr, head, 1)
     rest = builder.sub(nbytes, head)
-    lines_end = builder.add(head, builder.and_(rest, intp(-_CACHE_LINE)))
+    lines_end = builder.add(head, builder.and_(rest, intp(-CACHE_LINE_BYTES)))
     body_end = builder.add(head, builder.and_(rest, intp(-_STREAM_STORE_BYTES)))
     vector = llvm_ir.VectorType(llvm_ir.IntType(64), _STREAM_STORE_BYTES // 8).as_pointer()
     nontemporal = builder.module.add_metadata([llvm_ir.IntType(32)(1)])
@@ -267,8 +267,8 @@ def _stream_bytes(context, builder, dptr, sptr, nbytes):
             stored = builder.store(value, builder.bitcast(builder.gep(dptr, [at]), vector), align=_STREAM_STORE_BYTES)
             stored.set_metadata("nontemporal", nontemporal)
 
-    with cgutils.for_range_slice(builder, head, lines_end, intp(_CACHE_LINE)) as (offset, _):
-        stream(offset, _CACHE_LINE // _STREAM_STORE_BYTES)
+    with cgutils.for_range_slice(builder, head, lines_end, intp(CACHE_LINE_BYTES)) as (offset, _):
+        stream(offset, CACHE_LINE_BYTES // _STREAM_STORE_BYTES)
     with cgutils.for_range_slice(builder, lines_end, body_end, intp(_STREAM_STORE_BYTES)) as (offset, _):
         stream(offset, 1)
     tail = builder.sub(nbytes, body_end)

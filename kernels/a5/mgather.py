@@ -16,7 +16,7 @@ import functools
 from simt_pto.enums import IndexRule
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
-from .device import dense_tile, gather_elems, gather_row, span_end, streams_rows, walk_elems, walk_rows
+from .device import dense_tile, gather_elems, gather_row, rows_ahead, span_end, streams_rows, walk_elems, walk_rows
 from .intrinsics import SPAN_LANES, block_range, first_lane, store_fence, warp_range
 
 
@@ -35,8 +35,9 @@ def simt_mgather_row_kernel(rule: IndexRule):
     def simt_mgather_row_kernel(launch, dst, dst_rs, dst_cs, idx, idx_step, table, table_rows,
                                 valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
         streams = streams_rows(dst, dst_cs, warps_per_row)
+        ahead = rows_ahead(valid_cols, table.itemsize)
         walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, gather_row,
-                  (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule, streams), None)
+                  (dst, dst_rs, dst_cs, idx, idx_step, table, table_rows, valid_cols, rule, streams, ahead), None)
         if streams:
             store_fence()
 
