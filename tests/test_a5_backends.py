@@ -114,7 +114,8 @@ def test_a_cpu_kernel_is_typed_without_the_one_lane_branches():
 def test_multicore_backend_runs_blocks_on_several_threads_at_once(multicore_backend):
     rng = np.random.default_rng(3)
     table = rng.standard_normal(1 << 20).astype(np.float32)
-    idx = rng.integers(0, table.size, 1 << 21, dtype=np.int32)
+    # 8M indices: a call of several milliseconds even on a fast host, long enough for a helper woken late to overlap
+    idx = rng.integers(0, table.size, 1 << 23, dtype=np.int32)
     pto.gather(table, idx, coalesce="elem")  # compile outside the trace
     for _attempt in range(5):
         with simt.trace_multicore_launches() as ranges:

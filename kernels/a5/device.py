@@ -318,7 +318,12 @@ def gather_elems(args, row0, base, p, end, total, lanes, store):
     dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_cols, dense, rule)``, ``dense`` both tiles
     :func:`dense_tile`."""
     dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_cols, dense, rule = args
-    if lanes > 1 and dense:
+    if lanes > 1 and dense and dst_cs == 1 and idx_cs == 1:
+        # unit strides spelled out: with ``q * dst_cs`` each access is a pointer of its own stepped by a register,
+        # and the loop ran 1.5x slower than this one on the development machine (docs/performance.md)
+        for q in range(base + p, base + end):
+            gather_element(dst, unsigned_offset(q), idx[unsigned_offset(q)], table, table_size, rule)
+    elif lanes > 1 and dense:
         for q in range(base + p, base + end):
             gather_element(dst, unsigned_offset(q * dst_cs), idx[unsigned_offset(q * idx_cs)], table, table_size, rule)
     else:
