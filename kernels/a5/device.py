@@ -313,19 +313,16 @@ def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
 
 def gather_elems(args, row0, base, p, end, total, lanes, store):
     """``simt_mgather_elem_kernel``'s visitor: ``dst[i, j] = table[remap(idx[i, j])]`` over one span. A CPU span of
-    dense tiles runs as one affine loop (unsigned offsets, :func:`unsigned_offset`); otherwise it divides ``(r, c)``
-    out once and walks from there (both tiles through ``tile_offset_2d``: RowMajor or ColMajor). ``args = (dst,
-    dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_cols, dense, rule)``, ``dense`` both tiles
-    :func:`dense_tile`."""
+    dense tiles with unit column strides runs as one affine loop over flat positions (unsigned offsets,
+    :func:`unsigned_offset`); otherwise it divides ``(r, c)`` out once and walks from there (both tiles through
+    ``tile_offset_2d``: RowMajor or ColMajor). ``args = (dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table,
+    table_size, valid_cols, dense, rule)``, ``dense`` both tiles :func:`dense_tile` with column stride 1."""
     dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_cols, dense, rule = args
-    if lanes > 1 and dense and dst_cs == 1 and idx_cs == 1:
-        # unit strides spelled out: with ``q * dst_cs`` each access is a pointer of its own stepped by a register,
-        # and the loop ran 1.5x slower than this one on the development machine (docs/performance.md)
+    if lanes > 1 and dense:
+        # flat positions are the offsets: indexed ``q * dst_cs`` with the stride a run-time 1, each access became a
+        # pointer of its own stepped by a register, and the loop ran 1.5x slower (docs/performance.md)
         for q in range(base + p, base + end):
             gather_element(dst, unsigned_offset(q), idx[unsigned_offset(q)], table, table_size, rule)
-    elif lanes > 1 and dense:
-        for q in range(base + p, base + end):
-            gather_element(dst, unsigned_offset(q * dst_cs), idx[unsigned_offset(q * idx_cs)], table, table_size, rule)
     else:
         r = row0 + p // valid_cols
         c = p % valid_cols

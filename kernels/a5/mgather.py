@@ -58,7 +58,9 @@ def simt_mgather_elem_kernel(rule: IndexRule):
 
     def simt_mgather_elem_kernel(launch, dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size,
                                  valid_rows, valid_cols, tile_rows):
-        dense = dense_tile(dst_rs, dst_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
+        # (every dense tile the planners make has column stride 1; a strided one would walk)
+        dense = (dst_cs == 1 and idx_cs == 1 and dense_tile(dst_rs, dst_cs, valid_cols)
+                 and dense_tile(idx_rs, idx_cs, valid_cols))
         walk_elems(launch, tile_rows, valid_rows, valid_cols, gather_elems,
                    (dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table, table_size, valid_cols, dense, rule), None)
 
