@@ -13,6 +13,9 @@ kernels may not import the host). This module imports nothing.
 CHUNKS_PER_WORKER = 4
 """Block ranges per worker of a multicore launch: balance over uneven blocks against a call per range (untuned; dev machine, 2026-11-23)."""
 
+HELPER_WAIT_POLLS = 1 << 14
+"""Polls by a launch's caller, GIL released, for its helpers' end before it sleeps: a late wake vs a busy core (dev machine, 2026-11-30)."""
+
 ROW_PREFETCH_BYTES = 4096
 """Bytes of rows a CPU warp prefetches ahead (16 rows of 256 B): misses in flight against lines evicted unused (dev machine, 2026-11-30)."""
 

@@ -129,6 +129,53 @@ def test_multicore_backend_runs_blocks_on_several_threads_at_once(multicore_back
     pytest.fail(f"block ranges never ran on two threads at once: {ranges}")
 
 
+def test_a_launchs_caller_polls_for_its_helpers_end_without_the_gil():
+    """The caller, out of block ranges, polls the launch's flag in compiled code without the GIL before it sleeps:
+    it sees another thread clear the flag while it polls (a Python thread, which runs only if the poll has let the
+    GIL go), and gives up after its polls when nothing clears it."""
+    running = np.ones(1, np.int64)
+    assert not simt._helpers_end_within(running, 1000)  # nothing clears it: False once the polls are spent
+    running[0] = 0
+    assert simt._helpers_end_within(running, 1)
+    running[0] = 1
+    cleared = threading.Event()
+
+    def clear():  # needs the GIL: it runs only because the poll has let it go
+        running[0] = 0
+        cleared.set()
+
+    helper = threading.Timer(0.01, clear)
+    helper.start()
+    try:
+        assert simt._helpers_end_within(running, 1 << 28)  # (about a second of polls: the clear comes after 10 ms)
+    finally:
+        helper.join()
+    assert cleared.is_set()
+
+
+def test_a_launch_whose_helper_outlasts_the_callers_polls_still_waits_for_it(multicore_backend, monkeypatch):
+    """With no polls at all the caller sleeps until its helper's last range ends: the results are whole either
+    way."""
+    if simt.multicore_workers() < 2:
+        pytest.skip("NUMBA_NUM_THREADS is 1: no helper thread")
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((4096, 64)).astype(np.float32)
+    idx = rng.integers(0, table.shape[0], 1 << 16, dtype=np.int32)
+    want = table[idx]
+    for polls in (0, simt.HELPER_WAIT_POLLS):
+        monkeypatch.setattr(simt, "HELPER_WAIT_POLLS", polls)
+        slow = threading.Event()
+
+        def hold_the_helper(point):  # the helper's ranges start late: the caller is out of ranges first
+            if point == "range-start" and threading.current_thread() is not threading.main_thread():
+                slow.wait(0.05)
+
+        monkeypatch.setattr(simt, "fault_hook", hold_the_helper)
+        for _ in range(3):
+            np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), want)
+        monkeypatch.setattr(simt, "fault_hook", None)
+
+
 @pytest.mark.parametrize("coalesce", ["elem", "row"])
 @pytest.mark.parametrize("dtype", ["int32", "uint32"])
 def test_integer_add_is_exact_under_heavy_contention(multicore_backend, coalesce, dtype):

@@ -132,7 +132,8 @@ def test_the_kernels_tuned_constants_live_in_one_table():
              for path in sorted(folder.rglob("*.py")) if _module_numbers(path)}
     table = found.pop("tuning.py")
     assert found == KERNEL_FACTS
-    assert {"CHUNKS_PER_WORKER", "ROW_PREFETCH_BYTES", "SERIAL_PREFETCH_AHEAD", "CLAIM_PREFETCH_AHEAD", "CLAIM_PREFETCH_MIN_SLOTS",
+    assert {"CHUNKS_PER_WORKER", "HELPER_WAIT_POLLS", "ROW_PREFETCH_BYTES",
+            "SERIAL_PREFETCH_AHEAD", "CLAIM_PREFETCH_AHEAD", "CLAIM_PREFETCH_MIN_SLOTS",
             "SCAN_BLOCK", "SCAN_MAX_BLOCKS", "WAIT_SLICE_S"} <= table
 
 

@@ -34,7 +34,7 @@ from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store, writers
 from simt_pto.kernels.store import bind
-from simt_pto.kernels.tuning import CHUNKS_PER_WORKER
+from simt_pto.kernels.tuning import CHUNKS_PER_WORKER, HELPER_WAIT_POLLS
 from . import device, intrinsics
 from .mscatter import PLAIN_STORE_KERNELS
 
@@ -270,7 +270,7 @@ def _run_range(kernel, launch, args):
 class _Launch:
     """One ``multicore`` launch as its threads share it: the block ranges, handed out in order to the threads that
     ask (a cursor under a lock) until they run out or the launch is stopped, and the count of helper threads still
-    running, whose last one releases :attr:`done`."""
+    running, whose last one clears :attr:`helpers_running` and releases :attr:`done`."""
 
     def __init__(self, kernel, grid: int, warps: int, args, chunks: int, check: tuple | None = None):
         self.kernel, self.grid, self.warps, self.args = kernel, grid, warps, args
@@ -284,6 +284,7 @@ class _Launch:
         self.done.acquire()
         self.check = check  # (index bits, indices per block, capacity, the check): :func:`_launch_multicore`'s
         self.refused = False
+        self.helpers_running = np.zeros(1, np.int64)  # (1 while any helper runs: what the caller polls, GIL released)
 
     def take(self):
         """``(lo, hi)`` of the next block range not yet started, or None."""
@@ -312,6 +313,7 @@ class _Launch:
             self.helpers -= 1
             last = self.helpers == 0
         if last:
+            self.helpers_running[0] = 0
             self.done.release()
 
 
@@ -356,6 +358,7 @@ class _HelperPool:
             taken = self._idle[len(self._idle) - min(wanted, len(self._idle)):]
             del self._idle[len(self._idle) - len(taken):]
         launch.helpers = len(taken)
+        launch.helpers_running[0] = 1 if taken else 0
         for helper in taken:
             helper.launch = launch
             if fault_hook is not None:
@@ -419,7 +422,8 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
         if fault_hook is not None:
             fault_hook("launch-wait")
         launch.run()  # the caller is one of the threads
-        if launch.helpers:
+        # the helpers end a range or two after the caller: polled first, as a lock's sleeper would wake 10-40 us late
+        if launch.helpers and not _helpers_end_within(launch.helpers_running, HELPER_WAIT_POLLS):
             launch.done.acquire()
     except BaseException:
         _stop(launch)
@@ -427,6 +431,19 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
     if launch.errors:
         raise launch.errors[0]
     return not launch.refused
+
+
+_atomic_add = intrinsics.CPU["atomic_add"]
+
+
+@cache.njit(nogil=True, cache=True)
+def _helpers_end_within(running, polls):
+    """Whether ``running[0]`` (a launch's :attr:`_Launch.helpers_running`) reads 0 within ``polls`` atomic reads,
+    made without the GIL, so that the helper that clears it runs its last Python lines meanwhile."""
+    for _ in range(polls):
+        if _atomic_add(running, 0, 0) == 0:  # (an atomic read: a plain load in a loop of no stores may be made once)
+            return True
+    return False
 
 
 @cache.njit(nogil=True, cache=True)
