@@ -32,7 +32,8 @@ from simt_pto.host import tuning
 from simt_pto.plan import CallCache
 
 FORMS = ("alone", "atomic", "chosen")
-FORCED = {"alone": {"plain_add_max_updates": 1 << 62}, "atomic": {"plain_add_max_updates": 0}, "chosen": {}}
+FORCED = {"alone": {"plain_add_max_updates": 1 << 62, "plain_rmw_max_updates": 1 << 62},
+          "atomic": {"plain_add_max_updates": 0, "plain_rmw_max_updates": 0}, "chosen": {}}
 """The thresholds (``simt_pto.host.tuning.HostTuning``) each form is planned under."""
 
 

@@ -223,10 +223,14 @@ def guarded(steps, boundary) -> CallPlan:
 def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
     """``LaunchSpec.multicore_plain_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_serial_kernel``
     for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
-    :attr:`~.tuning.HostTuning.plain_add_max_updates` elements, else None."""
-    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values() or updates > tuning.current().plain_add_max_updates:
+    :attr:`~.tuning.HostTuning.plain_add_max_updates` elements (an Add on the element type itself) or
+    :attr:`~.tuning.HostTuning.plain_rmw_max_updates` (Max / Min, a 16-bit float Add), else None."""
+    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values():
         return None
-    return "simt_mscatter_elem_serial_kernel"
+    table = tuning.current()
+    most = (table.plain_add_max_updates if atomic == ScatterAtomicOp.ADD and fmt == ElementFormat.NATIVE
+            else table.plain_rmw_max_updates)
+    return "simt_mscatter_elem_serial_kernel" if updates <= most else None
 
 
 def _elem_scatter_launches(plan) -> CallPlan:

@@ -163,7 +163,8 @@ def tune():
 def elem_scatter_form(request, monkeypatch, tune):
     """The test's A5 Elem scatters with an atomic op in one of the two forms the ``multicore`` backend has:
     ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``, which it runs
-    while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` elements), or ``"atomic"``, the
+    while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` / ``plain_rmw_max_updates``
+    elements), or ``"atomic"``, the
     atomic kernel (which it runs otherwise); None (indirect parametrisation) changes nothing. The fixture checks
     at the end that the form ran: at least one plain-store launch for ``"alone"``, none for ``"atomic"``. On another
     backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips, ``"atomic"`` changes nothing
@@ -176,7 +177,8 @@ def elem_scatter_form(request, monkeypatch, tune):
     if form.name is None or pto.a5_backend() != "multicore":
         yield form
         return
-    tune(plain_add_max_updates=1 << 62 if form.name == "alone" else 0)
+    most = 1 << 62 if form.name == "alone" else 0
+    tune(plain_add_max_updates=most, plain_rmw_max_updates=most)
     registry = writers.table_writers
     run_alone = registry.run_alone
 

@@ -97,13 +97,20 @@ def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(
 
 
 def test_which_launches_have_a_plain_store_form():
-    """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, of at most plain_add_max_updates
-    elements names the plain-store kernel; the plan says so."""
-    most = tuning.current().plain_add_max_updates
-    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == "simt_mscatter_elem_serial_kernel"
-    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, 1) == "simt_mscatter_elem_serial_kernel"
-    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16, 64) == "simt_mscatter_elem_serial_kernel"
+    """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, names the plain-store kernel: an Add
+    on the element type itself of at most plain_add_max_updates elements, Max / Min and a 16-bit float Add of at
+    most plain_rmw_max_updates; the plan says so."""
+    most, rmw = tuning.current().plain_add_max_updates, tuning.current().plain_rmw_max_updates
+    assert rmw < most  # (a combine that costs more per update shares it with a second core sooner)
+    serial = "simt_mscatter_elem_serial_kernel"
+    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == serial
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+    for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
+                        (ScatterAtomicOp.MAX, ElementFormat.NATIVE), (ScatterAtomicOp.ADD, ElementFormat.F16),
+                        (ScatterAtomicOp.ADD, ElementFormat.BF16)):
+        assert a5_planner.elem_alone_kernel(atomic, fmt, 1) == serial
+        assert a5_planner.elem_alone_kernel(atomic, fmt, rmw) == serial
+        assert a5_planner.elem_alone_kernel(atomic, fmt, rmw + 1) is None, (atomic, fmt)
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.NONE, ElementFormat.NATIVE, 64) is None
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE, 64) is None
