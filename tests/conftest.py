@@ -164,11 +164,11 @@ def elem_scatter_form(request, monkeypatch, tune):
     """The test's A5 Elem scatters with an atomic op in one of the two forms the ``multicore`` backend has:
     ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``, which it runs
     while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` / ``plain_rmw_max_updates``
-    elements), or ``"atomic"``, the
-    atomic kernel (which it runs otherwise); None (indirect parametrisation) changes nothing. The fixture checks
-    at the end that the form ran: at least one plain-store launch for ``"alone"``, none for ``"atomic"``. On another
-    backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips, ``"atomic"`` changes nothing
-    (the fixture reads the backend when it is set up: list a backend fixture before it)."""
+    elements), or ``"atomic"``, the atomic kernel (which it runs otherwise); None (indirect parametrisation) changes
+    nothing. The fixture checks at the end that the form ran: at least one plain-store launch for ``"alone"``, none
+    for ``"atomic"``. On another backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips,
+    ``"atomic"`` changes nothing (the fixture reads the backend when it is set up: list a backend fixture before
+    it)."""
     from simt_pto.kernels import writers
     from simt_pto.plan import CallCache
     form = ElemScatterForm(request.param)

@@ -154,8 +154,8 @@ def test_a_launchs_caller_polls_for_its_helpers_end_without_the_gil():
 
 
 def test_a_launch_whose_helper_outlasts_the_callers_polls_still_waits_for_it(multicore_backend, monkeypatch):
-    """With no polls at all the caller sleeps until its helper's last range ends: the results are whole either
-    way."""
+    """Whether the caller sleeps at once (no polls) or once its polls run out (the helper held 50 ms past them),
+    the call returns only when the helper's ranges are done: the results are whole."""
     if simt.multicore_workers() < 2:
         pytest.skip("NUMBA_NUM_THREADS is 1: no helper thread")
     rng = np.random.default_rng(5)
