@@ -227,9 +227,9 @@ def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int)
     :attr:`~.tuning.HostTuning.plain_rmw_max_updates` (Max / Min, a 16-bit float Add), else None."""
     if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values():
         return None
-    table = tuning.current()
-    most = (table.plain_add_max_updates if atomic == ScatterAtomicOp.ADD and fmt == ElementFormat.NATIVE
-            else table.plain_rmw_max_updates)
+    limits = tuning.current()
+    most = (limits.plain_add_max_updates if atomic == ScatterAtomicOp.ADD and fmt == ElementFormat.NATIVE
+            else limits.plain_rmw_max_updates)
     return "simt_mscatter_elem_serial_kernel" if updates <= most else None
 
 

@@ -284,7 +284,7 @@ class _Launch:
         self.done.acquire()
         self.check = check  # (index bits, indices per block, capacity, the check): :func:`_launch_multicore`'s
         self.refused = False
-        self.helpers_running = np.zeros(1, np.int64)  # (1 while any helper runs: what the caller polls, GIL released)
+        self.helpers_running = np.ones(1, np.int64)  # (1 until the last helper ends: what the caller polls, GIL released)
 
     def take(self):
         """``(lo, hi)`` of the next block range not yet started, or None."""
@@ -358,7 +358,6 @@ class _HelperPool:
             taken = self._idle[len(self._idle) - min(wanted, len(self._idle)):]
             del self._idle[len(self._idle) - len(taken):]
         launch.helpers = len(taken)
-        launch.helpers_running[0] = 1 if taken else 0
         for helper in taken:
             helper.launch = launch
             if fault_hook is not None:
