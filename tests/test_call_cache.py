@@ -500,6 +500,49 @@ def test_threads_calling_one_signature_get_their_own_results():
     assert not failures
 
 
+
+def _last_writers(table, src, idx):
+    """The Conflict::Last oracle: the positions of ``idx`` written in order, each overwriting the one before."""
+    want = table.copy()
+    rows = want.reshape(-1) if src.ndim == 1 else want
+    for p, slot in enumerate(idx.tolist()):
+        rows[slot] = src[p]
+    return want
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+def test_threads_scattering_last_through_one_kept_launch_each_get_their_own_owners(coalesce, monkeypatch):
+    """Several threads repeat a Conflict::Last scatter of one signature on the owner path at once: each call takes an
+    owner array from the kept launch's one-array pool or makes its own, so no two calls share one and every table
+    gets its own last writers."""
+    taken = []
+    take = kept_launch._take_owner
+
+    def counted_take(size, dtype):
+        taken.append(size)
+        return take(size, dtype)
+    monkeypatch.setattr(kept_launch, "_take_owner", counted_take)  # (before the signature's kept launch is made)
+    rows, cols, n, rounds = 300, 8, 5000, 25
+    capacity = rows if coalesce == "row" else rows * cols
+    barrier = threading.Barrier(4)
+    failures = []
+
+    def worker(k):
+        rng = np.random.default_rng(100 + k)
+        barrier.wait()
+        for r in range(rounds):
+            table = table_of(rows=rows, cols=cols, seed=1000 * k + r)
+            idx = rng.integers(0, capacity, n).astype(np.int32)
+            src = rng.standard_normal((n, cols) if coalesce == "row" else n).astype(np.float32)
+            want = _last_writers(table, src, idx)
+            pto.scatter(table if coalesce == "row" else table.reshape(-1), src, idx, coalesce=coalesce,
+                        target="a5", last_path="owner")
+            if not np.array_equal(table, want):
+                failures.append((k, r))
+    _run_in_threads(worker, 4)
+    assert not failures
+    assert len(taken) >= 4 * (rounds - 1) - 3  # the repeated calls ran their kept launch (each takes an owner)
+
 def test_the_caches_are_bounded():
     cache = CallCache(maxsize=4)
     for k in range(10):
