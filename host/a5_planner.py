@@ -353,6 +353,15 @@ def _multicore_threads(work: int, one_thread_max: int) -> int | None:
     return 1 if work <= one_thread_max else None
 
 
+def _row_copy_threads(rows: int, row_bytes: int) -> int | None:
+    """``LaunchSpec.multicore_threads`` of a launch that copies ``rows`` rows of ``row_bytes`` bytes each: the calling
+    thread alone while both its bytes and its rows are few (``row_copy_one_thread_bytes`` and
+    ``row_copy_one_thread_rows`` of :class:`~.tuning.HostTuning`: a row costs its index and its miss whatever its
+    width)."""
+    limits = tuning.current()
+    return 1 if rows <= limits.row_copy_one_thread_rows and rows * row_bytes <= limits.row_copy_one_thread_bytes else None
+
+
 def row_move_unit(itemsize: int, cols: int, *arrays) -> int:
     """Bytes each lane moves per access in a whole-array row copy (the Row gather, the owner-based Last
     write): the widest of 8, 4, 2, 1 that divides the row and every array's base address. A row is a
@@ -409,8 +418,7 @@ def gather_launches(plan, table, idx, tile_rows, out_cols, backend=None, dest=No
         def build(unit, units, hardware=None):
             return _gather_row_launch(policy, out.view(unit), units, 1, idx_flat, 1, table_flat.view(unit),
                                       plan.capacity, rows, units, tile_rows, grid=grid, hardware=hardware,
-                                      threads=_multicore_threads(n * plan.dtype.itemsize,
-                                                                 tuning.current().row_copy_one_thread_bytes))
+                                      threads=_row_copy_threads(rows, out_cols * plan.dtype.itemsize))
         # a fresh device allocation starts on a 256-byte boundary: only a host output's address can narrow the unit
         launch = _widened(plan, out_cols, build, table_flat, *(() if gpu else (out,)))
     else:
@@ -469,7 +477,7 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
     """Atomics and Conflict::Default: one launch of the tile op's kernel over all tiles (their writes compose)."""
     grid, policy = _tile_grid(rows, tile_rows), scatter_policy(plan, fmt)
     if plan.atomic == ScatterAtomicOp.NONE and plan.coalesce == Coalesce.ROW:  # Conflict::Default: a row copy
-        threads = _multicore_threads(rows * cols * plan.dtype.itemsize, tuning.current().row_copy_one_thread_bytes)
+        threads = _row_copy_threads(rows, cols * plan.dtype.itemsize)
     else:
         threads = _multicore_threads(rows * cols, tuning.current().atomic_scatter_one_thread_updates)
     if plan.coalesce == Coalesce.ROW:
@@ -597,8 +605,7 @@ def _row_owner_write(kernel, plan, table_arg, src, owner, count, cols, tile_rows
         geo = geometry.row_geometry(per_block, units)
         return launch_spec(kernel, _RESET, geo, grid=_tile_grid(count, per_block), writes=("table",),
                            hardware=hardware,
-                           multicore_threads=_multicore_threads(count * cols * plan.dtype.itemsize,
-                                                                tuning.current().row_copy_one_thread_bytes),
+                           multicore_threads=_row_copy_threads(count, cols * plan.dtype.itemsize),
                            table=table_arg.view(unit), src=src.view(unit), src_rs=units, src_cs=1,
                            owner=owner, **slot_args, valid_cols=units, tile_rows=per_block, row_warps=geo.row_warps,
                            warps_per_row=geo.warps_per_row)

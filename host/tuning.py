@@ -33,6 +33,10 @@ class HostTuning:
     row_copy_one_thread_bytes: int = 1 << 21
     """A launch that copies at most this many bytes of rows runs on the calling thread: a helper's wake-up
     against a second core's bandwidth (two threads break even near 2 MB, ``bench/bench_peers.py``)."""
+    row_copy_one_thread_rows: int = 1 << 14
+    """... if it copies at most this many rows: each row costs its index and its miss whatever its width (16384 rows
+    of 32-128 B: one thread ahead, 0.055-0.071 ms against 0.064-0.082; 32768 rows of 32-64 B: two, 0.093-0.113 ms
+    against 0.108-0.135)."""
     elem_gather_one_thread_elems: int = 1 << 18
     """An Elem gather of at most this many elements runs on the calling thread: a helper's wake-up, sometimes a
     large part of a quarter-millisecond call on a shared host, against a second core's overlapped misses."""

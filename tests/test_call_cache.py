@@ -483,6 +483,28 @@ def test_a_small_launch_runs_on_the_calling_thread_and_a_large_one_on_several():
     assert "multicore threads<=1" in small.describe()[0] and "threads" not in large_call.describe()[0]
 
 
+
+@pytest.mark.parametrize(("rows", "cols", "dtype", "one_thread"), [
+    (1 << 14, 16, np.float16, True),  # 16384 rows of 32 B (512 KB): the row limit
+    ((1 << 14) + 1, 16, np.float16, False),  # a row more, far below the byte limit
+    (1 << 12, 128, np.float32, True),  # 4096 rows of 512 B: the byte limit (2 MB)
+    ((1 << 12) + 1, 128, np.float32, False),  # a row more: past it
+])
+def test_a_row_copy_runs_on_the_calling_thread_while_its_bytes_and_its_rows_are_few(rows, cols, dtype, one_thread):
+    """The Row gather, the Row scatter under Conflict::Default and the owner path's Row write run on the calling
+    thread alone up to ``row_copy_one_thread_bytes`` bytes and ``row_copy_one_thread_rows`` rows, on several past
+    either (narrow rows: a row costs its index and its miss whatever its width)."""
+    table, idx = np.zeros((rows, cols), dtype), np.arange(rows, dtype=np.int32)
+    gather = pto.gather_plan(table, idx, coalesce="row", backend="multicore")
+    default = pto.scatter_plan(table, table.copy(), idx, coalesce="row", conflict="default", backend="multicore")
+    owner = pto.scatter_plan(table, table.copy(), idx, coalesce="row", last_path="owner", owner="dense",
+                             backend="multicore")
+    write = [launch for launch in owner.launches if launch.kernel == "simt_mscatter_row_owner_write_kernel"]
+    assert len(write) == 1
+    want = 1 if one_thread else None
+    assert [gather.launches[0].multicore_threads, default.launches[0].multicore_threads,
+            write[0].multicore_threads] == [want] * 3
+
 def test_threads_calling_one_signature_get_their_own_results():
     tables = [table_of(seed=s) for s in range(4)]
     indices = [np.random.default_rng(s).integers(0, 64, 24).astype(np.int32) for s in range(4)]
