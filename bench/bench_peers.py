@@ -24,7 +24,8 @@ into a new array each call, against our gather making its result; and the gather
 "ceiling": what this machine's memory gives a parallel loop); for the float32 Elem scatter Add,
 ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
 
-Shapes, for ``n`` elements moved: Row gather, ``n / 64`` random rows of a ``(4n / 64) x 64`` table; Elem gather and
+Shapes, for ``n`` elements moved: Row gather, ``n / C`` random rows of a ``(4n / C) x C`` table, ``C`` 64 columns
+(``--row-cols``: the row width in elements; the README table is 64); Elem gather and
 scatter Add, ``n`` random indices into a ``4n``-element table; Conflict::Last, ``n`` updates into ``n / 16`` slots (16
 writers per slot on average; the owner path). Each op runs for float32 and float16.
 
@@ -51,7 +52,7 @@ Without PyTorch the benchmark says so and runs the numpy and ceiling columns. Ou
 ``--out`` (default ``bench/out``).
 
 Run: ``python bench/bench_peers.py [--sizes 256K,1M,4M,16M,64M,256M | all] [--dtypes float32,float16]
-[--ops row_gather,elem_gather,scatter_add,last] [--repeat 7] [--no-overhead] [--overhead-only]``.
+[--ops row_gather,elem_gather,scatter_add,last] [--row-cols 64] [--repeat 7] [--no-overhead] [--overhead-only]``.
 The default sizes stop at 64M (about 10 minutes on 2 cores); 256M needs about 12 GB of memory and a long time.
 """
 from __future__ import annotations
@@ -81,7 +82,7 @@ from bench_cpu import paired_times  # noqa: E402
 
 OPS = ("row_gather", "elem_gather", "scatter_add", "last")
 OP_TITLES = {
-    "row_gather": ("Row gather, 64 columns", "`table[rows]`", "`index_select`"),
+    "row_gather": ("Row gather, {cols} columns", "`table[rows]`", "`index_select`"),
     "elem_gather": ("Elem gather", "`table[idx]`", "`torch.take`"),
     "scatter_add": ("Elem scatter Add", "`np.add.at`", "`index_add_`"),
     "last": ("Conflict::Last (n updates into n/16 slots)", "`table[idx] = src`", "deterministic `index_put_`"),
@@ -89,6 +90,7 @@ OP_TITLES = {
 DEFAULT_SIZES = ("256K", "1M", "4M", "16M", "64M")
 ALL_SIZES = DEFAULT_SIZES + ("256M",)
 ROW_COLS = 64
+"""The Row gather's row width in elements unless ``--row-cols`` says otherwise (README's table)."""
 TABLE_FACTOR = 4
 LAST_WRITERS_PER_SLOT = 16
 CHECK_SLOTS = 1 << 25
@@ -221,9 +223,9 @@ def run_pairs(ours, peers: dict, repeat: int) -> dict:
     return out
 
 
-def row_gather(rng, n, dtype, torch, repeat):
-    rows = n // ROW_COLS
-    table = rng.standard_normal((TABLE_FACTOR * rows, ROW_COLS), dtype=np.float32).astype(dtype)
+def row_gather(rng, n, dtype, torch, repeat, cols=ROW_COLS):
+    rows = n // cols
+    table = rng.standard_normal((TABLE_FACTOR * rows, cols), dtype=np.float32).astype(dtype)
     idx = rng.integers(0, table.shape[0], rows, dtype=np.int32)
     pidx = peer_indices(idx)
     want = table[pidx]
@@ -235,7 +237,8 @@ def row_gather(rng, n, dtype, torch, repeat):
         peers["torch"] = lambda: torch.index_select(t_table, 0, t_idx)
         same_bits(peers["torch"]().numpy(), want, "torch.index_select")
     copy, row_copy = row_ceilings()
-    words = want.reshape(-1).view(np.uint64)  # the gathered bytes (64 columns: a whole number of 8-byte words)
+    word = next(w for w in (8, 4, 2, 1) if cols * dtype.itemsize % w == 0)  # the copy's widest word a row holds
+    words = want.reshape(-1).view(f"u{word}")  # the gathered bytes
     table_bits = bits(table)
     # into new memory each call, as our gather's result (numpy's allocator: large arrays on huge pages)
     peers["new copy"] = lambda: copy(words, np.empty_like(words))
@@ -494,6 +497,8 @@ def copy_gbps(n: int, dtype: str, ms: float) -> float:
 
 def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[str], torch_present: bool,
              overhead_rows: list[dict], env: dict, repeat: int) -> str:
+    """The run's tables: the ratios per op, dtype and size, the plain loops', the copy's rate, the times, the per-call
+    overhead (``env["row_cols"]``: the Row gather's row width)."""
     labels = [size_label(n) for n in sizes]
     lines = [f"A5 `multicore` ({env['workers']} worker threads, {env['cores']} cores, {env['cpu']}); python {env['python']}, "
              f"numpy {env['numpy']}, numba {env['numba']}, "
@@ -507,6 +512,7 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
         by_key = {(r["op"], r["dtype"], r["size"], r["peer"]): r for r in rows}
         for op in ops:
             title, np_peer, torch_peer = OP_TITLES[op]
+            title = title.format(cols=env.get("row_cols", ROW_COLS))
             for dtype in dtypes:
                 cells = []
                 for n in sizes:
@@ -535,7 +541,8 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
                     if r is None:
                         cells.append("")
                         continue
-                    rate = copy_gbps(n, dtype, r["peer_ms"])
+                    cols = env.get("row_cols", ROW_COLS)
+                    rate = copy_gbps(n // cols * cols, dtype, r["peer_ms"])  # (the bytes the gather moves)
                     cells.append(f"{rate:.1f}" + (f" (below {COPY_GBPS:.0f})" if rate < COPY_GBPS else ""))
                 lines.append(f"| the plain parallel copy's rate, GB/s read + write (this machine: about "
                              f"{COPY_GBPS:.0f}) | {dtype} | " + " | ".join(cells) + " |")
@@ -565,6 +572,8 @@ def main(argv=None) -> int:
                          f"default {','.join(DEFAULT_SIZES)}")
     ap.add_argument("--dtypes", default="float32,float16")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
+    ap.add_argument("--row-cols", type=int, default=ROW_COLS,
+                    help=f"the Row gather's row width in elements (default {ROW_COLS}, README's table)")
     ap.add_argument("--repeat", type=int, default=7, help="timed pairs per figure (after three warm-up pairs)")
     ap.add_argument("--peer-index", choices=("int64", "int32"), default="int64",
                     help="the peers' index dtype: int64 (their fastest, converted before the timing; default) or int32 "
@@ -579,6 +588,9 @@ def main(argv=None) -> int:
     unknown = set(ops) - set(OPS)
     if unknown:
         ap.error(f"--ops: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(OPS)}")
+    if args.row_cols < 1 or ("row_gather" in ops and min(sizes) < args.row_cols):
+        ap.error(f"--row-cols: expected a width from 1 to the smallest size ({size_label(min(sizes))}), "
+                 f"got {args.row_cols}")
     if "multicore" not in pto.a5_backends():
         print("the multicore backend is not available in this process", file=sys.stderr)
         return 2
@@ -598,7 +610,8 @@ def main(argv=None) -> int:
                 for dtype in dtypes:
                     rng = np.random.default_rng(n)
                     start = time.perf_counter()
-                    result = BENCHES[op](rng, n, np.dtype(dtype), torch, args.repeat)
+                    width = {"cols": args.row_cols} if op == "row_gather" else {}
+                    result = BENCHES[op](rng, n, np.dtype(dtype), torch, args.repeat, **width)
                     gc.collect()
                     for peer, (ours_t, peer_t, ratio) in result.items():
                         rows.append({"op": op, "dtype": dtype, "size": n, "peer": peer, "ours_ms": ours_t * 1e3,
@@ -608,6 +621,7 @@ def main(argv=None) -> int:
                           flush=True)
     overhead_rows = [] if args.no_overhead else overhead(max(args.repeat, 9))
     env = environment(torch, torch_note)
+    env["row_cols"] = args.row_cols
     text = markdown(rows, sizes, dtypes, ops, torch is not None, overhead_rows, env, args.repeat)
     print()
     print(text)

@@ -64,6 +64,11 @@ def main(argv=None) -> int:
     for path in args.runs:
         with open(path) as f:
             runs.append(json.load(f))
+    widths = {run.get("environment", {}).get("row_cols", 64) for run in runs}  # (runs before --row-cols: 64)
+    if len(widths) > 1:
+        print(f"worst_of_runs: the runs' Row gathers have rows of different widths ({', '.join(map(str, sorted(widths)))} "
+              "columns: bench_peers.py --row-cols); compare runs of one width", file=sys.stderr)
+        return 2
     print(markdown(runs), end="")
     return 0
 

@@ -41,3 +41,20 @@ def test_each_cell_is_the_lowest_ratio_and_each_per_call_case_the_highest(tmp_pa
     row = next(line for line in out.splitlines() if line.startswith("| row_gather | torch |"))
     assert row == "| row_gather | torch | float32 | 0.90x (0.90-1.10, 2 of 3 runs) | 0.80x (0.80-1.50) |"
     assert "| gather | 5.2x (4.9-5.2) | 4.9-5.2 | 1.00-1.00 |" in out
+
+
+def test_runs_of_rows_of_different_widths_are_not_mixed(tmp_path, capsys):
+    """A run of ``bench_peers.py --row-cols 16`` and one of the default 64 columns measure different Row gathers:
+    their cells are not put together (a run made before the option counts as 64 columns)."""
+    narrow = _run({("row_gather", 1 << 20, "torch"): 0.5}, 5.0)
+    narrow["environment"] = {"row_cols": 16}
+    paths = [tmp_path / "narrow.json", tmp_path / "default.json"]
+    paths[0].write_text(json.dumps(narrow))
+    paths[1].write_text(json.dumps(_run({("row_gather", 1 << 20, "torch"): 1.5}, 5.0)))
+    assert _worst_of_runs().main([str(p) for p in paths]) == 2
+    captured = capsys.readouterr()
+    assert "16, 64 columns" in captured.err and "row_gather" not in captured.out
+    default_again = tmp_path / "again.json"
+    default_again.write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 1.2}, 5.0),
+                                         "environment": {"row_cols": 64}}))
+    assert _worst_of_runs().main([str(paths[1]), str(default_again)]) == 0
