@@ -196,7 +196,8 @@ def mscatter_launches(plan) -> CallPlan:
                              valid_rows=plan.rows, valid_cols=plan.cols)
     elif plan.coalesce == Coalesce.ROW:
         launch = _scatter_row_launch(policy, table, src, rs, cs, tile_bits(plan.idx), plan.idx_step, plan.capacity,
-                                     plan.rows, plan.cols, plan.rows)
+                                     plan.rows, plan.cols, plan.rows,
+                                     plain_kernel=row_alone_kernel(plan.atomic, fmt, plan.rows * plan.cols))
     else:
         irs, ics = plan.idx.strides
         launch = launch_spec("simt_mscatter_elem_last_kernel", KernelPolicy.of(plan.rule, None, None, plan.conflict),
@@ -231,6 +232,15 @@ def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int)
     most = (limits.plain_add_max_updates if atomic == ScatterAtomicOp.ADD and fmt == ElementFormat.NATIVE
             else limits.plain_rmw_max_updates)
     return "simt_mscatter_elem_serial_kernel" if updates <= most else None
+
+
+def row_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
+    """``LaunchSpec.multicore_plain_kernel`` of a Row scatter of ``updates`` elements: ``simt_mscatter_row_serial_kernel``
+    for an Add on the element type itself (float32, the integers) of at most
+    :attr:`~.tuning.HostTuning.plain_row_add_max_updates` elements, else None."""
+    if atomic != ScatterAtomicOp.ADD or fmt != ElementFormat.NATIVE:
+        return None
+    return "simt_mscatter_row_serial_kernel" if updates <= tuning.current().plain_row_add_max_updates else None
 
 
 def _elem_scatter_launches(plan) -> CallPlan:
@@ -271,10 +281,12 @@ def _gather_elem_launch(policy, dst, dst_rs, dst_cs, idx, idx_rs, idx_cs, table,
 
 
 def _scatter_row_launch(policy, table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_rows, valid_cols,
-                        tile_rows, *, grid=1, threads=None) -> LaunchSpec:
-    """``simt_mscatter_row_kernel`` (atomics, Conflict::Default) over ``grid`` blocks of ``tile_rows`` rows."""
+                        tile_rows, *, grid=1, threads=None, plain_kernel=None) -> LaunchSpec:
+    """``simt_mscatter_row_kernel`` (atomics, Conflict::Default) over ``grid`` blocks of ``tile_rows`` rows;
+    ``plain_kernel``: its plain-store form on one thread (:func:`row_alone_kernel`)."""
     geo = geometry.row_geometry(tile_rows, valid_cols)
     return launch_spec("simt_mscatter_row_kernel", policy, geo, grid=grid, writes=("table",), multicore_threads=threads,
+                       multicore_plain_kernel=plain_kernel,
                        table=table, src=src, src_rs=src_rs, src_cs=src_cs, idx=idx, idx_step=idx_step,
                        table_rows=table_rows, valid_rows=valid_rows, valid_cols=valid_cols, tile_rows=tile_rows,
                        row_warps=geo.row_warps, warps_per_row=geo.warps_per_row)
@@ -482,7 +494,7 @@ def _tile_scatter(plan, table_arg, src, idx, rows, cols, tile_rows, fmt):
         threads = _multicore_threads(rows * cols, tuning.current().atomic_scatter_one_thread_updates)
     if plan.coalesce == Coalesce.ROW:
         return _scatter_row_launch(policy, table_arg, src, cols, 1, idx, 1, plan.capacity, rows, cols, tile_rows,
-                                   grid=grid, threads=threads)
+                                   grid=grid, threads=threads, plain_kernel=row_alone_kernel(plan.atomic, fmt, rows * cols))
     return _scatter_elem_launch(policy, table_arg, src, cols, 1, idx, cols, 1, plan.capacity, rows, cols, tile_rows,
                                 grid=grid, threads=threads, plain_kernel=elem_alone_kernel(plan.atomic, fmt, rows * cols))
 
@@ -700,7 +712,7 @@ def _last_owner_compact(plan, table, table_arg, src, idx, idx_flat, rows, cols, 
     return _reset(owner, backend), claim, write
 
 
-__all__ = ["TableMemory", "compact_slots", "element_format", "elem_alone_kernel", "gather_launches", "gm_memory",
+__all__ = ["TableMemory", "compact_slots", "element_format", "elem_alone_kernel", "row_alone_kernel", "gather_launches", "gm_memory",
            "guarded", "mgather_l1_launches", "mgather_launches", "mgather_scalar_impl", "mscatter_launches",
            "mscatter_scalar_impl", "owner_layout", "row_move_unit", "scatter_launches", "scatter_policy",
            "scatter_table", "table_memory", "takes_serial_last", "takes_serial_row_last", "tile_bits"]

@@ -109,8 +109,8 @@ def cpu_or_simulator_backend(request):
     return "multicore"
 
 
-class ElemScatterForm:
-    """What :func:`elem_scatter_form` forced, and how many plain-store launches ran under it."""
+class ScatterForm:
+    """What :func:`scatter_form` forced, and how many plain-store launches ran under it."""
 
     def __init__(self, name: str | None):
         self.name, self.alone_runs = name, 0
@@ -160,25 +160,26 @@ def tune():
 
 
 @pytest.fixture(params=["alone", "atomic"])
-def elem_scatter_form(request, monkeypatch, tune):
-    """The test's A5 Elem scatters with an atomic op in one of the two forms the ``multicore`` backend has:
-    ``"alone"``, the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel``, which it runs
-    while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` / ``plain_rmw_max_updates``
-    elements), or ``"atomic"``, the atomic kernel (which it runs otherwise); None (indirect parametrisation) changes
-    nothing. The fixture checks at the end that the form ran: at least one plain-store launch for ``"alone"``, none
-    for ``"atomic"``. On another backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips,
-    ``"atomic"`` changes nothing (the fixture reads the backend when it is set up: list a backend fixture before
-    it)."""
+def scatter_form(request, monkeypatch, tune):
+    """The test's A5 scatters with an atomic op in one of the two forms the ``multicore`` backend has: ``"alone"``,
+    the plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel`` for an Elem scatter,
+    ``simt_mscatter_row_serial_kernel`` for a Row scatter Add on the element type itself; each runs while nothing
+    else writes the table, up to ``HostTuning.plain_add_max_updates`` / ``plain_rmw_max_updates`` /
+    ``plain_row_add_max_updates`` elements), or ``"atomic"``, the atomic kernel (which it runs otherwise); None
+    (indirect parametrisation) changes nothing. The fixture checks at the end that the form ran: at least one
+    plain-store launch for ``"alone"``, none for ``"atomic"``. On another backend (a GPU, the simulator) every launch
+    is the atomic kernel: ``"alone"`` skips, ``"atomic"`` changes nothing (the fixture reads the backend when it is
+    set up: list a backend fixture before it)."""
     from simt_pto.kernels import writers
     from simt_pto.plan import CallCache
-    form = ElemScatterForm(request.param)
+    form = ScatterForm(request.param)
     if form.name == "alone" and pto.a5_backend() != "multicore":
         pytest.skip(f"the plain-store form is the multicore backend's (the A5 backend is {pto.a5_backend()!r})")
     if form.name is None or pto.a5_backend() != "multicore":
         yield form
         return
     most = 1 << 62 if form.name == "alone" else 0
-    tune(plain_add_max_updates=most, plain_rmw_max_updates=most)
+    tune(plain_add_max_updates=most, plain_rmw_max_updates=most, plain_row_add_max_updates=most)
     registry = writers.table_writers
     run_alone = registry.run_alone
 

@@ -319,7 +319,7 @@ POLICY_FIELDS = {
     # compact claim (the host remapped its indices), take none
     "simt_mgather_row_kernel": {"rule"}, "simt_mgather_elem_kernel": {"rule"}, "simt_mgather_l1_elem_kernel": {"rule"},
     "simt_mscatter_row_kernel": {"rule", "atomic", "fmt"}, "simt_mscatter_elem_kernel": {"rule", "atomic", "fmt"},
-    "simt_mscatter_elem_serial_kernel": {"rule", "atomic", "fmt"},
+    "simt_mscatter_elem_serial_kernel": {"rule", "atomic", "fmt"}, "simt_mscatter_row_serial_kernel": {"rule", "atomic", "fmt"},
     "simt_mscatter_row_last_kernel": {"rule"}, "simt_mscatter_elem_last_kernel": {"rule"},
     "simt_mscatter_owner_reset_kernel": set(), "simt_mscatter_row_owner_claim_kernel": {"rule"},
     "simt_mscatter_elem_owner_claim_kernel": {"rule"}, "simt_mscatter_row_owner_write_kernel": set(),

@@ -147,17 +147,25 @@ def _mid_word_add(dtype, atomic):
     return atomic == "add" and dtype in ("float16", "bfloat16")
 
 
+def _forms(kernel, dtype, atomic):
+    if kernel == "elem" and atomic != "none" and not _mid_word_add(dtype, atomic):
+        return ("atomic",)
+    if kernel == "row" and atomic == "add" and dtype in ("int32", "uint32", "float32"):
+        return ("atomic", "alone")
+    return (None,)
+
+
 MATRIX = [(k, d, p, a, c, form) for k in KERNELS for a in ATOMIC_OPS for d in A5_ATOMIC_DTYPES[a]
-          for p in SCATTER_POLICIES for c in CONFLICTS
-          for form in (("atomic",) if k == "elem" and a != "none" and not _mid_word_add(d, a) else (None,))]
-"""The Elem kernel with an atomic op runs as the atomic kernel (``elem_scatter_form``: on ``multicore`` a small one
+          for p in SCATTER_POLICIES for c in CONFLICTS for form in _forms(k, d, a)]
+"""The Elem kernel with an atomic op runs as the atomic kernel (``scatter_form``: on ``multicore`` a small one
 would run its plain-store form, which ``test_elem_serial.py`` checks for every policy); a 16-bit float Add into these
-tables (which start mid-word) has no other form."""
+tables (which start mid-word) has no other form. The Row kernel's Add on the element type itself runs in both forms
+(its plain-store form, ``simt_mscatter_row_serial_kernel``, is the one a small call takes on ``multicore``)."""
 
 
-@pytest.mark.parametrize("kernel, dtype, policy, atomic, conflict, elem_scatter_form", budgeted(MATRIX, None),
-                         indirect=["elem_scatter_form"])   # all 736
-def test_scatter_matrix(kernel, dtype, policy, atomic, conflict, elem_scatter_form):
+@pytest.mark.parametrize("kernel, dtype, policy, atomic, conflict, scatter_form", budgeted(MATRIX, None),
+                         indirect=["scatter_form"])   # all 736
+def test_scatter_matrix(kernel, dtype, policy, atomic, conflict, scatter_form):
     rng = case_rng("scatter", kernel, dtype, policy, atomic, conflict)
     mc = min_contiguous(dtype)
     if kernel in ("row", "row_1x1"):

@@ -49,7 +49,7 @@ def _values(rng, shape, dtype, atomic):
 
 @pytest.mark.parametrize("oob", SCATTER_OOB)
 @pytest.mark.parametrize("atomic, dtype", CASES)
-def test_each_form_gives_the_serial_loops_result(rng, elem_scatter_form, atomic, dtype, oob):
+def test_each_form_gives_the_serial_loops_result(rng, scatter_form, atomic, dtype, oob):
     """A whole-array Elem scatter (123 updates into 30 slots, out-of-range and negative indices unless UNDEFINED),
     the full path and then the signature's kept launch, against the serial loop; the guards around the table, the
     source and the indices keep their bits."""
@@ -76,7 +76,7 @@ def test_each_form_gives_the_serial_loops_result(rng, elem_scatter_form, atomic,
 
 
 @pytest.mark.parametrize("atomic, dtype", CASES)
-def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(rng, elem_scatter_form, atomic,
+def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(rng, scatter_form, atomic,
                                                                                 dtype):
     """The tile op over tiles whose rows are padded past their valid columns (the walk that steps through rows and
     columns, not the flat one), into a table of whole 32-bit words (so a 16-bit float Add has its plain form too),
@@ -127,6 +127,29 @@ def test_which_launches_have_a_plain_store_form():
         (launch,) = in_memory.scatter_plan(table, np.ones(40, np.float32), idx, coalesce="elem", conflict=conflict,
                                        last_path="slot").launches
         assert launch.multicore_plain_kernel is None
+
+
+def test_which_row_scatters_have_a_plain_store_form():
+    """A Row scatter names its plain-store kernel (``simt_mscatter_row_serial_kernel``) for an Add on the element
+    type itself of at most plain_row_add_max_updates elements, and for nothing else: Max / Min and the 16-bit float
+    Adds keep the atomic kernel; the plan says so. (Tile ops run it too: ``test_a5_scatter.py``'s matrix checks
+    the Row Adds in both forms.)"""
+    most = tuning.current().plain_row_add_max_updates
+    serial = "simt_mscatter_row_serial_kernel"
+    assert a5_planner.row_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == serial
+    assert a5_planner.row_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+    for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
+                        (ScatterAtomicOp.ADD, ElementFormat.F16), (ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE),
+                        (ScatterAtomicOp.NONE, ElementFormat.NATIVE)):
+        assert a5_planner.row_alone_kernel(atomic, fmt, 1) is None, (atomic, fmt)
+    table, rows = np.zeros((64, 8), np.float32), np.arange(40, dtype=np.int32)
+    plan = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row", atomic="add")
+    (launch,) = plan.launches
+    assert (launch.kernel, launch.multicore_plain_kernel) == ("simt_mscatter_row_kernel", serial)
+    assert any(f"{serial} on the calling thread" in line for line in plan.describe())
+    (launch,) = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row",
+                                       atomic="max").launches
+    assert launch.multicore_plain_kernel is None
 
 
 def test_the_plain_store_kernel_has_no_cuda_form():
@@ -189,8 +212,8 @@ def test_a_composing_writer_waits_for_a_plain_one_on_memory_they_share():
 
 
 @pytest.mark.parametrize("cpu_or_simulator_backend", ["multicore"], indirect=True)  # its fault hook
-@pytest.mark.parametrize("elem_scatter_form", ["alone", "atomic"], indirect=True)
-def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulator_backend, elem_scatter_form,
+@pytest.mark.parametrize("scatter_form", ["alone", "atomic"], indirect=True)
+def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulator_backend, scatter_form,
                                                                   monkeypatch):
     """An exception (Ctrl-C) as a block range starts: the call raises, nothing is written, no registration is left
     behind, and the next call runs in the same form."""
@@ -207,13 +230,13 @@ def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulat
         pto.scatter(table, src, idx, coalesce="elem", atomic="add")
     assert writers.table_writers.busy() == 0 and not table.any()
     monkeypatch.setattr(simt, "fault_hook", None)
-    runs = elem_scatter_form.alone_runs
+    runs = scatter_form.alone_runs
     pto.scatter(table, src, idx, coalesce="elem", atomic="add")
     assert (table == 1).all() and writers.table_writers.busy() == 0
-    assert (elem_scatter_form.alone_runs > runs) == (elem_scatter_form.name == "alone")
+    assert (scatter_form.alone_runs > runs) == (scatter_form.name == "alone")
 
 
-def test_threads_adding_into_one_table_lose_no_update(elem_scatter_form):
+def test_threads_adding_into_one_table_lose_no_update(scatter_form):
     """Four threads add into one table and into views that overlap it, each call small enough for the plain-store
     form; whichever form each call gets, every update lands (int32: the exact counts times the values)."""
     table = np.zeros(4096, np.int32)

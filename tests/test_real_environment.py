@@ -165,8 +165,8 @@ def fault_hook():
     simt.fault_hook = None
 
 
-@pytest.mark.parametrize("elem_scatter_form", ["atomic"], indirect=True)  # the form that runs on several threads
-def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, monkeypatch, elem_scatter_form):
+@pytest.mark.parametrize("scatter_form", ["atomic"], indirect=True)  # the form that runs on several threads
+def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, monkeypatch, scatter_form):
     simt = fault_hook
     monkeypatch.setattr(simt, "multicore_workers", lambda: 2)
     table = np.zeros(1 << 18, np.int32)  # large enough for a launch on several threads (HostTuning's *_one_thread_* thresholds)
@@ -197,9 +197,9 @@ def test_an_interrupted_multicore_launch_leaves_no_thread_writing(fault_hook, mo
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals go to the main thread")
-@pytest.mark.parametrize("elem_scatter_form", ["atomic"], indirect=True)  # the form that runs on several threads
+@pytest.mark.parametrize("scatter_form", ["atomic"], indirect=True)  # the form that runs on several threads
 def test_ctrl_c_while_a_launch_wakes_its_helpers_is_held_until_they_are_woken(fault_hook, monkeypatch,
-                                                                              elem_scatter_form, ctrl_c_handled):
+                                                                              scatter_form, ctrl_c_handled):
     # A SIGINT that lands between counting a launch's helpers and waking them would leave one counted that never
     # runs (and the call waiting for it forever): it is held until every helper is woken, then raised.
     import signal

@@ -469,3 +469,40 @@ def test_a_kept_a2a3_add_in_a_forked_child_registers_in_the_childs_registry():
     import subprocess
     p = subprocess.run([sys.executable, "-c", KEPT_ADD_IN_A_FORKED_CHILD], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, (p.returncode, p.stderr[-2000:])  # 5: the child waited 30 s on a writer it does not have
+
+
+def test_threads_adding_rows_and_elements_into_one_table_lose_no_update(monkeypatch):
+    """Four threads add into one table at once: two by Row scatters (small enough for the plain-store form, which
+    runs only while nothing else writes the table), two by Elem scatters into its flat view; the table ends as the
+    oracle applies every update, and some Row scatter ran its plain-store form."""
+    from simt_pto.kernels import writers
+    plain_runs = []
+    run_alone = writers.table_writers.run_alone
+
+    def counted(*args):
+        ran = run_alone(*args)
+        plain_runs.append(ran)
+        return ran
+    monkeypatch.setattr(writers.table_writers, "run_alone", counted)
+    table = np.zeros((256, 8), np.int32)
+    expected = np.zeros_like(table)
+    rng = np.random.default_rng(23)
+    work = []
+    for k in range(4):
+        row = k < 2
+        updates = []
+        for _ in range(120):
+            idx = rng.integers(0, table.shape[0] if row else table.size, 64 if row else 512).astype(np.int32)
+            src = rng.integers(-1000, 1000, (idx.size, 8) if row else idx.size).astype(np.int32)
+            np.add.at(expected if row else expected.reshape(-1), idx, src)
+            updates.append((idx, src))
+        target = table if row else table.reshape(-1)
+        coalesce = "row" if row else "elem"
+        pto.scatter(target, updates[0][1], updates[0][0], coalesce=coalesce, atomic="add", target="a5")
+        work.append(lambda target=target, coalesce=coalesce, updates=updates[1:]:
+                    [pto.scatter(target, src, idx, coalesce=coalesce, atomic="add", target="a5")
+                     for idx, src in updates])
+    run_threads(*work)
+    np.testing.assert_array_equal(table, expected)
+    assert_no_writer_registered()
+    assert any(plain_runs)

@@ -10,7 +10,8 @@ from .mgather import simt_mgather_elem_kernel, simt_mgather_l1_elem_kernel, simt
 from .mscatter import (simt_mscatter_elem_serial_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_last_kernel,
                        simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
                        simt_mscatter_owner_reset_kernel, simt_mscatter_row_kernel, simt_mscatter_row_last_kernel,
-                       simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel)
+                       simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel,
+                       simt_mscatter_row_serial_kernel)
 
 from .mscatter import (simt_mscatter_compact_owner_claim_kernel, simt_mscatter_elem_compact_owner_write_kernel,
                        simt_mscatter_elem_private_owner_claim_kernel, simt_mscatter_elem_private_owner_write_kernel,
@@ -18,7 +19,8 @@ from .mscatter import (simt_mscatter_compact_owner_claim_kernel, simt_mscatter_e
 
 KERNELS = {factory.__name__: factory for factory in (
     simt_mgather_row_kernel, simt_mgather_elem_kernel, simt_mgather_l1_elem_kernel,
-    simt_mscatter_row_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_serial_kernel, simt_mscatter_row_last_kernel,
+    simt_mscatter_row_kernel, simt_mscatter_elem_kernel, simt_mscatter_elem_serial_kernel, simt_mscatter_row_serial_kernel,
+    simt_mscatter_row_last_kernel,
     simt_mscatter_elem_last_kernel,
     simt_mscatter_owner_reset_kernel, simt_mscatter_row_owner_claim_kernel, simt_mscatter_row_owner_write_kernel,
     simt_mscatter_elem_owner_claim_kernel, simt_mscatter_elem_owner_write_kernel,
@@ -33,4 +35,4 @@ __all__ = ["KERNELS", "simt_mgather_elem_kernel", "simt_mgather_l1_elem_kernel",
            "simt_mscatter_elem_serial_kernel", "simt_mscatter_elem_kernel", "simt_mscatter_elem_last_kernel",
            "simt_mscatter_elem_owner_claim_kernel", "simt_mscatter_elem_owner_write_kernel",
            "simt_mscatter_owner_reset_kernel", "simt_mscatter_row_kernel", "simt_mscatter_row_last_kernel",
-           "simt_mscatter_row_owner_claim_kernel", "simt_mscatter_row_owner_write_kernel"]
+           "simt_mscatter_row_owner_claim_kernel", "simt_mscatter_row_owner_write_kernel", "simt_mscatter_row_serial_kernel"]

@@ -75,7 +75,7 @@ def simt_mscatter_elem_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: Ele
     return simt_mscatter_elem_kernel
 
 
-PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_serial_kernel"})
+PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_serial_kernel", "simt_mscatter_row_serial_kernel"})
 """The kernels of the ``multicore`` backend alone, each run by one thread in source order: their store rule is bound
 to plain loads and stores (:mod:`.simt`), and no CUDA form exists."""
 
@@ -115,6 +115,29 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
                           prefetches, words, shift), store_element)
 
     return simt_mscatter_elem_serial_kernel
+
+
+@functools.cache
+def simt_mscatter_row_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
+    """The Row scatter with an atomic op as one thread's serial loop, the plain form of ``simt_mscatter_row_kernel``
+    (``LaunchSpec.multicore_plain_kernel``): the same Row walk on the calling thread over the whole grid, so the rows
+    come in source order, each element ``table[remap(idx[r]) * validCols + j] op= src[r, j]`` by the store rule with
+    plain loads and stores (:data:`PLAIN_STORE_KERNELS`), the same bits per element as the atomic's. It runs only
+    while no other launch writes memory its table shares (:mod:`simt_pto.kernels.writers`): x86 has no float atomic
+    add, so each atomic element is a compare-and-swap loop, where a plain row's adds are one vector loop (measured in
+    ``HostTuning.plain_row_add_max_updates``, ``host/tuning.py``).
+
+    A 16-bit float Add on a table that starts or ends mid-word has no such form: its boundary words hold bytes
+    outside the table."""
+    if fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE):
+        raise ValueError(f"simt_mscatter_row_serial_kernel: no plain form for the mid-word format {fmt.name}")
+
+    def simt_mscatter_row_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
+                                        valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
+        row = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)
+        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row, row, store_element)
+
+    return simt_mscatter_row_serial_kernel
 
 
 @functools.cache
