@@ -52,12 +52,13 @@ class HostTuning:
     """... and an Elem scatter Max / Min, or a 16-bit float Add, of at most this many: each update's combine costs
     more (compares, the software half-float adder), and the atomic kernel's second core shares it (at 1M the atomic
     kernel ahead: float16 Add 4.1-4.3 ms against 4.5-4.7 plain, float32 Max 3.2-3.9 against 4.5-4.9)."""
-    plain_row_add_max_updates: int = 1 << 20
+    plain_row_add_max_updates: int = 1 << 26
     """A Row scatter Add on the element type itself (float32, the integers) of at most this many elements runs as
     plain read-modify-writes on the calling thread, row by row in source order, while nothing else writes its table:
-    x86 has no float atomic add (at 1M float32 0.92 ms against 2.98 for the atomic kernel on two threads, int32 1.03
-    against 2.53; level at 4M). Max / Min and the 16-bit float Adds keep the atomic kernel (at 1M float32 Max 5.1 ms
-    plain against 2.7, float16 Add 5.4 against 3.9)."""
+    x86 has no float atomic add, and the atomic kernel's compare-and-swap per element costs more than a second core
+    gives (float32 plain / atomic on two threads: 0.75 / 2.71 ms at 1M, 3.6 / 10.5 at 4M, 15 / 43 at 16M, 88-121 /
+    195-197 at 64M, the largest measured; int32 0.83 / 2.66 at 1M). Max / Min and the 16-bit float Adds keep the
+    atomic kernel (level at 1M-4M). Measured with two threads for the atomic kernel: more cores share it further."""
     serial_last_max_updates: int = 1 << 22
     """An Elem Conflict::Last (``last_path="auto"``) of at most this many updates is the serial loop on the
     calling thread, not the owner path: one thread's stores stay in its caches (ahead up to 4M updates)."""

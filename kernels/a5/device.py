@@ -215,8 +215,13 @@ def gather_row(args, gr, last_row, col_begin, col_step, lanes, store):
 def scatter_row(args, gr, last_row, col_begin, col_step, lanes, store):
     """``simt_mscatter_row_kernel``'s visitor: ``table[remap(idx[gr]) * validCols + j] op= src[gr, j]`` over this
     warp's columns ``j``, each by the kernel's store rule ``store``; a masked (Skip) row issues no store.
-    ``args = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)``."""
-    table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule = args
+    ``args = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule, words, ahead)``: with
+    ``ahead`` rows (:func:`rows_ahead`; 0: none) a CPU warp first prefetches the row of ``words`` (the table's view
+    indexed by element) that row ``gr + ahead`` will update (:func:`prefetch_row_ahead`): random rows are
+    latency-bound, a store waits for its line as a load does."""
+    table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule, words, ahead = args
+    if ahead > 0:
+        prefetch_row_ahead(words, idx, idx_step, gr, ahead, last_row, table_rows, valid_cols, rule, lanes)
     slot, in_range = remap_index(idx[gr * idx_step], table_rows, rule)
     if in_range:
         dst_row = slot * valid_cols

@@ -22,7 +22,7 @@ from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
 from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
 from .device import (claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
-                     claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner,
+                     claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner, rows_ahead,
                      scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
 from .intrinsics import SPAN_LANES, block_range
@@ -36,14 +36,29 @@ def simt_mscatter_row_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: Elem
 
     With atomic NONE on one thread (the ``multicore`` backend's calling thread) the walk visits the rows in source
     order, so a later row overwrites an earlier one: the whole-array Row Conflict::Last's serial loop
-    (``host/a5_planner.takes_serial_row_last``)."""
+    (``host/a5_planner.takes_serial_row_last``).
+
+    On the CPU a warp prefetches the table row a later row will update (:func:`.device.scatter_row`), where the
+    table's view is indexed by element (not the uint32 words of a 16-bit float table)."""
+    tuple_table, prefetches = _row_prefetch_view(fmt)
 
     def simt_mscatter_row_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                  valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        row = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)  # what scatter_row reads
-        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row, row, store_element)
+        words = table[0] if tuple_table else table  # (a compile-time choice)
+        ahead = rows_ahead(valid_cols, words.itemsize) if prefetches else 0
+        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row,
+                  (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule, words, ahead), store_element)
 
     return simt_mscatter_row_kernel
+
+
+def _row_prefetch_view(fmt: ElementFormat) -> tuple[bool, bool]:
+    """``(tuple_table, prefetches)`` of a Row scatter kernel of element format ``fmt``: whether its table is a tuple
+    whose first array is the one to prefetch in (the (int32, uint32) pair of a float32 Max / Min; the (words, edge,
+    head) of a mid-word 16-bit float Add), and whether a CPU warp prefetches rows ahead (the views indexed by element:
+    the native one and the pair's)."""
+    word_pair = fmt == ElementFormat.F32_ORDER
+    return word_pair or fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE), word_pair or fmt == ElementFormat.NATIVE
 
 
 @functools.cache
@@ -131,11 +146,14 @@ def simt_mscatter_row_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fm
     outside the table."""
     if fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE):
         raise ValueError(f"simt_mscatter_row_serial_kernel: no plain form for the mid-word format {fmt.name}")
+    tuple_table, prefetches = _row_prefetch_view(fmt)
 
     def simt_mscatter_row_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                         valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        row = (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule)
-        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row, row, store_element)
+        words = table[0] if tuple_table else table
+        ahead = rows_ahead(valid_cols, words.itemsize) if prefetches else 0
+        walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row,
+                  (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule, words, ahead), store_element)
 
     return simt_mscatter_row_serial_kernel
 
