@@ -96,6 +96,13 @@ def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(
     assert not wrong, "; ".join(wrong[:5])
 
 
+def _plain_up_to(alone_kernel, serial: str, most: int) -> None:
+    """``alone_kernel`` (a planner's choice of plain-store kernel) names ``serial`` for an Add on the element type
+    itself of ``most`` elements and none for one more."""
+    assert alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == serial
+    assert alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+
+
 def test_which_launches_have_a_plain_store_form():
     """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, names the plain-store kernel: an Add
     on the element type itself of at most plain_add_max_updates elements, Max / Min and a 16-bit float Add of at
@@ -103,8 +110,7 @@ def test_which_launches_have_a_plain_store_form():
     most, rmw = tuning.current().plain_add_max_updates, tuning.current().plain_rmw_max_updates
     assert rmw < most  # (a combine that costs more per update shares it with a second core sooner)
     serial = "simt_mscatter_elem_serial_kernel"
-    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == serial
-    assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+    _plain_up_to(a5_planner.elem_alone_kernel, serial, most)
     for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
                         (ScatterAtomicOp.MAX, ElementFormat.NATIVE), (ScatterAtomicOp.ADD, ElementFormat.F16),
                         (ScatterAtomicOp.ADD, ElementFormat.BF16)):
@@ -134,10 +140,8 @@ def test_which_row_scatters_have_a_plain_store_form():
     type itself of at most plain_row_add_max_updates elements, and for nothing else: Max / Min and the 16-bit float
     Adds keep the atomic kernel; the plan says so. (Tile ops run it too: ``test_a5_scatter.py``'s matrix checks
     the Row Adds in both forms.)"""
-    most = tuning.current().plain_row_add_max_updates
     serial = "simt_mscatter_row_serial_kernel"
-    assert a5_planner.row_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most) == serial
-    assert a5_planner.row_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.NATIVE, most + 1) is None
+    _plain_up_to(a5_planner.row_alone_kernel, serial, tuning.current().plain_row_add_max_updates)
     for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
                         (ScatterAtomicOp.ADD, ElementFormat.F16), (ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE),
                         (ScatterAtomicOp.NONE, ElementFormat.NATIVE)):
