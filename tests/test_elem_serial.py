@@ -217,13 +217,15 @@ def test_a_composing_writer_waits_for_a_plain_one_on_memory_they_share():
 
 @pytest.mark.parametrize("cpu_or_simulator_backend", ["multicore"], indirect=True)  # its fault hook
 @pytest.mark.parametrize("scatter_form", ["alone", "atomic"], indirect=True)
-def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulator_backend, scatter_form,
+@pytest.mark.parametrize("coalesce", ["elem", "row"])
+def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulator_backend, scatter_form, coalesce,
                                                                   monkeypatch):
     """An exception (Ctrl-C) as a block range starts: the call raises, nothing is written, no registration is left
-    behind, and the next call runs in the same form."""
-    table, idx = np.zeros(1000, np.int32), np.arange(1000, dtype=np.int32)[::-1].copy()
-    src = np.ones(1000, np.int32)
-    pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+    behind, and the next call runs in the same form (an Elem scatter Add, and a Row one: 1000 rows of 4)."""
+    shape = (1000,) if coalesce == "elem" else (1000, 4)
+    table, idx = np.zeros(shape, np.int32), np.arange(1000, dtype=np.int32)[::-1].copy()
+    src = np.ones(shape, np.int32)
+    pto.scatter(table, src, idx, coalesce=coalesce, atomic="add")
 
     def hook(point):
         if point == "range-start":
@@ -231,11 +233,11 @@ def test_an_exception_inside_a_launch_leaves_no_writer_registered(cpu_or_simulat
     monkeypatch.setattr(simt, "fault_hook", hook)
     table[:] = 0
     with pytest.raises(KeyboardInterrupt):
-        pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+        pto.scatter(table, src, idx, coalesce=coalesce, atomic="add")
     assert writers.table_writers.busy() == 0 and not table.any()
     monkeypatch.setattr(simt, "fault_hook", None)
     runs = scatter_form.alone_runs
-    pto.scatter(table, src, idx, coalesce="elem", atomic="add")
+    pto.scatter(table, src, idx, coalesce=coalesce, atomic="add")
     assert (table == 1).all() and writers.table_writers.busy() == 0
     assert (scatter_form.alone_runs > runs) == (scatter_form.name == "alone")
 
