@@ -28,15 +28,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (before PyTorch starts it
 import numpy as np  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
-from bench_peers import check_add  # noqa: E402
+from bench_peers import check_add, parse_size, size_label  # noqa: E402
 from simt_pto.host import tuning  # noqa: E402
 
 TABLE_FACTOR = 4
-
-
-def _size(text: str) -> int:
-    text = text.strip().upper()
-    return int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text)
 
 
 def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
@@ -64,11 +59,8 @@ def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
         else:
             check_add(what, got.reshape(-1), table.reshape(-1), elements, src.reshape(-1), dtype.name)
     check("the atomic form", ours["atomic"])
-    calls = {}
-    for form, got in ours.items():
-        def call(form=form, got=got):
-            pto.scatter(got, src, idx, coalesce="row", atomic="add")
-        calls[form] = call
+    calls = {form: (lambda got=got: pto.scatter(got, src, idx, coalesce="row", atomic="add"))
+             for form, got in ours.items()}
     numpy_table = table.copy()
     calls["numpy"] = lambda: np.add.at(numpy_table, idx, src)
     if torch is not None:
@@ -80,9 +72,9 @@ def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
     times: dict = {name: [] for name in calls}
     for _ in range(repeat):  # rounds alternating the forms and the peers
         for name, fn in calls.items():
-            # a form's threshold set for its turn (which empties the call caches), then a call that keeps its
-            # launch, then the timed call
-            with tuning.tuned(plain_row_add_max_updates=limits.get(name, limits["plain"])):
+            # our form's threshold set for its turn (which empties the call caches: a call then keeps its launch),
+            # then the timed call; a peer's too, so that each figure is a second call
+            with tuning.tuned(**({"plain_row_add_max_updates": limits[name]} if name in limits else {})):
                 fn()
                 start = time.perf_counter()
                 fn()
@@ -110,12 +102,12 @@ def main(argv=None) -> int:
         print("NOTE: PyTorch is not installed: no index_add_ column", flush=True)
     print(f"Row scatter Add, {args.cols} columns, medians of {args.repeat} rounds, ms (peer / ours-plain in brackets)")
     print(f"{'size':>6} {'dtype':<8} {'plain':>9} {'atomic':>9} {'np.add.at':>16} {'index_add_':>16}")
-    for n in (_size(s) for s in args.sizes.split(",")):
+    for n in (parse_size(s) for s in args.sizes.split(",")):
         for dtype in (np.dtype(d.strip()) for d in args.dtypes.split(",")):
             got = run(n, dtype, args.cols, args.repeat, torch)
             peers = [f"{got[name]:9.3f} ({got[name] / got['plain']:.2f}x)" if name in got else "-"
                      for name in ("numpy", "torch")]
-            print(f"{n >> 10:>5}K {dtype.name:<8} {got['plain']:9.3f} {got['atomic']:9.3f} {peers[0]:>16} "
+            print(f"{size_label(n):>6} {dtype.name:<8} {got['plain']:9.3f} {got['atomic']:9.3f} {peers[0]:>16} "
                   f"{peers[1]:>16}", flush=True)
     return 0
 

@@ -139,8 +139,8 @@ def simt_mscatter_row_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fm
     come in source order, each element ``table[remap(idx[r]) * validCols + j] op= src[r, j]`` by the store rule with
     plain loads and stores (:data:`PLAIN_STORE_KERNELS`), the same bits per element as the atomic's. It runs only
     while no other launch writes memory its table shares (:mod:`simt_pto.kernels.writers`): x86 has no float atomic
-    add, so each atomic element is a compare-and-swap loop, where a plain row's adds are one vector loop (measured in
-    ``HostTuning.plain_row_add_max_updates``, ``host/tuning.py``).
+    add, so each atomic element is a compare-and-swap loop, where a plain element is a load, an add and a store
+    (measured in ``HostTuning.plain_row_add_max_updates``, ``host/tuning.py``).
 
     A 16-bit float Add on a table that starts or ends mid-word has no such form: its boundary words hold bytes
     outside the table."""
