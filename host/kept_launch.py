@@ -76,7 +76,7 @@ class KeptLaunch:
     """
 
     __slots__ = ("steps", "made", "apart", "indices", "checked_by", "aligned_to", "scan", "device", "_makers",
-                 "_viewed", "_spare_owner")
+                 "_viewed", "_spare_owner", "_early_wake")
 
     def __init__(self, steps: tuple, *, made: dict | None = None, apart: tuple = (), indices: Callable | None = None,
                  checked_by: int | None = None, aligned_to: int = 1, result_alignment: int = 0, scan: Any = None,
@@ -91,6 +91,11 @@ class KeptLaunch:
                                aligned if name == "dst" else np.empty, size, dtype)
                               for name, (size, dtype) in self.made.items()])
         self._viewed = () if device else self._host_steps()
+        # the helper threads of the first launch on several threads (its launcher's ``early_wake``, simt.EarlyWake),
+        # woken as the call starts, so that their wake-up overlaps the call's checks, its result's making and the
+        # launches before it
+        self._early_wake = None if device else next(
+            (launch.early_wake for launch, _ in steps if hasattr(launch, "early_wake")), None)
         self._spare_owner: list = []  # the device owner array of the last call that finished (at most one)
 
     # -- binding ---------------------------------------------------------------------------------------------
@@ -183,6 +188,16 @@ class KeptLaunch:
         """Run the kept launches on ``arrays`` (the call's operands by name, host memory; the ``made`` arrays are
         added, a gather's output among them) and return True; False, having written nothing the caller owns, for a
         call whose checks send it to the full path."""
+        if self._early_wake is None:
+            return self._run(arrays)
+        early = self._early_wake()
+        try:
+            early.wake()
+            return self._run(arrays)
+        finally:
+            early.release()
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> bool:
         for a, b in self.apart:
             if _may_share_memory(arrays[a], arrays[b]):  # numpy's bounds check, in C (aliasing.may_overlap's)
                 return False

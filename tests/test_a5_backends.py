@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -134,9 +135,9 @@ def test_a_launchs_caller_polls_for_its_helpers_end_without_the_gil():
     it sees another thread clear the flag while it polls (a Python thread, which runs only if the poll has let the
     GIL go), and gives up after its polls when nothing clears it."""
     running = np.ones(1, np.int64)
-    assert not simt._helpers_end_within(running, 1000)  # nothing clears it: False once the polls are spent
+    assert not simt._cleared_within(running, 1000)  # nothing clears it: False once the polls are spent
     running[0] = 0
-    assert simt._helpers_end_within(running, 1)
+    assert simt._cleared_within(running, 1)
     running[0] = 1
     cleared = threading.Event()
 
@@ -147,7 +148,7 @@ def test_a_launchs_caller_polls_for_its_helpers_end_without_the_gil():
     helper = threading.Timer(0.01, clear)
     helper.start()
     try:
-        assert simt._helpers_end_within(running, 1 << 28)  # (about a second of polls: the clear comes after 10 ms)
+        assert simt._cleared_within(running, 1 << 28)  # (about a second of polls: the clear comes after 10 ms)
     finally:
         helper.join()
     assert cleared.is_set()
@@ -174,6 +175,108 @@ def test_a_launch_whose_helper_outlasts_the_callers_polls_still_waits_for_it(mul
         for _ in range(3):
             np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), want)
         monkeypatch.setattr(simt, "fault_hook", None)
+
+
+def _all_helpers_idle(timeout: float = 5.0) -> bool:
+    """Whether every helper thread is back on the idle list within ``timeout`` seconds."""
+    pool = simt._helper_pool()
+    deadline = time.monotonic() + timeout
+    while len(pool._idle) < simt.multicore_workers() - 1:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+@pytest.fixture
+def early_wakes(multicore_backend, monkeypatch):
+    """``(woken, left)``: per early wake of the test's calls, the helpers it woke, and those no launch took from it
+    (handed nothing, back to the idle list)."""
+    if simt.multicore_workers() < 2:
+        pytest.skip("NUMBA_NUM_THREADS is 1: no helper thread")
+    woken, left = [], []
+    wake, release = simt.EarlyWake.wake, simt.EarlyWake.release
+
+    def recorded_wake(self):
+        wake(self)
+        woken.append(len(self.helpers))
+
+    def recorded_release(self):
+        left.append(len(self.helpers))
+        release(self)
+    monkeypatch.setattr(simt.EarlyWake, "wake", recorded_wake)
+    monkeypatch.setattr(simt.EarlyWake, "release", recorded_release)
+    return woken, left
+
+
+def test_a_repeated_launch_on_several_threads_wakes_its_helpers_as_the_call_starts(early_wakes):
+    """A kept launch of several threads wakes its helpers before it makes the launch, and the launch takes them:
+    they run block ranges, and the results are whole."""
+    woken, left = early_wakes
+    rng = np.random.default_rng(6)
+    table = rng.standard_normal((4096, 64)).astype(np.float32)
+    idx = rng.integers(0, table.shape[0], 1 << 15, dtype=np.int32)
+    np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), table[idx])  # the first call: planned
+    assert woken == []  # (the full path wakes its helpers as its launch starts)
+    for _attempt in range(20):
+        assert _all_helpers_idle()
+        woken.clear(), left.clear()
+        with simt.trace_multicore_launches() as ranges:
+            np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), table[idx])
+        assert woken == [simt.multicore_workers() - 1] and left == [0]  # woken early, all taken by the launch
+        if {r[0] for r in ranges} - {threading.get_ident()}:
+            return  # a helper ran ranges of the launch (it may find none left, where the caller ran them all)
+    pytest.fail("no helper woken early ran a block range in 20 calls")
+
+
+def test_helpers_woken_for_a_call_that_takes_the_full_path_go_back_idle(early_wakes):
+    """A repeated Row scatter whose source is the table's own memory is sent to the full path (which refuses it)
+    after its helpers were woken: they are handed nothing, go back to the idle list, and the next call runs."""
+    woken, left = early_wakes
+    rng = np.random.default_rng(8)
+    table = rng.integers(0, 100, (1 << 15, 64)).astype(np.int32)  # 8 MB of rows: a launch on several threads
+    idx = rng.permutation(table.shape[0]).astype(np.int32)
+    src = rng.integers(0, 100, table.shape).astype(np.int32)
+    for _ in range(2):  # planned, then kept
+        pto.scatter(table, src, idx, coalesce="row")
+    woken.clear(), left.clear()
+    with pytest.raises(ValueError, match="shares memory"):
+        pto.scatter(table, table, idx, coalesce="row")  # (of the kept signature)
+    assert woken == [simt.multicore_workers() - 1] and left == woken  # woken, then handed back
+    assert _all_helpers_idle()
+    want = table.copy()
+    want[idx] = src
+    pto.scatter(table, src, idx, coalesce="row")
+    np.testing.assert_array_equal(table, want)
+
+
+@pytest.mark.parametrize("at", ["its early wake", "the launch's hand-off"])
+def test_an_interrupt_before_a_launch_takes_its_early_woken_helpers_leaves_them_idle(early_wakes, monkeypatch, at):
+    """KeyboardInterrupt raised as the call wakes its helper early (it is not woken), or as the launch is about to
+    take the helper woken early (it is handed nothing): the call raises it, the helper goes back to the idle list,
+    and the next call is whole."""
+    woken, left = early_wakes
+    rng = np.random.default_rng(9)
+    table = rng.standard_normal((4096, 64)).astype(np.float32)
+    idx = rng.integers(0, table.shape[0], 1 << 15, dtype=np.int32)
+    for _ in range(2):  # planned, then kept
+        pto.gather(table, idx, coalesce="row")
+    woken.clear(), left.clear()
+    wakes = []
+
+    def interrupt(point):
+        if point == "helper-wake":
+            wakes.append(point)
+            if len(wakes) == (1 if at == "its early wake" else 2):
+                raise KeyboardInterrupt
+    monkeypatch.setattr(simt, "fault_hook", interrupt)
+    with simt.trace_multicore_launches() as ranges, pytest.raises(KeyboardInterrupt):
+        pto.gather(table, idx, coalesce="row")
+    monkeypatch.setattr(simt, "fault_hook", None)
+    assert ranges == []  # no block range ran
+    assert left == ([0] if at == "its early wake" else [simt.multicore_workers() - 1])  # those woken: handed back
+    assert _all_helpers_idle()
+    np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), table[idx])
 
 
 @pytest.mark.parametrize("coalesce", ["elem", "row"])

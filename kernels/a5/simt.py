@@ -198,7 +198,8 @@ def trace_multicore_launches():
 
 fault_hook = None
 """Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a thread, before a block range runs),
-``"helper-wake"`` (the caller, before it wakes each helper thread of a launch) and ``"launch-wait"`` (the caller,
+``"helper-wake"`` (the caller, before it wakes each helper thread early, :class:`EarlyWake`, and before it hands a
+launch to its helpers) and ``"launch-wait"`` (the caller,
 once a ``multicore`` launch's helpers are started, before it takes a block range itself), so that a test can raise
 there (or send a signal: an interrupt landing at that exact moment) or hold a worker."""
 
@@ -320,19 +321,38 @@ class _Launch:
 class _Helper:
     """A thread of the package's own that runs the block ranges of the launches it is handed. It sleeps on a lock of
     its own (one release wakes it: the cheapest hand-off Python threads have, about as much as one wake-up of the
-    kernel), and goes back to the idle list before it reports its launch finished."""
+    kernel), takes its launch from a second one (:meth:`hand`: released before it looks, unless it was woken ahead
+    of its launch, :class:`EarlyWake`), and goes back to the idle list before it reports its launch finished."""
 
     def __init__(self, pool: _HelperPool):
         self.pool = pool
         self.wake = threading.Lock()
         self.wake.acquire()
+        self.handed = threading.Lock()
+        self.handed.acquire()
+        self.unhanded = np.ones(1, np.int64)  # (1 until :meth:`hand`: what a helper woken early polls, GIL released)
         self.launch: _Launch | None = None
         threading.Thread(target=self._loop, name="simt_pto-a5-multicore", daemon=True).start()
+
+    def hand(self, launch: _Launch | None) -> None:
+        """Give the helper its launch, or None: back to the idle list (an early wake whose launch did not come)."""
+        self.launch = launch
+        self.unhanded[0] = 0
+        self.handed.release()  # (a system call only when the helper waits on it, which an early wake rarely does)
 
     def _loop(self) -> None:
         while True:
             self.wake.acquire()
+            if not self.handed.acquire(blocking=False):
+                # woken ahead of its launch (EarlyWake) and given the GIL while its caller still makes it: polled
+                # without the GIL, so that the caller goes on meanwhile, then slept on
+                _cleared_within(self.unhanded, HELPER_WAIT_POLLS)
+                self.handed.acquire()
             launch, self.launch = self.launch, None
+            self.unhanded[0] = 1
+            if launch is None:
+                self.pool.idle(self)
+                continue
             error = None
             try:
                 launch.run()
@@ -346,27 +366,105 @@ class _Helper:
 
 class _HelperPool:
     """The helper threads of ``multicore`` launches (``multicore_workers() - 1``: the caller is a thread of its launch
-    too). A launch takes the helpers that are idle; launches from several threads at once share them, and one that
-    finds none idle runs on its caller alone (the block ranges are the same either way)."""
+    too). A launch takes the helpers its thread woke early (:class:`EarlyWake`), then those that are idle; launches
+    from several threads at once share them, and one that finds none idle runs on its caller alone (the block
+    ranges are the same either way)."""
 
     def __init__(self, size: int):
         self._lock = threading.Lock()
         self._idle = [_Helper(self) for _ in range(size)]
 
-    def start(self, launch: _Launch, wanted: int) -> None:
+    def _take_idle(self, wanted: int) -> list:
         with self._lock:
             taken = self._idle[len(self._idle) - min(wanted, len(self._idle)):]
             del self._idle[len(self._idle) - len(taken):]
-        launch.helpers = len(taken)
-        for helper in taken:
-            helper.launch = launch
-            if fault_hook is not None:
+        return taken
+
+    def wake_early(self, early: EarlyWake) -> None:
+        """Wake up to ``early.wanted`` idle helpers, each listed in ``early`` as it is woken; each then waits to be
+        handed a launch or None. Run SIGINT held: a helper woken and not listed would wait forever."""
+        taken = self._take_idle(early.wanted)
+        try:
+            while taken:
+                if fault_hook is not None:
+                    fault_hook("helper-wake")
+                helper = taken.pop()
+                early.helpers.append(helper)
+                helper.wake.release()
+        finally:
+            for helper in taken:  # (not woken: an exception in the hook)
+                self.idle(helper)
+
+    def start(self, launch: _Launch, wanted: int) -> None:
+        """Hand ``launch`` to up to ``wanted`` helpers: those this thread woke early first, idle ones after them.
+        Run SIGINT held: a helper counted in ``launch.helpers`` and never handed it would be waited for forever."""
+        early = getattr(_woken_early, "pending", None)
+        woken = []
+        if early is not None:  # (this launch is the one they were woken for)
+            _woken_early.pending = None
+            woken, early.helpers = early.helpers[:wanted], early.helpers[wanted:]
+        taken = self._take_idle(wanted - len(woken)) if len(woken) < wanted else []
+        if fault_hook is not None and (woken or taken):
+            try:
                 fault_hook("helper-wake")
+            except BaseException:  # nothing counted yet: the helpers go back where they were taken from
+                for helper in taken:
+                    self.idle(helper)
+                if early is not None:
+                    early.helpers = woken + early.helpers  # (handed None by the early wake's release)
+                raise
+        launch.helpers = len(woken) + len(taken)
+        for helper in woken:
+            helper.hand(launch)
+        for helper in taken:
+            helper.hand(launch)
             helper.wake.release()
 
     def idle(self, helper: _Helper) -> None:
         with self._lock:
             self._idle.append(helper)
+
+
+_woken_early = threading.local()
+"""``pending``: the :class:`EarlyWake` of this thread's next ``multicore`` launch, if any."""
+
+
+class EarlyWake:
+    """Helpers woken at the start of a call, before its launch is made (:func:`multicore_launcher`'s ``early_wake``).
+    A woken thread starts running some 15 µs after the wake-up on the development machine, and it then needs the
+    GIL, which it gets once its caller is in a kernel: woken as the launch starts (about 25 µs into a repeated
+    call), a helper started its first block range 17 µs after its caller's; woken 20 µs before, about 1 µs after
+    (docs/performance.md). Use::
+
+        early = EarlyWake(helpers)
+        try:
+            early.wake()
+            ...  # the call, whose first launch of several threads takes the helpers (_HelperPool.start)
+        finally:
+            early.release()  # the helpers no launch took back to the idle list
+    """
+
+    __slots__ = ("wanted", "helpers")
+
+    def __init__(self, wanted: int):
+        self.wanted, self.helpers = wanted, []
+
+    def wake(self) -> None:
+        if getattr(_woken_early, "pending", None) is not None:  # (a call inside a call: one early wake a thread)
+            return
+        cache.uninterrupted(_helper_pool().wake_early, self)
+        _woken_early.pending = self
+
+    def release(self) -> None:
+        if getattr(_woken_early, "pending", None) is self:
+            _woken_early.pending = None
+        if self.helpers:
+            cache.uninterrupted(self._hand_back)
+
+    def _hand_back(self) -> None:
+        helpers, self.helpers = self.helpers, []
+        for helper in helpers:
+            helper.hand(None)
 
 
 _pool: _HelperPool | None = None
@@ -383,12 +481,24 @@ def _helper_pool() -> _HelperPool:
 
 
 def _forget_pool():  # a forked child has none of the parent's threads
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
+    global _pool, _pool_lock, _woken_early
+    _pool, _pool_lock, _woken_early = None, threading.Lock(), threading.local()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _workers_and_chunks(grid: int, threads: int | None) -> tuple[int, int]:
+    """``(workers, block ranges)`` of a ``multicore`` launch of ``grid`` blocks on up to ``threads`` threads."""
+    workers = multicore_workers() if threads is None else max(1, min(threads, multicore_workers()))
+    return workers, (min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1)
+
+
+def _early_wake(grid: int, threads: int | None) -> EarlyWake:
+    """An :class:`EarlyWake` of the helpers a launch of ``grid`` blocks on up to ``threads`` threads takes."""
+    workers, chunks = _workers_and_chunks(grid, threads)
+    return EarlyWake(min(workers, chunks) - 1 if chunks > 1 else 0)
 
 
 def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None = None,
@@ -406,8 +516,7 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
     cache for the kernel, and the threads share the check), and the launch stops at the first range that has one.
     False then: some blocks may have run, so only a launch whose writes are its call's own (a gather's new result)
     may be given a check. True otherwise."""
-    workers = multicore_workers() if threads is None else max(1, min(threads, multicore_workers()))
-    chunks = min(grid, workers * CHUNKS_PER_WORKER) if workers > 1 else 1
+    workers, chunks = _workers_and_chunks(grid, threads)
     if chunks <= 1:
         if check is not None and not check[3](check[0], 0, check[0].size, check[2]):
             return False
@@ -422,7 +531,7 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
             fault_hook("launch-wait")
         launch.run()  # the caller is one of the threads
         # the helpers end a range or two after the caller: polled first, as a lock's sleeper would wake 10-40 us late
-        if launch.helpers and not _helpers_end_within(launch.helpers_running, HELPER_WAIT_POLLS):
+        if launch.helpers and not _cleared_within(launch.helpers_running, HELPER_WAIT_POLLS):
             launch.done.acquire()
     except BaseException:
         _stop(launch)
@@ -436,11 +545,12 @@ _atomic_add = intrinsics.CPU["atomic_add"]
 
 
 @cache.njit(nogil=True, cache=True)
-def _helpers_end_within(running, polls):
-    """Whether ``running[0]`` (a launch's :attr:`_Launch.helpers_running`) reads 0 within ``polls`` atomic reads,
-    made without the GIL, so that the helper that clears it runs its last Python lines meanwhile."""
+def _cleared_within(flag, polls):
+    """Whether ``flag[0]`` (a launch's :attr:`_Launch.helpers_running`, a helper's :attr:`_Helper.unhanded`) reads 0
+    within ``polls`` atomic reads, made without the GIL, so that the thread that clears it runs its Python lines
+    meanwhile."""
     for _ in range(polls):
-        if _atomic_add(running, 0, 0) == 0:  # (an atomic read: a plain load in a loop of no stores may be made once)
+        if _atomic_add(flag, 0, 0) == 0:  # (an atomic read: a plain load in a loop of no stores may be made once)
             return True
     return False
 
@@ -696,6 +806,8 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             else:
                 _run_range(kernel, whole_grid, args)
             return True
+        if whole_grid is None:
+            run_checked.early_wake = functools.partial(_early_wake, grid, threads)
         return run_checked
     if "table" in spec.writes:  # a writer of the table: registered (kernels/writers.py), maybe in its plain-store form
         table_at = names.index("table")
@@ -730,6 +842,8 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
                 # (a plan whose plain-store form has always run has no compiled atomic kernel yet: typed until then)
                 raw = direct is not None and (alone is None or direct_alone is not None)
             write_shared(table, direct or kernel, whole_grid, *args)
+        if whole_grid is None and alone is None:  # (a plain-store form runs on its caller: it would wake them for nothing)
+            run_writer.early_wake = functools.partial(_early_wake, grid, threads)
         return run_writer
 
     ranged = _RangeEntries(kernel, None, grid, warps)
@@ -751,6 +865,8 @@ def multicore_launcher(spec: LaunchSpec, operands: tuple[str, ...], idx_capacity
             (direct or kernel)(whole_grid, *args)
         else:
             _run_range(kernel, whole_grid, args)
+    if whole_grid is None:
+        run.early_wake = functools.partial(_early_wake, grid, threads)
     return run
 
 
