@@ -3,7 +3,7 @@
 The timed region is the user's call: ``pto.gather`` / ``pto.scatter`` with ``target="a5"`` on the
 ``multicore`` backend and default policies (OOB UNDEFINED, strict: the index check is part of the cost, as numpy's
 bounds check is part of its), inputs already allocated, the gather's output allocated by the call. Each
-call is timed ``--repeat`` times after three warm-up calls, each right before numpy's call on the same data,
+call is timed ``--repeat`` times after warm-up calls (``paired_times``), each right before numpy's call on the same data,
 and each ratio is the median of these back-to-back pairs (the machine's memory timings drift).
 
 * ``row_gather``: 64-column float32 rows of a 256 MB table, 16M elements moved, vs ``table[rows]``;
@@ -43,11 +43,26 @@ def median_time(fn, repeat):
     return statistics.median(times)
 
 
+WARM_UP_PAIRS = (3, 30)
+"""Warm-up pairs before the timed ones: at least the first, then more until the second or :data:`WARM_UP_SECONDS`."""
+
+WARM_UP_SECONDS = 0.5
+"""How long the warm-up pairs may go on past the first three."""
+
+
 def paired_times(ours, peer, repeat):
     """``(our median, peer median, median of the pairwise ratios peer / ours)`` over ``repeat`` back-to-back
-    pairs of calls, after three warm-up pairs: the machine's memory timings drift from second to second
-    (page faults, transparent huge pages, neighbours), and a pair sees the same state."""
-    for _ in range(3):  # compiles on the first call; pages the inputs in; lets fresh memory settle
+    pairs of calls, after the warm-up pairs (:data:`WARM_UP_PAIRS`: three, then more up to 30 or half a second):
+    the machine's memory timings drift from second to second (page faults, transparent huge pages, neighbours),
+    and a pair sees the same state. A call's first few results can each be new memory that the kernel faults in
+    page by page, which a loop of calls stops paying once the allocator keeps the memory (PyTorch's 4 MB
+    ``index_select`` result: 1024 page faults a call for its first 9 or so calls on the development machine, none
+    after); three warm-up pairs left it in that state at 1M elements (docs/performance.md)."""
+    least, most = WARM_UP_PAIRS
+    started = time.perf_counter()
+    for pair in range(most):  # compiles on the first call; pages the inputs in; lets fresh memory settle
+        if pair >= least and time.perf_counter() - started > WARM_UP_SECONDS:
+            break
         ours()
         peer()
     ours_t, peer_t = [], []

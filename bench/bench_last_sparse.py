@@ -3,7 +3,7 @@
 A whole-array Elem ``pto.scatter(table, src, idx, conflict="last")`` (``target="a5"``, default
 ``last_path="auto"``) of ``n`` updates (10, 1000, 1M by default) into an int8 table of ``--table-elems``
 elements (1.5e9 by default: 1.5 GB), against numpy's ``table[idx] = src`` on the same arrays. Each call is timed
-``--repeat`` times right before numpy's, after two warm-up pairs, and the ratio is the median of these
+``--repeat`` times right before numpy's, after warm-up pairs, and the ratio is the median of these
 back-to-back pairs (see ``bench_cpu.paired_times``).
 
 Peak extra memory is the process's resident high-water mark over one call, above the resident size just

@@ -33,7 +33,7 @@ Method. Every result is checked before anything is timed: the gathers bitwise ag
 numpy's and PyTorch's) bitwise against ``simt_pto.reference.last_writer_scatter`` (the serial loop's result:
 numpy's ``table[idx] = src`` promises no order for repeated indices); float Add (ours, numpy's and PyTorch's) within
 the error bound of ``simt_pto.reference.float_add_bound`` (bitwise where a slot has at most one add). Then each peer
-is timed against us in back-to-back pairs (``bench_cpu.paired_times``: three warm-up pairs, then ``--repeat``
+is timed against us in back-to-back pairs (``bench_cpu.paired_times``: 3 to 30 warm-up pairs, then ``--repeat``
 pairs, our call right before the peer's on the same data), and each figure is the median of the per-pair ratios
 ``peer time / our time``: above 1 we are faster. PyTorch runs with as many threads as our thread pool
 (``torch.set_num_threads``) and with ``OMP_WAIT_POLICY=PASSIVE`` set before it is imported, so that its OpenMP
@@ -574,7 +574,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
     ap.add_argument("--row-cols", type=int, default=ROW_COLS,
                     help=f"the Row gather's row width in elements (default {ROW_COLS}, README's table)")
-    ap.add_argument("--repeat", type=int, default=7, help="timed pairs per figure (after three warm-up pairs)")
+    ap.add_argument("--repeat", type=int, default=7, help="timed pairs per figure (after 3 to 30 warm-up pairs)")
     ap.add_argument("--peer-index", choices=("int64", "int32"), default="int64",
                     help="the peers' index dtype: int64 (their fastest, converted before the timing; default) or int32 "
                          "(the array ours takes)")
