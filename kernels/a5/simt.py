@@ -431,10 +431,10 @@ _woken_early = threading.local()
 
 class EarlyWake:
     """Helpers woken at the start of a call, before its launch is made (:func:`multicore_launcher`'s ``early_wake``).
-    A woken thread starts running some 15 µs after the wake-up on the development machine, and it then needs the
+    A woken thread starts running some 15-30 µs after the wake-up on the development machine, and it then needs the
     GIL, which it gets once its caller is in a kernel: woken as the launch starts (about 25 µs into a repeated
-    call), a helper started its first block range 17 µs after its caller's; woken 20 µs before, about 1 µs after
-    (docs/performance.md). Use::
+    call), the helper of a 1M float32 Row gather started its first block range 22 µs after its caller's; woken as
+    the call starts, 8-12 µs after (docs/performance.md). Use::
 
         early = EarlyWake(helpers)
         try:
