@@ -45,6 +45,7 @@ from simt_pto.enums import BLayout, Coalesce
 from simt_pto.launch_spec import CallPlan, LaunchSpec
 from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 
+from . import tuning
 from .arrays import FOREIGN, JAX, NUMPY, TORCH, aligned_empty, checked_indices, host_memory, jax_result, new_device_array
 
 _UINT32 = np.dtype(np.uint32)
@@ -94,7 +95,7 @@ class KeptLaunch:
         # the helper threads of the first launch on several threads (its launcher's ``early_wake``, simt.EarlyWake),
         # woken as the call starts, so that their wake-up overlaps the call's checks, its result's making and the
         # launches before it
-        self._early_wake = None if device else next(
+        self._early_wake = None if device or not tuning.current().early_wake_helpers else next(
             (launch.early_wake for launch, _ in steps if hasattr(launch, "early_wake")), None)
         self._spare_owner: list = []  # the device owner array of the last call that finished (at most one)
 

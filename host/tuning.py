@@ -37,6 +37,11 @@ class HostTuning:
     """... if it copies at most this many rows: each row costs its index and its miss whatever its width (16384 rows
     of 32-128 B: one thread ahead, 0.055-0.071 ms against 0.064-0.082; 32768 rows of 32-64 B: two, 0.093-0.113 ms
     against 0.108-0.135)."""
+    early_wake_helpers: int = 1
+    """1: a repeated call on several threads wakes its helper threads as it starts, so that their wake-up (15-30 µs
+    on a VM) overlaps its checks and its result's making; 0: as its launch starts (``bench/helper_start.py``: the
+    helper's first range 6-14 µs after its caller's against 17-26, the call up to 10% faster at 1M-2M; dev machine,
+    2026-11-30)."""
     elem_gather_one_thread_elems: int = 1 << 18
     """An Elem gather of at most this many elements runs on the calling thread: a helper's wake-up, sometimes a
     large part of a quarter-millisecond call on a shared host, against a second core's overlapped misses."""

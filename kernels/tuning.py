@@ -11,7 +11,7 @@ kernels may not import the host). This module imports nothing.
 """
 
 CHUNKS_PER_WORKER = 4
-"""Block ranges per worker of a multicore launch: uneven blocks evened against a call per range (2, 4, 8 level; dev machine, 2026-11-30)."""
+"""Block ranges per worker of a multicore launch: uneven blocks against a call per range (2-4 level, 8-16 slower; dev, 2026-11-30)."""
 
 HELPER_WAIT_POLLS = 1 << 14
 """Polls by a launch's caller, GIL released, for its helpers' end before it sleeps: a late wake vs a busy core (dev machine, 2026-11-30)."""

@@ -229,6 +229,23 @@ def test_a_repeated_launch_on_several_threads_wakes_its_helpers_as_the_call_star
     pytest.fail("no helper woken early ran a block range in 20 calls")
 
 
+def test_a_repeated_launch_wakes_its_helpers_as_it_starts_where_the_tuning_says_so(early_wakes):
+    """``HostTuning.early_wake_helpers = 0``: the kept launch wakes its helpers as its launch starts, none early;
+    the results are whole either way."""
+    from simt_pto.host import tuning
+    woken, _left = early_wakes
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal((4096, 64)).astype(np.float32)
+    idx = rng.integers(0, table.shape[0], 1 << 15, dtype=np.int32)
+    with tuning.tuned(early_wake_helpers=0):
+        for _ in range(3):  # planned, then kept twice
+            np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), table[idx])
+        assert woken == []
+    for _ in range(2):  # planned again under the table in force, then kept
+        np.testing.assert_array_equal(pto.gather(table, idx, coalesce="row"), table[idx])
+    assert woken == [simt.multicore_workers() - 1]
+
+
 def test_helpers_woken_for_a_call_that_takes_the_full_path_go_back_idle(early_wakes):
     """A repeated Row scatter whose source is the table's own memory is sent to the full path (which refuses it)
     after its helpers were woken: they are handed nothing, go back to the idle list, and the next call runs."""

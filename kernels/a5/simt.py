@@ -199,9 +199,9 @@ def trace_multicore_launches():
 fault_hook = None
 """Tests only: ``fault_hook(point)`` is called at ``"range-start"`` (a thread, before a block range runs),
 ``"helper-wake"`` (the caller, before it wakes each helper thread early, :class:`EarlyWake`, and before it hands a
-launch to its helpers) and ``"launch-wait"`` (the caller,
-once a ``multicore`` launch's helpers are started, before it takes a block range itself), so that a test can raise
-there (or send a signal: an interrupt landing at that exact moment) or hold a worker."""
+launch to its helpers) and ``"launch-wait"`` (the caller, once a ``multicore`` launch's helpers are started, before it
+takes a block range itself), so that a test can raise there (or send a signal: an interrupt landing at that exact
+moment) or hold a worker."""
 
 
 _ENTRIES: dict = {}
@@ -450,7 +450,8 @@ class EarlyWake:
         self.wanted, self.helpers = wanted, []
 
     def wake(self) -> None:
-        if getattr(_woken_early, "pending", None) is not None:  # (a call inside a call: one early wake a thread)
+        # (none wanted: one worker; a call inside a call: one early wake a thread)
+        if not self.wanted or getattr(_woken_early, "pending", None) is not None:
             return
         cache.uninterrupted(_helper_pool().wake_early, self)
         _woken_early.pending = self
