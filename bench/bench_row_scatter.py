@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (before PyTorch starts it
 import numpy as np  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
-from bench_peers import check_add, parse_size, size_label  # noqa: E402
+from bench_peers import check_add, load_torch, parse_size, size_label  # noqa: E402
 from simt_pto.host import tuning  # noqa: E402
 
 TABLE_FACTOR = 4
@@ -93,13 +93,10 @@ def main(argv=None) -> int:
         print("the multicore backend is not available in this process", file=sys.stderr)
         return 2
     pto.set_a5_backend("multicore")
-    try:
-        import torch
-        from simt_pto.kernels.a5.simt import multicore_workers
-        torch.set_num_threads(multicore_workers())
-    except ImportError:
-        torch = None
-        print("NOTE: PyTorch is not installed: no index_add_ column", flush=True)
+    from simt_pto.kernels.a5.simt import multicore_workers
+    torch, why_not = load_torch(multicore_workers())
+    if why_not:
+        print(f"NOTE: {why_not}", flush=True)
     print(f"Row scatter Add, {args.cols} columns, medians of {args.repeat} rounds, ms (peer / ours-plain in brackets)")
     print(f"{'size':>6} {'dtype':<8} {'plain':>9} {'atomic':>9} {'np.add.at':>16} {'index_add_':>16}")
     for n in (parse_size(s) for s in args.sizes.split(",")):

@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (PyTorch's threads sleep 
 import numpy as np  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
-from bench_peers import parse_size, size_label  # noqa: E402
+from bench_peers import load_torch, parse_size, size_label  # noqa: E402
 from simt_pto.host import tuning  # noqa: E402
 from simt_pto.kernels.a5 import simt  # noqa: E402
 
@@ -96,12 +96,9 @@ def main(argv=None) -> int:
     if simt.multicore_workers() < 2:
         print("helper_start: one worker thread (NUMBA_NUM_THREADS=1): no helper to wake")
         return 0
-    try:
-        import torch
-        torch.set_num_threads(simt.multicore_workers())
-    except ImportError:
-        torch = None
-        print("PyTorch is not installed: no index_select column")
+    torch, why_not = load_torch(simt.multicore_workers())
+    if why_not:
+        print(why_not)
     columns = ["early", "late", "index_select", "helper starts, early", "helper starts, late"]
     print(f"Row gather, 64 columns, medians, µs (helper starts: after the caller's first range); "
           f"{args.blocks} blocks of {args.pairs} pairs")
