@@ -2,9 +2,9 @@
 
 The timed region is the user's call: ``pto.gather`` / ``pto.scatter`` with ``target="a5"`` on the
 ``multicore`` backend and default policies (OOB UNDEFINED, strict: the index check is part of the cost, as numpy's
-bounds check is part of its), inputs already allocated, the gather's output allocated by the call. Each
-call is timed ``--repeat`` times after warm-up calls (``paired_times``), each right before numpy's call on the same data,
-and each ratio is the median of these back-to-back pairs (the machine's memory timings drift).
+bounds check is part of its), inputs already allocated, the gather's output allocated by the call. After warm-up
+pairs, ``--repeat`` rounds each time a block of our calls and a block of numpy's on the same data (``paired_times``),
+and each ratio is the median of the rounds' (the machine's memory timings drift).
 
 * ``row_gather``: 64-column float32 rows of a 256 MB table, 16M elements moved, vs ``table[rows]``;
 * ``elem_gather``: 16M float32 elements from a 256 MB table vs ``table.ravel()[idx]``;
@@ -49,15 +49,35 @@ WARM_UP_PAIRS = (3, 30)
 WARM_UP_SECONDS = 0.5
 """How long the warm-up pairs may go on past the first three."""
 
+BLOCK_WARM_UP = (10, 0.02)
+"""A round's block of calls first makes at least one untimed call, then more until this many calls or seconds."""
 
-def paired_times(ours, peer, repeat):
-    """``(our median, peer median, median of the pairwise ratios peer / ours)`` over ``repeat`` back-to-back
-    pairs of calls, after the warm-up pairs (:data:`WARM_UP_PAIRS`: three, then more up to 30 or half a second):
-    the machine's memory timings drift from second to second (page faults, transparent huge pages, neighbours),
-    and a pair sees the same state. A call's first few results can each be new memory that the kernel faults in
-    page by page, which a loop of calls stops paying once the allocator keeps the memory (PyTorch's 4 MB
-    ``index_select`` result: 1024 page faults a call for its first 9 or so calls on the development machine, none
-    after); three warm-up pairs left it in that state at 1M elements (docs/performance.md)."""
+BLOCK_TIMED = (10, 0.05)
+"""Then it times at least one call, and more until this many calls or seconds: the block's time is their median."""
+
+METHODS = ("rounds", "pairs")
+"""How :func:`paired_times` alternates the two callables once warmed up (the default first)."""
+
+
+def paired_times(ours, peer, repeat, method="rounds"):
+    """``(our median, peer median, median of the ratios peer / ours)`` over ``repeat`` rounds, after the warm-up
+    pairs (:data:`WARM_UP_PAIRS`: three, then more up to 30 or half a second): the machine's memory timings drift
+    from second to second (page faults, transparent huge pages, neighbours), and a round sees one state. A call's
+    first few results can each be new memory that the kernel faults in page by page, which a loop of calls stops
+    paying once the allocator keeps the memory (PyTorch's 4 MB ``index_select`` result: 1024 page faults a call for
+    its first 9 or so calls on the development machine, none after); three warm-up pairs left it in that state at
+    1M elements (docs/performance.md).
+
+    ``method="rounds"``: each round is a block of calls of each, in turn (ours first in even rounds, the peer's in
+    odd ones); a block makes untimed calls first (:data:`BLOCK_WARM_UP`), then times calls (:data:`BLOCK_TIMED`),
+    and the round's ratio is the peer block's median over ours. What is timed is each callable's own repeated call,
+    as a loop of it sees it: a call right after the other's leaves the caches as the other's call left them (at 4M
+    float16, ``index_select`` took 260-270 µs right after our gather and 390-400 µs after a run of its own calls,
+    and our first call after a run of its took 460 µs against 260; docs/performance.md), and which side that helps
+    depends on the two. ``method="pairs"``: the figures of ``repeat`` back-to-back pairs, ours right before the
+    peer's (each call timed right after the other's), as the benchmarks timed before."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
     least, most = WARM_UP_PAIRS
     started = time.perf_counter()
     for pair in range(most):  # compiles on the first call; pages the inputs in; lets fresh memory settle
@@ -66,13 +86,37 @@ def paired_times(ours, peer, repeat):
         ours()
         peer()
     ours_t, peer_t = [], []
-    for _ in range(repeat):
-        for fn, out in ((ours, ours_t), (peer, peer_t)):
-            t = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t)
+    for turn in range(repeat):
+        if method == "pairs":
+            for fn, out in ((ours, ours_t), (peer, peer_t)):
+                t = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t)
+        else:
+            for fn, out in ((ours, ours_t), (peer, peer_t))[::1 if turn % 2 == 0 else -1]:
+                out.append(block_time(fn))
     ratio = statistics.median(p / o for o, p in zip(ours_t, peer_t))
     return statistics.median(ours_t), statistics.median(peer_t), ratio
+
+
+def block_time(fn) -> float:
+    """The median time of ``fn()`` over one round's block: untimed calls, then timed ones (:func:`paired_times`)."""
+    _calls_within(fn, *BLOCK_WARM_UP, timed=False)
+    return statistics.median(_calls_within(fn, *BLOCK_TIMED, timed=True))
+
+
+def _calls_within(fn, calls: int, seconds: float, timed: bool) -> list[float]:
+    """Call ``fn()`` once, then again until ``calls`` calls or ``seconds`` have passed; each call's time if ``timed``."""
+    times = []
+    started = time.perf_counter()
+    for made in range(calls):
+        if made and time.perf_counter() - started > seconds:
+            break
+        t = time.perf_counter()
+        fn()
+        if timed:
+            times.append(time.perf_counter() - t)
+    return times
 
 
 def bench_row_gather(rng, n, repeat):

@@ -2,9 +2,9 @@
 
 A whole-array Elem ``pto.scatter(table, src, idx, conflict="last")`` (``target="a5"``, default
 ``last_path="auto"``) of ``n`` updates (10, 1000, 1M by default) into an int8 table of ``--table-elems``
-elements (1.5e9 by default: 1.5 GB), against numpy's ``table[idx] = src`` on the same arrays. Each call is timed
-``--repeat`` times right before numpy's, after warm-up pairs, and the ratio is the median of these
-back-to-back pairs (see ``bench_cpu.paired_times``).
+elements (1.5e9 by default: 1.5 GB), against numpy's ``table[idx] = src`` on the same arrays. After warm-up
+pairs, ``--repeat`` rounds each time a block of our calls and a block of numpy's, and the ratio is the median of
+the rounds' (see ``bench_cpu.paired_times``).
 
 Peak extra memory is the process's resident high-water mark over one call, above the resident size just
 before it (the table and the inputs are paged in first): ``/proc/self/clear_refs`` resets the mark (Linux),

@@ -33,13 +33,15 @@ Method. Every result is checked before anything is timed: the gathers bitwise ag
 numpy's and PyTorch's) bitwise against ``simt_pto.reference.last_writer_scatter`` (the serial loop's result:
 numpy's ``table[idx] = src`` promises no order for repeated indices); float Add (ours, numpy's and PyTorch's) within
 the error bound of ``simt_pto.reference.float_add_bound`` (bitwise where a slot has at most one add). Then each peer
-is timed against us in back-to-back pairs (``bench_cpu.paired_times``: 3 to 30 warm-up pairs, then ``--repeat``
-pairs, our call right before the peer's on the same data), and each figure is the median of the per-pair ratios
-``peer time / our time``: above 1 we are faster. PyTorch runs with as many threads as our thread pool
-(``torch.set_num_threads``) and with ``OMP_WAIT_POLICY=PASSIVE`` set before it is imported, so that its OpenMP
-threads sleep between its calls instead of spinning on the cores our next call needs; the peers get int64 indices
-(their fastest index type), converted before the timing (``--peer-index int32``: the very int32 array ours takes,
-converted inside each timed call, as a caller holding int32 indices sees it).
+is timed against us in rounds (``bench_cpu.paired_times``: 3 to 30 warm-up pairs, then ``--repeat`` rounds, each a
+block of our calls and a block of the peer's on the same data, in turn; a block makes up to 10 untimed calls, then
+times up to 10 and keeps their median), and each figure is the median of the per-round ratios ``peer time / our
+time``: above 1 we are faster. A block times each side's own repeated call, in the state its own calls leave the
+caches in; ``--method pairs`` times back-to-back pairs instead, each call right after the other side's. PyTorch runs
+with as many threads as our thread pool (``torch.set_num_threads``) and with ``OMP_WAIT_POLICY=PASSIVE`` set before
+it is imported, so that its OpenMP threads sleep between its calls instead of spinning on the cores our next call
+needs; the peers get int64 indices (their fastest index type), converted before the timing (``--peer-index int32``:
+the very int32 array ours takes, converted inside each timed call, as a caller holding int32 indices sees it).
 
 Per-call overhead, on ``a5`` (the ``multicore`` backend) and on ``a2a3``: calls per second of a whole-array
 ``pto.gather`` of 8 rows of a 64 x 64 float32 table and of one 8 x 64 Row ``pto.mgather`` tile op, against numpy's
@@ -52,7 +54,8 @@ Without PyTorch the benchmark says so and runs the numpy and ceiling columns. Ou
 ``--out`` (default ``bench/out``).
 
 Run: ``python bench/bench_peers.py [--sizes 256K,1M,4M,16M,64M,256M | all] [--dtypes float32,float16]
-[--ops row_gather,elem_gather,scatter_add,last] [--row-cols 64] [--repeat 7] [--no-overhead] [--overhead-only]``.
+[--ops row_gather,elem_gather,scatter_add,last] [--row-cols 64] [--repeat 7] [--method rounds|pairs] [--no-overhead]
+[--overhead-only]``.
 The default sizes stop at 64M (about 10 minutes on 2 cores); 256M needs about 12 GB of memory and a long time.
 """
 from __future__ import annotations
@@ -78,7 +81,7 @@ import numpy as np  # noqa: E402
 import simt_pto as pto  # noqa: E402
 from simt_pto import reference  # noqa: E402
 
-from bench_cpu import paired_times  # noqa: E402
+from bench_cpu import METHODS, paired_times  # noqa: E402
 
 OPS = ("row_gather", "elem_gather", "scatter_add", "last")
 OP_TITLES = {
@@ -125,6 +128,10 @@ def same_bits(got, want, what: str) -> None:
 PEER_INDEX = np.int64
 """The peers' index dtype (``--peer-index``): int64, their fastest (converted before the timing), or int32, the very
 array ours takes (numpy and PyTorch then convert it inside each timed call, as a caller holding int32 indices sees)."""
+
+METHOD = "rounds"
+"""How each peer is timed against us (``--method``, :func:`bench_cpu.paired_times`): in rounds of blocks of each
+side's own calls, or in back-to-back pairs."""
 
 
 def peer_indices(idx: np.ndarray) -> np.ndarray:
@@ -218,7 +225,7 @@ def atomic_add_loop():
 def run_pairs(ours, peers: dict, repeat: int) -> dict:
     out = {}
     for name, fn in peers.items():
-        out[name] = paired_times(ours, fn, repeat)
+        out[name] = paired_times(ours, fn, repeat, METHOD)
         gc.collect()
     return out
 
@@ -451,7 +458,7 @@ def overhead(repeat: int) -> list[dict]:
             for _ in range(k):
                 peer()
 
-        ours_t, peer_t, ratio = paired_times(ours_k, peer_k, repeat)
+        ours_t, peer_t, ratio = paired_times(ours_k, peer_k, repeat, METHOD)
         out.append({"case": name, "calls_per_s": k / ours_t, "numpy_calls_per_s": k / peer_t,
                     "us_per_call": ours_t / k * 1e6, "numpy_us_per_call": peer_t / k * 1e6,
                     "times_numpy": 1.0 / ratio, "target_times_numpy": target})
@@ -503,8 +510,9 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
     lines = [f"A5 `multicore` ({env['workers']} worker threads, {env['cores']} cores, {env['cpu']}); python {env['python']}, "
              f"numpy {env['numpy']}, numba {env['numba']}, "
              + (f"PyTorch {env['torch']} ({env['torch_threads']} threads, OMP_WAIT_POLICY={env['omp_wait_policy']})"
-                if torch_present else "PyTorch absent") + f"; peers' indices {env['peer_index']}; median of {repeat} paired "
-             "rounds.", ""]
+                if torch_present else "PyTorch absent") + f"; peers' indices {env['peer_index']}; median of {repeat} "
+             + ("rounds, each a block of each side's own calls in turn." if env.get("method", "rounds") == "rounds"
+                else "back-to-back pairs of calls."), ""]
     if rows:
         peers_note = "numpy / PyTorch" if torch_present else "numpy / PyTorch, which is not installed here (n/a)"
         lines += [f"Peer time / our time (above 1: we are faster); {peers_note}.", "",
@@ -565,7 +573,7 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
 
 
 def main(argv=None) -> int:
-    global PEER_INDEX
+    global PEER_INDEX, METHOD
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
                     help="elements moved, comma-separated (256K, 1M, ...), or 'all' (adds 256M: ~12 GB, long); "
@@ -574,7 +582,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
     ap.add_argument("--row-cols", type=int, default=ROW_COLS,
                     help=f"the Row gather's row width in elements (default {ROW_COLS}, README's table)")
-    ap.add_argument("--repeat", type=int, default=7, help="timed pairs per figure (after 3 to 30 warm-up pairs)")
+    ap.add_argument("--repeat", type=int, default=7, help="timed rounds (or pairs) per figure, after 3 to 30 warm-up pairs")
+    ap.add_argument("--method", choices=METHODS, default=METHODS[0],
+                    help="rounds: a block of each side's calls in turn (default); pairs: back-to-back pairs of calls")
     ap.add_argument("--peer-index", choices=("int64", "int32"), default="int64",
                     help="the peers' index dtype: int64 (their fastest, converted before the timing; default) or int32 "
                          "(the array ours takes)")
@@ -596,6 +606,7 @@ def main(argv=None) -> int:
         return 2
     pto.set_a5_backend("multicore")
     PEER_INDEX = np.dtype(args.peer_index).type
+    METHOD = args.method
     from simt_pto.kernels.a5.simt import multicore_workers
     torch, torch_note = load_torch(multicore_workers())
     if torch_note:
@@ -622,6 +633,7 @@ def main(argv=None) -> int:
     overhead_rows = [] if args.no_overhead else overhead(max(args.repeat, 9))
     env = environment(torch, torch_note)
     env["row_cols"] = args.row_cols
+    env["method"] = args.method
     text = markdown(rows, sizes, dtypes, ops, torch is not None, overhead_rows, env, args.repeat)
     print()
     print(text)

@@ -1,9 +1,11 @@
 """``bench/bench_cpu.py``'s ``paired_times``, the one timer of the benchmarks' paired rounds: how many warm-up pairs
 it makes before the timed ones (a peer's first results can be new memory faulted in page by page, which a loop of
-calls stops paying: docs/performance.md)."""
+calls stops paying: docs/performance.md), and what a round times (each side's own repeated call, after untimed
+calls that leave the caches as that side's calls do, not as the other side's last call left them)."""
 from __future__ import annotations
 
 import importlib.util
+import statistics
 from pathlib import Path
 
 import pytest
@@ -29,5 +31,63 @@ def test_the_warm_up_runs_three_pairs_then_more_until_thirty_or_its_time_is_up(b
                                                                                 warm_ups):
     monkeypatch.setattr(bench_cpu, "WARM_UP_SECONDS", seconds)
     (ours, our_call), (theirs, their_call) = _counted(), _counted()
-    bench_cpu.paired_times(our_call, their_call, 7)
+    bench_cpu.paired_times(our_call, their_call, 7, method="pairs")
     assert len(ours) == len(theirs) == warm_ups + 7
+
+
+class _Clock:
+    """A fake ``time.perf_counter``: each call of a side advances it by that side's cost, which is ``first`` for the
+    first call after a call of the other side (the caches as the other side left them), ``steady`` after that."""
+
+    def __init__(self):
+        self.now, self.last, self.order = 0.0, None, []
+
+    def __call__(self):
+        return self.now
+
+    def side(self, name, first, steady):
+        def call():
+            self.now += steady if self.last == name else first
+            self.last = name
+            self.order.append(name)
+        return call
+
+
+def test_a_round_times_each_sides_own_repeated_call_after_its_untimed_calls(bench_cpu, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(bench_cpu.time, "perf_counter", clock)
+    monkeypatch.setattr(bench_cpu, "WARM_UP_SECONDS", 0.0)
+    monkeypatch.setattr(bench_cpu, "BLOCK_WARM_UP", (2, 1e9))
+    monkeypatch.setattr(bench_cpu, "BLOCK_TIMED", (3, 1e9))
+    ours = clock.side("ours", first=9.0, steady=1.0)
+    theirs = clock.side("theirs", first=5.0, steady=2.0)
+    ours_t, theirs_t, ratio = bench_cpu.paired_times(ours, theirs, 4)
+    # the steady costs alone: the first call after the other side's (9 and 5) is one of the untimed ones
+    assert (ours_t, theirs_t, ratio) == (1.0, 2.0, 2.0)
+    # 3 warm-up pairs, then 4 rounds of two blocks of 2 + 3 calls, the side that goes first alternating
+    rounds = clock.order[6:]
+    assert len(rounds) == 4 * 2 * 5
+    firsts = [rounds[at] for at in range(0, len(rounds), 10)]
+    assert firsts == ["ours", "theirs", "ours", "theirs"]
+
+
+def test_pairs_time_each_call_right_after_the_other_sides(bench_cpu, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(bench_cpu.time, "perf_counter", clock)
+    monkeypatch.setattr(bench_cpu, "WARM_UP_SECONDS", 0.0)
+    ours = clock.side("ours", first=9.0, steady=1.0)
+    theirs = clock.side("theirs", first=5.0, steady=2.0)
+    assert bench_cpu.paired_times(ours, theirs, 5, method="pairs") == (9.0, 5.0, statistics.median([5 / 9] * 5))
+
+
+def test_a_block_stops_at_its_time_after_one_call_however_slow(bench_cpu, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(bench_cpu.time, "perf_counter", clock)
+    slow = clock.side("slow", first=10.0, steady=10.0)
+    assert bench_cpu.block_time(slow) == 10.0
+    assert clock.order == ["slow", "slow"]  # one untimed call and one timed: each is past its block's seconds
+
+
+def test_an_unknown_method_is_refused_naming_the_choices(bench_cpu):
+    with pytest.raises(ValueError, match="rounds, pairs"):
+        bench_cpu.paired_times(lambda: None, lambda: None, 1, method="blocks")
