@@ -5,7 +5,8 @@ CPU table states), with the range beside it.
 
 Each run's ``peers.json`` holds one ratio per op, dtype, size and peer (peer time / our time: above 1, we are faster)
 and its per-call overhead rows (our time / numpy's: below the target is met). Prints one markdown table per kind of
-figure, the cells as ``worst (lowest-highest)``; a cell missing from some run is marked with the runs it has.
+figure, the cells as ``worst (lowest-highest)``; a cell missing from some run is marked with the runs it has. Runs of
+different Row widths (``--row-cols``) or timing methods (``--method``) are refused: they measure different things.
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ def main(argv=None) -> int:
     if len(widths) > 1:
         print(f"worst_of_runs: the runs' Row gathers have rows of different widths ({', '.join(map(str, sorted(widths)))} "
               "columns: bench_peers.py --row-cols); compare runs of one width", file=sys.stderr)
+        return 2
+    methods = {run.get("environment", {}).get("method", "pairs") for run in runs}  # (runs before --method: pairs)
+    if len(methods) > 1:
+        print(f"worst_of_runs: the runs were timed by different methods ({', '.join(sorted(methods))}: "
+              "bench_peers.py --method); compare runs of one method", file=sys.stderr)
         return 2
     print(markdown(runs), end="")
     return 0

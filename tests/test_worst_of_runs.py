@@ -58,3 +58,19 @@ def test_runs_of_rows_of_different_widths_are_not_mixed(tmp_path, capsys):
     default_again.write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 1.2}, 5.0),
                                          "environment": {"row_cols": 64}}))
     assert _worst_of_runs().main([str(paths[1]), str(default_again)]) == 0
+
+
+def test_runs_timed_by_different_methods_are_not_mixed(tmp_path, capsys):
+    """A run timed in rounds of blocks and one timed in back-to-back pairs (``bench_peers.py --method``) time different
+    things at 1M-4M: their cells are not put together (a run made before the option was timed in pairs)."""
+    rounds = _run({("row_gather", 1 << 20, "torch"): 1.1}, 5.0)
+    rounds["environment"] = {"method": "rounds"}
+    paths = [tmp_path / "rounds.json", tmp_path / "old.json"]
+    paths[0].write_text(json.dumps(rounds))
+    paths[1].write_text(json.dumps(_run({("row_gather", 1 << 20, "torch"): 0.8}, 5.0)))
+    assert _worst_of_runs().main([str(p) for p in paths]) == 2
+    captured = capsys.readouterr()
+    assert "pairs, rounds" in captured.err and "row_gather" not in captured.out
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 0.9}, 5.0), "environment": {"method": "pairs"}}))
+    assert _worst_of_runs().main([str(paths[1]), str(pairs)]) == 0
