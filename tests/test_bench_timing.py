@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,27 @@ def test_a_block_stops_at_its_time_after_one_call_however_slow(bench_cpu, monkey
 def test_an_unknown_method_is_refused_naming_the_choices(bench_cpu):
     with pytest.raises(ValueError, match="rounds, pairs"):
         bench_cpu.paired_times(lambda: None, lambda: None, 1, method="blocks")
+
+
+def test_bench_peers_times_every_peer_by_the_method_its_command_line_names(monkeypatch, tmp_path):
+    sys.path.insert(0, str(BENCH))  # (it imports bench_cpu beside it)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_peers", BENCH / "bench_peers.py")
+        bench_peers = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench_peers)
+    finally:
+        sys.path.remove(str(BENCH))
+    used = []
+
+    def paired_times(ours, peer, repeat, method="rounds"):
+        used.append(method)
+        return 1.0, 1.0, 1.0
+    monkeypatch.setattr(bench_peers, "paired_times", paired_times)
+    monkeypatch.setattr(bench_peers, "load_torch", lambda workers: (None, "PyTorch left out (test)"))
+    monkeypatch.setattr(bench_peers.pto, "set_a5_backend", lambda backend: None)  # (the process's backend as it is)
+    for method in ("pairs", "rounds"):
+        used.clear()
+        assert bench_peers.main(["--ops", "row_gather", "--sizes", "256", "--row-cols", "16", "--dtypes", "float32",
+                                 "--repeat", "1", "--method", method, "--out", str(tmp_path)]) == 0
+        assert used and set(used) == {method}  # the Row gather's peers and the per-call overhead alike
+        assert f'"method": "{method}"' in (tmp_path / "peers.json").read_text()
