@@ -56,7 +56,7 @@ Without PyTorch the benchmark says so and runs the numpy and ceiling columns. Ou
 Run: ``python bench/bench_peers.py [--sizes 256K,1M,4M,16M,64M,256M | all] [--dtypes float32,float16]
 [--ops row_gather,elem_gather,scatter_add,last] [--row-cols 64] [--repeat 7] [--method rounds|pairs] [--no-overhead]
 [--overhead-only]``.
-The default sizes stop at 64M (about 10 minutes on 2 cores); 256M needs about 12 GB of memory and a long time.
+The default sizes stop at 64M (about 12 minutes on 2 cores); 256M needs about 12 GB of memory and a long time.
 """
 from __future__ import annotations
 
