@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -43,34 +45,19 @@ def test_each_cell_is_the_lowest_ratio_and_each_per_call_case_the_highest(tmp_pa
     assert "| gather | 5.2x (4.9-5.2) | 4.9-5.2 | 1.00-1.00 |" in out
 
 
-def test_runs_of_rows_of_different_widths_are_not_mixed(tmp_path, capsys):
-    """A run of ``bench_peers.py --row-cols 16`` and one of the default 64 columns measure different Row gathers:
-    their cells are not put together (a run made before the option counts as 64 columns)."""
-    narrow = _run({("row_gather", 1 << 20, "torch"): 0.5}, 5.0)
-    narrow["environment"] = {"row_cols": 16}
-    paths = [tmp_path / "narrow.json", tmp_path / "default.json"]
-    paths[0].write_text(json.dumps(narrow))
+@pytest.mark.parametrize("field, value, default, named", [
+    ("row_cols", 16, 64, "16, 64 columns"),  # bench_peers.py --row-cols: different Row gathers
+    ("method", "rounds", "pairs", "pairs, rounds"),  # --method: rounds of blocks and back-to-back pairs time
+])                                                   # different things at 1M-4M
+def test_runs_that_measure_different_things_are_not_mixed(tmp_path, capsys, field, value, default, named):
+    """Runs whose environments differ in ``field`` are refused, naming both values; a run made before the option
+    counts as its default, and so mixes with a run that states the default."""
+    paths = [tmp_path / "other.json", tmp_path / "old.json", tmp_path / "default.json"]
+    paths[0].write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 0.5}, 5.0), "environment": {field: value}}))
     paths[1].write_text(json.dumps(_run({("row_gather", 1 << 20, "torch"): 1.5}, 5.0)))
-    assert _worst_of_runs().main([str(p) for p in paths]) == 2
+    paths[2].write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 1.2}, 5.0),
+                                    "environment": {field: default}}))
+    assert _worst_of_runs().main([str(paths[0]), str(paths[1])]) == 2
     captured = capsys.readouterr()
-    assert "16, 64 columns" in captured.err and "row_gather" not in captured.out
-    default_again = tmp_path / "again.json"
-    default_again.write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 1.2}, 5.0),
-                                         "environment": {"row_cols": 64}}))
-    assert _worst_of_runs().main([str(paths[1]), str(default_again)]) == 0
-
-
-def test_runs_timed_by_different_methods_are_not_mixed(tmp_path, capsys):
-    """A run timed in rounds of blocks and one timed in back-to-back pairs (``bench_peers.py --method``) time different
-    things at 1M-4M: their cells are not put together (a run made before the option was timed in pairs)."""
-    rounds = _run({("row_gather", 1 << 20, "torch"): 1.1}, 5.0)
-    rounds["environment"] = {"method": "rounds"}
-    paths = [tmp_path / "rounds.json", tmp_path / "old.json"]
-    paths[0].write_text(json.dumps(rounds))
-    paths[1].write_text(json.dumps(_run({("row_gather", 1 << 20, "torch"): 0.8}, 5.0)))
-    assert _worst_of_runs().main([str(p) for p in paths]) == 2
-    captured = capsys.readouterr()
-    assert "pairs, rounds" in captured.err and "row_gather" not in captured.out
-    pairs = tmp_path / "pairs.json"
-    pairs.write_text(json.dumps({**_run({("row_gather", 1 << 20, "torch"): 0.9}, 5.0), "environment": {"method": "pairs"}}))
-    assert _worst_of_runs().main([str(paths[1]), str(pairs)]) == 0
+    assert named in captured.err and "row_gather" not in captured.out
+    assert _worst_of_runs().main([str(paths[1]), str(paths[2])]) == 0
