@@ -19,8 +19,10 @@ and plain Numba ``prange`` loops, each with nothing in it but the move (:data:`L
 parallel copy of as many bytes as it moves (``out[i] = src[i]`` over 8-byte words: what this machine's memory gives
 two streams), timed twice: into memory allocated before the timing, against our gather into ``out=`` memory
 allocated likewise (the copy's rate is reported, and a run in which it falls below :data:`COPY_GBPS` says so), and
-into a new array each call, against our gather making its result; and the gather as a plain row copy
-(``out[i, :] = table[rows[i], :]``) into a new array each call; for the Elem gather, a gather that allocates its output (the
+into a new array each call, against our gather making its result; the gather as a plain row copy
+(``out[i, :] = table[rows[i], :]``) into a new array each call; and, against our gather into ``out=``, a read of the
+same rows that writes nothing, prefetched as our kernel prefetches (``row_ceilings``: the rate random rows of the table
+get from this machine's memory, which bounds any gather of them); for the Elem gather, a gather that allocates its output (the
 "ceiling": what this machine's memory gives a parallel loop); for the float32 Elem scatter Add,
 ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
 
@@ -80,6 +82,7 @@ import numpy as np  # noqa: E402
 
 import simt_pto as pto  # noqa: E402
 from simt_pto import reference  # noqa: E402
+from simt_pto.kernels.tuning import ROW_PREFETCH_BYTES  # noqa: E402
 
 from bench_cpu import METHODS, paired_times  # noqa: E402
 
@@ -172,15 +175,23 @@ _row_ceilings = None
 
 
 def row_ceilings():
-    """``(copy, row_copy)``: the Row gather's two ceilings, each one plain Numba ``prange`` loop with nothing else in
-    it (compiled once, on first use; raw bits, so one loop serves every element width), writing the memory it is
-    given, as our gather writes its ``out=`` or a new array:
+    """``(copy, row_copy, row_read)``: the Row gather's ceilings, each one plain Numba ``prange`` loop (compiled once,
+    on first use; raw bits, so one loop serves every element width). The first two have nothing in them but the move
+    and write the memory they are given, as our gather writes its ``out=`` or a new array:
 
     * ``copy(src, out)``: ``out[i] = src[i]`` over 8-byte words: a plain parallel copy of as many bytes as the gather
       moves, what this machine's memory gives two streams (read and write);
-    * ``row_copy(table, rows, out)``: ``out[i, :] = table[rows[i], :]``: the gather itself as a plain loop."""
+    * ``row_copy(table, rows, out)``: ``out[i, :] = table[rows[i], :]``: the gather itself as a plain loop;
+    * ``row_read(words, rows, ahead, line_words)``: the sum of the first word of each 64-byte line of each row
+      ``rows[i]`` of ``words`` (the table viewed as words), the row ``ahead`` positions on prefetched first, as our
+      kernel prefetches: the rows the gather reads, read and not written, in the same random order. It is the rate
+      this machine's memory gives random rows of this table (a bound for any gather of them); the copy reads one
+      stream in order, which the hardware prefetcher follows, so a gather of a table much larger than the caches
+      stays below the copy by the share this loop shows."""
     global _row_ceilings
     if _row_ceilings is None:
+        from simt_pto.kernels.a5.intrinsics import _cpu_prefetch_lines  # the read prefetch our kernel issues
+
         @numba.njit(parallel=True)
         def prange_copy(src, out):
             for i in numba.prange(src.size):
@@ -192,7 +203,17 @@ def row_ceilings():
             for i in numba.prange(rows.size):
                 out[i, :] = table[rows[i], :]
             return out
-        _row_ceilings = prange_copy, prange_row_copy
+        @numba.njit(parallel=True)
+        def prange_row_read(words, rows, ahead, line_words):
+            total = numba.uint64(0)
+            for i in numba.prange(rows.size):
+                if i + ahead < rows.size:
+                    _cpu_prefetch_lines(words[rows[i + ahead]], 0, words.shape[1])
+                row = words[rows[i]]
+                for w in range(0, row.size, line_words):
+                    total += row[w]
+            return total
+        _row_ceilings = prange_copy, prange_row_copy, prange_row_read
     return _row_ceilings
 
 
@@ -243,7 +264,7 @@ def row_gather(rng, n, dtype, torch, repeat, cols=ROW_COLS):
         t_table, t_idx = torch.from_numpy(table), torch.from_numpy(pidx)
         peers["torch"] = lambda: torch.index_select(t_table, 0, t_idx)
         same_bits(peers["torch"]().numpy(), want, "torch.index_select")
-    copy, row_copy = row_ceilings()
+    copy, row_copy, row_read = row_ceilings()
     word = next(w for w in (8, 4, 2, 1) if cols * dtype.itemsize % w == 0)  # the copy's widest word a row holds
     words = want.reshape(-1).view(f"u{word}")  # the gathered bytes
     table_bits = bits(table)
@@ -260,8 +281,15 @@ def row_gather(rng, n, dtype, torch, repeat, cols=ROW_COLS):
     same_bits(ours_into(), want, "a5 Row gather into out=")
     copy_into = lambda: copy(words, copied)  # noqa: E731
     same_bits(copy_into(), words, "prange copy into memory allocated once")
+    # the rows read, not written, prefetched as far ahead as our kernel prefetches them
+    row_words = table.view(f"u{word}")
+    line_words = max(1, 64 // word)
+    ahead = max(1, ROW_PREFETCH_BYTES // max(cols * dtype.itemsize, 64))
+    read = lambda: row_read(row_words, idx, ahead, line_words)  # noqa: E731
+    if read() != row_words[idx][:, ::line_words].sum(dtype=np.uint64):
+        raise AssertionError("prange row read: its sum differs from numpy's sum of the same words")
     del want
-    out.update(run_pairs(ours_into, {"copy": copy_into}, repeat))
+    out.update(run_pairs(ours_into, {"copy": copy_into, "row read": read}, repeat))
     return out
 
 
@@ -489,7 +517,10 @@ LOOP_PEERS = {
                    ("new copy", "Row gather vs a plain parallel copy of the same bytes, both into a new array each "
                                 "call (the share of the copy's rate)"),
                    ("row copy", "Row gather vs a plain `prange` row copy (`out[i, :] = table[rows[i], :]`) into a "
-                                "new array each call")),
+                                "new array each call"),
+                   ("row read", "Row gather into `out=` vs a plain `prange` read of the same rows, prefetched as "
+                                "ours, nothing written (from 16M: the rate random rows get from this machine's "
+                                "memory)")),
     "elem_gather": (("ceiling", "Elem gather vs a plain Numba `prange` gather (the ceiling; target at least 0.8 "
                                 "from 1M)"),),
     "scatter_add": (("atomic loop", "Elem scatter Add vs a plain `prange` loop of the same LLVM atomic"),),

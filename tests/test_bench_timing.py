@@ -116,3 +116,5 @@ def test_bench_peers_times_every_peer_by_the_method_its_command_line_names(monke
                                  "--repeat", "1", "--method", method, "--out", str(tmp_path)]) == 0
         assert used and set(used) == {method}  # the Row gather's peers and the per-call overhead alike
         assert f'"method": "{method}"' in (tmp_path / "peers.json").read_text()
+        timed = (tmp_path / "peers.csv").read_text()
+        assert all(f",{peer}," in timed for peer in ("numpy", "copy", "new copy", "row copy", "row read"))
