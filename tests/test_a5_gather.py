@@ -346,3 +346,45 @@ def test_working_set_over_128k_needs_dyn_ubuf_size():
         _big_row_gather(128 * 1024 + 1024 - 1)      # declared, but smaller than dst + idx
     dst = _big_row_gather(216 * 1024)
     np.testing.assert_array_equal(dst.valid_numpy(), [np.arange(16, 24), np.arange(8)])
+
+
+# -- one contiguous run a row ------------------------------------------------------------------------------------
+
+ROW_RUN_WIDTHS = {"int8": list(range(1, 67)) + [100, 128, 256],  # every run length to 64 bytes, inline; then memcpy
+                  "int16": list(range(1, 34)) + [50, 64],
+                  "float32": list(range(1, 18)) + [25, 32, 64]}
+
+
+@pytest.mark.parametrize("dtype", sorted(ROW_RUN_WIDTHS))
+def test_a_row_run_of_every_length_is_copied_whole_and_nothing_past_it(dtype):
+    """A CPU warp that owns whole rows copies each as one run (inline up to 64 bytes, by memcpy past it): every length,
+    at every byte offset the views below give, moves its row's bits and no byte on either side of the result (a
+    gather into ``out=``) or of the table (a Row scatter of distinct rows)."""
+    rng = case_rng("row-runs", dtype)
+    sentinel = np.uint8(0xA5)
+    for cols in ROW_RUN_WIDTHS[dtype]:
+        rows, picked = 40, 70  # (more rows than a block's 32 row warps: each warp owns whole rows)
+        table = rng.integers(0, 256, rows * cols * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype)
+        table = table.reshape(rows, cols)
+        idx = rng.integers(0, rows, picked).astype(np.int32)
+        lead = 1 + cols % 3  # elements before the view: its start moves across the byte offsets
+        buffer = np.full((picked * cols + 2 * lead) * np.dtype(dtype).itemsize, sentinel, np.uint8).view(dtype)
+        out = buffer[lead:lead + picked * cols].reshape(picked, cols)
+        pto.gather(table, idx, coalesce="row", target="a5", out=out)
+        assert np.array_equal(out.view(np.uint8), table[idx].view(np.uint8)), cols
+        guard = buffer.view(np.uint8).reshape(-1)
+        width = lead * np.dtype(dtype).itemsize
+        assert (guard[:width] == sentinel).all() and (guard[-width:] == sentinel).all(), cols
+
+        targets = rng.permutation(rows)[:picked // 3].astype(np.int32)
+        src = rng.integers(0, 256, targets.size * cols * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype)
+        src = src.reshape(targets.size, cols)
+        store = np.full((rows * cols + 2 * lead) * np.dtype(dtype).itemsize, sentinel, np.uint8).view(dtype)
+        written = store[lead:lead + rows * cols].reshape(rows, cols)
+        written[:] = table
+        want = table.copy()
+        want[targets] = src
+        pto.scatter(written, src, targets, coalesce="row", conflict="default", target="a5")
+        assert np.array_equal(written.view(np.uint8), want.view(np.uint8)), cols
+        guard = store.view(np.uint8).reshape(-1)
+        assert (guard[:width] == sentinel).all() and (guard[-width:] == sentinel).all(), cols

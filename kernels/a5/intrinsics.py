@@ -33,6 +33,7 @@ from numba.extending import intrinsic
 
 from simt_pto.geometry import WARP
 from simt_pto.kernels import softfloat
+from simt_pto.kernels.tuning import INLINE_COPY_MAX_BYTES
 
 
 class UnboundIntrinsic(RuntimeError):
@@ -238,7 +239,49 @@ def _run_copy(codegen_bytes):
 
 
 def _memcpy_bytes(context, builder, dptr, sptr, nbytes):
-    cgutils.raw_memcpy(builder, dptr, sptr, nbytes, 1)
+    # A run of at most INLINE_COPY_MAX_BYTES is copied inline; a longer one by llvm.memcpy, which, of a length known
+    # only at run time, is a call into the C library's memcpy: for a row of 32 or 64 bytes the call and memcpy's
+    # choice of method cost as much as the copy.
+    intp = context.get_value_type(types.intp)
+    if INLINE_COPY_MAX_BYTES <= 0:
+        cgutils.raw_memcpy(builder, dptr, sptr, nbytes, 1)
+        return
+    inline = builder.icmp_unsigned("<=", nbytes, intp(INLINE_COPY_MAX_BYTES))
+    with builder.if_else(inline, likely=True) as (small, large):
+        with small:
+            _inline_copy(builder, dptr, sptr, nbytes, intp, INLINE_COPY_MAX_BYTES)
+        with large:
+            cgutils.raw_memcpy(builder, dptr, sptr, nbytes, 1)
+
+
+def _inline_copy(builder, dptr, sptr, nbytes, intp, most: int) -> None:
+    """Copy ``nbytes`` (at most ``most``, a power of two) between two runs that do not overlap: for the widest power
+    of two ``w`` not above ``nbytes``, the first ``w`` bytes and the last ``w`` (which overlap each other where
+    ``nbytes`` is not ``w`` or ``2w``): two unaligned loads, then two stores, whatever the length. A kernel's runs
+    have one length per launch (a row's), so its branch is always taken the same way."""
+    done = builder.append_basic_block("inline_copy.done")
+    width = max(1, most // 2)
+    while width >= 1:
+        copy = builder.append_basic_block(f"inline_copy.{width}")
+        narrower = builder.append_basic_block(f"inline_copy.below{width}")
+        builder.cbranch(builder.icmp_unsigned(">=", nbytes, intp(width)), copy, narrower)
+        builder.position_at_end(copy)
+        _copy_ends(builder, dptr, sptr, nbytes, intp, width)
+        builder.branch(done)
+        builder.position_at_end(narrower)
+        width //= 2
+    builder.branch(done)  # (no bytes)
+    builder.position_at_end(done)
+
+
+def _copy_ends(builder, dptr, sptr, nbytes, intp, width: int) -> None:
+    value_type = (llvm_ir.VectorType(llvm_ir.IntType(64), width // 8) if width >= 16
+                  else llvm_ir.IntType(8 * width)).as_pointer()
+    last = builder.sub(nbytes, intp(width))
+    head = builder.load(builder.bitcast(sptr, value_type), align=1)
+    tail = builder.load(builder.bitcast(builder.gep(sptr, [last]), value_type), align=1)
+    builder.store(head, builder.bitcast(dptr, value_type), align=1)
+    builder.store(tail, builder.bitcast(builder.gep(dptr, [last]), value_type), align=1)
 
 
 _cpu_memcpy = _run_copy(_memcpy_bytes)
