@@ -226,10 +226,19 @@ def scatter_row(args, gr, last_row, col_begin, col_step, lanes, store):
     if in_range:
         dst_row = slot * valid_cols
         c = col_begin
-        while c < valid_cols:
-            for j in range(c, span_end(c, lanes, valid_cols)):
-                store(table, dst_row + j, src[tile_offset_2d(gr, j, src_rs, src_cs)])
-            c += col_step
+        if lanes > 1 and src_cs == 1:
+            # a CPU warp's span of a dense source row: two contiguous runs, unsigned offsets, one loop the compiler
+            # vectorises where the store rule is a plain read-modify-write
+            src_row = gr * src_rs
+            while c < valid_cols:
+                for j in range(c, span_end(c, lanes, valid_cols)):
+                    store(table, unsigned_offset(dst_row + j), src[unsigned_offset(src_row + j)])
+                c += col_step
+        else:
+            while c < valid_cols:
+                for j in range(c, span_end(c, lanes, valid_cols)):
+                    store(table, dst_row + j, src[tile_offset_2d(gr, j, src_rs, src_cs)])
+                c += col_step
 
 
 def owner_row(args, slot, last_row, col_begin, col_step, lanes, store):
