@@ -9,6 +9,8 @@ For ``n`` elements: ``n / C`` random rows of ``C`` columns added into a table of
   thread, rows in source order, while nothing else writes the table; up to ``HostTuning.plain_row_add_max_updates``);
 * ``atomic``: the atomic kernel on every worker thread (the threshold set to 0 for the run).
 
+A 16-bit float Add has no plain form: both columns are then the atomic kernel.
+
 Peers on the same data: numpy's ``np.add.at(table, idx, src)`` and PyTorch's ``table.index_add_(0, idx, src)`` (as
 many threads as our pool, ``OMP_WAIT_POLICY=PASSIVE``). Each result is checked first: the plain form bitwise
 against ``np.add.at`` (both add in source order), the atomic form and PyTorch within the bound of
@@ -43,14 +45,15 @@ def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
     want = table.copy()
     np.add.at(want, idx, src)
     exact = dtype.kind in "iu"
+    sixteen_bit_float = dtype.kind == "f" and dtype.itemsize == 2
     ours = {"plain": table.copy(), "atomic": table.copy()}
     limits = {"plain": tuning.current().plain_row_add_max_updates, "atomic": 0}
     for form, got in ours.items():
         with tuning.tuned(plain_row_add_max_updates=limits[form]):
             pto.scatter(got, src, idx, coalesce="row", atomic="add")
-    if not np.array_equal(ours["plain"], want):
-        raise AssertionError(f"the plain form differs from np.add.at at {n} {dtype}")
     elements = (idx.astype(np.int64)[:, None] * cols + np.arange(cols)).reshape(-1)
+    if not sixteen_bit_float and not np.array_equal(ours["plain"], want):
+        raise AssertionError(f"the plain form differs from np.add.at at {n} {dtype}")
 
     def check(what, got):  # bitwise for integers; a float within the bound of its adds in any order
         if exact:
@@ -59,6 +62,8 @@ def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
         else:
             check_add(what, got.reshape(-1), table.reshape(-1), elements, src.reshape(-1), dtype.name)
     check("the atomic form", ours["atomic"])
+    if sixteen_bit_float:  # (no plain form: the call takes the atomic kernel, whose adds come in any order)
+        check("the call's form", ours["plain"])
     calls = {form: (lambda got=got: pto.scatter(got, src, idx, coalesce="row", atomic="add"))
              for form, got in ours.items()}
     numpy_table = table.copy()
