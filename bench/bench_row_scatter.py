@@ -9,8 +9,6 @@ For ``n`` elements: ``n / C`` random rows of ``C`` columns added into a table of
   thread, rows in source order, while nothing else writes the table; up to ``HostTuning.plain_row_add_max_updates``);
 * ``atomic``: the atomic kernel on every worker thread (the threshold set to 0 for the run).
 
-A 16-bit float Add has no plain form: both columns are then the atomic kernel.
-
 Peers on the same data: numpy's ``np.add.at(table, idx, src)`` and PyTorch's ``table.index_add_(0, idx, src)`` (as
 many threads as our pool, ``OMP_WAIT_POLICY=PASSIVE``). Each result is checked first: the plain form bitwise
 against ``np.add.at`` (both add in source order), the atomic form and PyTorch within the bound of
@@ -36,6 +34,14 @@ from simt_pto.host import tuning  # noqa: E402
 TABLE_FACTOR = 4
 
 
+def as_tensor(torch, array: np.ndarray):
+    """A PyTorch tensor on ``array``'s memory (a bfloat16 one through its bits: ``torch.from_numpy`` takes no
+    ml_dtypes array)."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
     rows = n // cols
     rng = np.random.default_rng(n + cols)
@@ -45,14 +51,13 @@ def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
     want = table.copy()
     np.add.at(want, idx, src)
     exact = dtype.kind in "iu"
-    sixteen_bit_float = dtype.kind == "f" and dtype.itemsize == 2
     ours = {"plain": table.copy(), "atomic": table.copy()}
     limits = {"plain": tuning.current().plain_row_add_max_updates, "atomic": 0}
     for form, got in ours.items():
         with tuning.tuned(plain_row_add_max_updates=limits[form]):
             pto.scatter(got, src, idx, coalesce="row", atomic="add")
     elements = (idx.astype(np.int64)[:, None] * cols + np.arange(cols)).reshape(-1)
-    if not sixteen_bit_float and not np.array_equal(ours["plain"], want):
+    if not np.array_equal(ours["plain"].view(f"u{dtype.itemsize}"), want.view(f"u{dtype.itemsize}")):
         raise AssertionError(f"the plain form differs from np.add.at at {n} {dtype}")
 
     def check(what, got):  # bitwise for integers; a float within the bound of its adds in any order
@@ -62,17 +67,16 @@ def run(n: int, dtype: np.dtype, cols: int, repeat: int, torch) -> dict:
         else:
             check_add(what, got.reshape(-1), table.reshape(-1), elements, src.reshape(-1), dtype.name)
     check("the atomic form", ours["atomic"])
-    if sixteen_bit_float:  # (no plain form: the call takes the atomic kernel, whose adds come in any order)
-        check("the call's form", ours["plain"])
     calls = {form: (lambda got=got: pto.scatter(got, src, idx, coalesce="row", atomic="add"))
              for form, got in ours.items()}
     numpy_table = table.copy()
     calls["numpy"] = lambda: np.add.at(numpy_table, idx, src)
     if torch is not None:
-        t_idx, t_src = torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(src)
-        t_table = torch.from_numpy(table.copy())
+        t_idx, t_src = torch.from_numpy(idx.astype(np.int64)), as_tensor(torch, src)
+        t_table = as_tensor(torch, table.copy())
         t_table.index_add_(0, t_idx, t_src)
-        check("index_add_", t_table.numpy())
+        check("index_add_", t_table.view(torch.int16).numpy().view(dtype) if dtype.name == "bfloat16"
+              else t_table.numpy())
         calls["torch"] = lambda: t_table.index_add_(0, t_idx, t_src)
     times: dict = {name: [] for name in calls}
     for _ in range(repeat):  # rounds alternating the forms and the peers
@@ -105,7 +109,7 @@ def main(argv=None) -> int:
     print(f"Row scatter Add, {args.cols} columns, medians of {args.repeat} rounds, ms (peer / ours-plain in brackets)")
     print(f"{'size':>6} {'dtype':<8} {'plain':>9} {'atomic':>9} {'np.add.at':>16} {'index_add_':>16}")
     for n in (parse_size(s) for s in args.sizes.split(",")):
-        for dtype in (np.dtype(d.strip()) for d in args.dtypes.split(",")):
+        for dtype in (pto.dtypes.resolve(d.strip()).numpy for d in args.dtypes.split(",")):
             got = run(n, dtype, args.cols, args.repeat, torch)
             peers = [f"{got[name]:9.3f} ({got[name] / got['plain']:.2f}x)" if name in got else "-"
                      for name in ("numpy", "torch")]

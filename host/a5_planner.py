@@ -236,9 +236,10 @@ def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int)
 
 def row_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
     """``LaunchSpec.multicore_plain_kernel`` of a Row scatter of ``updates`` elements: ``simt_mscatter_row_serial_kernel``
-    for an Add on the element type itself (float32, the integers) of at most
-    :attr:`~.tuning.HostTuning.plain_row_add_max_updates` elements, else None."""
-    if atomic != ScatterAtomicOp.ADD or fmt != ElementFormat.NATIVE:
+    for an Add on the element type itself (float32, the integers) or on a 16-bit float table that starts and ends on
+    a word (not a mid-word format) of at most :attr:`~.tuning.HostTuning.plain_row_add_max_updates` elements, else
+    None."""
+    if atomic != ScatterAtomicOp.ADD or fmt not in (ElementFormat.NATIVE, ElementFormat.F16, ElementFormat.BF16):
         return None
     return "simt_mscatter_row_serial_kernel" if updates <= tuning.current().plain_row_add_max_updates else None
 

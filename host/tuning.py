@@ -58,13 +58,14 @@ class HostTuning:
     more (compares, the software half-float adder), and the atomic kernel's second core shares it (at 1M the atomic
     kernel ahead: float16 Add 4.1-4.3 ms against 4.5-4.7 plain, float32 Max 3.2-3.9 against 4.5-4.9)."""
     plain_row_add_max_updates: int = 1 << 26
-    """A Row scatter Add on the element type itself (float32, the integers) of at most this many elements runs as
-    plain read-modify-writes on the calling thread, row by row in source order, while nothing else writes its table:
-    x86 has no float atomic add, and the atomic kernel's compare-and-swap per element costs more than a second core
-    gives (``bench/bench_row_scatter.py``, float32 plain / atomic on two threads, with the plain row add vectorised:
-    0.31 / 2.70 ms at 1M, 1.4 / 10.7 at 4M, 6.1 / 42.6 at 16M, 32 / 167 at 64M, the largest measured; int32 0.38 /
-    2.69 at 1M; dev machine, 2026-11-30). Max / Min and the 16-bit float Adds keep the atomic kernel (level at
-    1M-4M). Measured with two threads for the atomic kernel: more cores share it further."""
+    """A Row scatter Add on the element type itself (float32, the integers) or on float16 / bfloat16 (a table that
+    starts and ends on a word) of at most this many elements runs as plain read-modify-writes on the calling thread,
+    row by row in source order, while nothing else writes its table: x86 has no float atomic add, and the atomic
+    kernel's compare-and-swap per element costs more than a second core gives (``bench/bench_row_scatter.py``, plain
+    / atomic on two threads, the plain row add vectorised: float32 0.31 / 2.70 ms at 1M, 1.4 / 10.7 at 4M, 6.1 / 42.6
+    at 16M, 32 / 167 at 64M, the largest measured; int32 0.38 / 2.69 at 1M; float16 0.34 / 5.8 at 1M, 6.5 / 81 at
+    16M; bfloat16 0.44 / 4.7 at 1M; dev machine, 2026-11-30). Max / Min keep the atomic kernel (level at 1M-4M).
+    Measured with two threads for the atomic kernel: more cores share it further."""
     serial_last_max_updates: int = 1 << 22
     """An Elem Conflict::Last (``last_path="auto"``) of at most this many updates is the serial loop on the
     calling thread, not the owner path: one thread's stores stay in its caches (ahead up to 4M updates)."""

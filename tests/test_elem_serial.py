@@ -137,15 +137,22 @@ def test_which_launches_have_a_plain_store_form():
 
 def test_which_row_scatters_have_a_plain_store_form():
     """A Row scatter names its plain-store kernel (``simt_mscatter_row_serial_kernel``) for an Add on the element
-    type itself of at most plain_row_add_max_updates elements, and for nothing else: Max / Min and the 16-bit float
-    Adds keep the atomic kernel; the plan says so. (Tile ops run it too: ``test_a5_scatter.py``'s matrix checks
-    the Row Adds in both forms.)"""
+    type itself or on a 16-bit float table that starts and ends on a word, of at most plain_row_add_max_updates
+    elements, and for nothing else: Max / Min and the mid-word 16-bit float Adds keep the atomic kernel; the plan
+    says so. (Tile ops run it too: ``test_a5_scatter.py``'s matrix checks the Row Adds in both forms.)"""
     serial = "simt_mscatter_row_serial_kernel"
     _plain_up_to(a5_planner.row_alone_kernel, serial, tuning.current().plain_row_add_max_updates)
+    for fmt in (ElementFormat.F16, ElementFormat.BF16):
+        assert a5_planner.row_alone_kernel(ScatterAtomicOp.ADD, fmt, 1) == serial, fmt
     for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
-                        (ScatterAtomicOp.ADD, ElementFormat.F16), (ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE),
+                        (ScatterAtomicOp.ADD, ElementFormat.F16_EDGE), (ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE),
                         (ScatterAtomicOp.NONE, ElementFormat.NATIVE)):
         assert a5_planner.row_alone_kernel(atomic, fmt, 1) is None, (atomic, fmt)
+    halves, rows8 = np.zeros(64 * 8 + 1, np.float16), np.arange(40, dtype=np.int32)
+    for table16, plain in ((halves[:-1].reshape(64, 8), serial), (halves[1:].reshape(64, 8), None)):  # a word / mid-word
+        (launch,) = in_memory.scatter_plan(table16, np.ones((40, 8), np.float16), rows8, coalesce="row",
+                                           atomic="add").launches
+        assert launch.multicore_plain_kernel == plain
     table, rows = np.zeros((64, 8), np.float32), np.arange(40, dtype=np.int32)
     plan = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row", atomic="add")
     (launch,) = plan.launches

@@ -14,6 +14,7 @@ from numba import njit
 
 from conftest import requires_cuda, requires_toolchain
 
+from simt_pto.kernels.a5.intrinsics import cpu_plain_add_half
 from simt_pto.kernels.softfloat import add_bits, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
 
 FORMATS = {
@@ -307,3 +308,30 @@ def test_runs_in_cuda_simulator(fmt, tmp_path):
                        timeout=600)
     assert p.returncode == 0 and "SIM_OK" in p.stdout, p.stdout + p.stderr
     _check(a, b, fmt, got=np.load(tmp_path / "out.npy"))
+
+
+@njit  # (not cached: Numba's cache would not see an edit of the adder it inlines, in another file)
+def _cpu_adder_mismatches(b_values, exp_bits, man_bits):
+    """Pairs (every a, each of ``b_values``) where the multicore backend's vectorisable plain adder, run as the
+    plain Row scatter Add runs it (a loop of ``cpu_plain_add_half`` over a uint16 row), differs from ``add_bits``."""
+    row = np.empty(b_values.size, np.uint16)
+    bad = 0
+    for a in range(1 << 16):
+        row[:] = a
+        for j in range(row.size):
+            cpu_plain_add_half(row, j, b_values[j], exp_bits, man_bits)
+        for j in range(row.size):
+            if row[j] != add_bits(a, b_values[j], exp_bits, man_bits):
+                bad += 1
+    return bad
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_the_multicore_plain_adder_gives_add_bits_for_every_a(fmt):
+    """``kernels/a5/intrinsics.cpu_plain_add_half`` (the float16 sum by the CPU's conversions where it has them, the
+    bfloat16 rounding by integers, the specials by selects) against :func:`add_bits`: every a, and b over the
+    specials and a stride through every pattern (the whole 2**32 pairs agreed in a one-off run, docs/performance.md)."""
+    _, e, m = FORMATS[fmt]
+    b_values = np.unique(np.concatenate([_special_bits(e, m).astype(np.uint16),
+                                         np.arange(0, 1 << 16, 97, dtype=np.uint32).astype(np.uint16)]))
+    assert _cpu_adder_mismatches(b_values, e, m) == 0

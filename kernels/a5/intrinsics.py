@@ -27,6 +27,8 @@ less time (docs/performance.md).
 from __future__ import annotations
 
 import llvmlite.ir as llvm_ir
+import numba
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -405,6 +407,92 @@ def _cpu_prefetch_element(ary, i):
 def _cpu_prefetch_read(ary, i, n):
     if n > 0:
         _cpu_prefetch_lines(ary, i, n)
+
+
+# -- a 16-bit float add that a loop vectorises (the plain Row scatter Add, one thread) ---------------------------
+
+def _host_converts_halves() -> bool:
+    """Whether the host CPU converts between float16 and float32 in hardware (x86 F16C), so that LLVM's ``fpext`` /
+    ``fptrunc`` of ``half`` become one instruction each (and vectorise), not calls into a runtime library."""
+    from llvmlite import binding
+    try:
+        return "+f16c" in binding.get_host_cpu_features().flatten().split(",")
+    except Exception:  # noqa: BLE001 - features unknown: the integer adder serves
+        return False
+
+
+HOST_CONVERTS_HALVES = _host_converts_halves()
+"""The host's float16 conversions: :func:`_cpu_half_sum`'s float16 path (the kernel cache keys Numba's compiled
+code by the host CPU and its features, so a cache never carries it to a CPU without them)."""
+
+
+@intrinsic
+def _cpu_float32_from_half(typingctx, bits):
+    """The float32 equal to float16 bits ``bits`` (an unsigned integer): LLVM's exact ``fpext`` of ``half``."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        value = args[0]
+        if value.type.width != 16:
+            value = builder.trunc(value, llvm_ir.IntType(16))
+        return builder.fpext(builder.bitcast(value, llvm_ir.HalfType()), llvm_ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def _cpu_half_from_float32(typingctx, value):
+    """The float16 bits of float32 ``value`` rounded to nearest even (LLVM's ``fptrunc`` to ``half``: overflow to
+    infinity, subnormal results kept; F16C's rounding is the MXCSR's, nearest even unless a caller changed it)."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], llvm_ir.HalfType()), llvm_ir.IntType(16))
+
+    return types.uint16(value), codegen
+
+
+_U32 = numba.uint32
+
+
+@njit(inline="always")
+def _cpu_half_sum(a_bits, b_bits, exp_bits, man_bits):
+    """:func:`simt_pto.kernels.softfloat.add_bits` (the same bits for every pair of 16-bit patterns) written for a
+    loop the compiler vectorises: every operation on 32-bit lanes, the special cases chosen by selects, not branches
+    and calls. A finite sum is the float32 sum of the widened operands rounded once to the format, by the hardware's
+    conversion (float16 on a host with F16C) or by integer rounding (bfloat16: carry the round-to-nearest-even
+    increment into the high half); an infinity or a NaN operand takes the integer rules of
+    :func:`~simt_pto.kernels.softfloat.add_nonfinite_bits`."""
+    a = _U32(a_bits) & _U32(0xFFFF)
+    b = _U32(b_bits) & _U32(0xFFFF)
+    infinity = ((_U32(1) << _U32(exp_bits)) - _U32(1)) << _U32(man_bits)
+    mantissa = (_U32(1) << _U32(man_bits)) - _U32(1)
+    quiet = _U32(1) << _U32(man_bits - 1)
+    if exp_bits == softfloat.F16_EXP_BITS:
+        if HOST_CONVERTS_HALVES:
+            total = _U32(_cpu_half_from_float32(_cpu_float32_from_half(a) + _cpu_float32_from_half(b)))
+        else:
+            total = _U32(softfloat.add_bits(a, b, exp_bits, man_bits))
+    else:
+        wide = np.float32(np.uint32(a << _U32(16)).view(np.float32) + np.uint32(b << _U32(16)).view(np.float32))
+        sum_bits = np.float32(wide).view(np.uint32)
+        total = (sum_bits + _U32(0x7FFF) + ((sum_bits >> _U32(16)) & _U32(1))) >> _U32(16)
+    a_special = (a & infinity) == infinity
+    b_special = (b & infinity) == infinity
+    result = b if b_special else total
+    result = a if a_special else result
+    result = (infinity | quiet) if (a_special and b_special and a != b) else result
+    result = (b | quiet) if (b_special and (b & mantissa) != _U32(0)) else result
+    return (a | quiet) if (a_special and (a & mantissa) != _U32(0)) else result
+
+
+@njit(inline="always")
+def cpu_plain_add_half(halves, e, v_bits, exp_bits, man_bits):
+    """``halves[e] += v`` for a 16-bit float on its raw bits (``halves``: the table as uint16), rounded once, with a
+    plain load and store: the store of a kernel that writes its table alone (the plain Row scatter Add)."""
+    halves[e] = numba.uint16(_cpu_half_sum(halves[e], v_bits, exp_bits, man_bits))
 
 
 CPU = {

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
 from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
@@ -94,6 +96,10 @@ PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_serial_kernel", "simt_mscat
 """The kernels of the ``multicore`` backend alone, each run by one thread in source order: their store rule is bound
 to plain loads and stores (:mod:`.simt`), and no CUDA form exists."""
 
+HALF_ELEMENT_KERNELS = frozenset({"simt_mscatter_row_serial_kernel"})
+"""The plain-store kernels that view a 16-bit float table as its uint16 elements, not as the uint32 words the atomic
+kernels take: their store is :func:`.intrinsics.cpu_plain_add_half`, and a row's adds vectorise."""
+
 
 @functools.cache
 def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
@@ -147,13 +153,21 @@ def simt_mscatter_row_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fm
     if fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE):
         raise ValueError(f"simt_mscatter_row_serial_kernel: no plain form for the mid-word format {fmt.name}")
     tuple_table, prefetches = _row_prefetch_view(fmt)
+    # a 16-bit float table comes as its uint32 words (the atomic kernel's CAS unit): with plain stores each element
+    # is its own uint16, and a row's adds are one loop the compiler vectorises (:data:`HALF_ELEMENT_KERNELS`)
+    halves = fmt in (ElementFormat.F16, ElementFormat.BF16)
 
     def simt_mscatter_row_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                         valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        words = table[0] if tuple_table else table
-        ahead = rows_ahead(valid_cols, words.itemsize) if prefetches else 0
+        if halves:
+            elements = table.view(np.uint16)
+        else:
+            elements = table
+        words = elements[0] if tuple_table else elements
+        ahead = rows_ahead(valid_cols, words.itemsize) if prefetches or halves else 0
         walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row,
-                  (table, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule, words, ahead), store_element)
+                  (elements, src, src_rs, src_cs, idx, idx_step, table_rows, valid_cols, rule, words, ahead),
+                  store_element)
 
     return simt_mscatter_row_serial_kernel
 
