@@ -335,3 +335,29 @@ def test_the_multicore_plain_adder_gives_add_bits_for_every_a(fmt):
     b_values = np.unique(np.concatenate([_special_bits(e, m).astype(np.uint16),
                                          np.arange(0, 1 << 16, 97, dtype=np.uint32).astype(np.uint16)]))
     assert _cpu_adder_mismatches(b_values, e, m) == 0
+
+
+def test_the_plain_row_add_takes_the_integer_adder_where_numba_compiles_for_another_cpu(tmp_path):
+    """Under ``NUMBA_CPU_NAME=generic`` (a kernel cache that travels between machines) LLVM may lower the float16
+    conversions to calls the JIT does not link, which crashed the process: the plain adder then takes
+    :func:`add_bits`, and a float16 Row scatter Add gives ``np.add.at``'s bits (both add in source order, each sum
+    rounded once)."""
+    code = textwrap.dedent("""
+        import numpy as np
+        import simt_pto as pto
+        from simt_pto.kernels.a5 import intrinsics
+        assert not intrinsics.HOST_CONVERTS_HALVES
+        rng = np.random.default_rng(7)
+        table = rng.standard_normal((64, 16)).astype(np.float16)
+        src = rng.standard_normal((300, 16)).astype(np.float16)
+        idx = rng.integers(0, 64, 300).astype(np.int32)
+        want = table.copy()
+        np.add.at(want, idx, src)
+        pto.scatter(table, src, idx, coalesce="row", atomic="add", target="a5")
+        assert np.array_equal(table.view(np.uint16), want.view(np.uint16))
+        print("same bits")
+    """)
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path),
+           "SIMT_PTO_A5_BACKEND": "multicore"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-3000:]

@@ -412,9 +412,16 @@ def _cpu_prefetch_read(ary, i, n):
 # -- a 16-bit float add that a loop vectorises (the plain Row scatter Add, one thread) ---------------------------
 
 def _host_converts_halves() -> bool:
-    """Whether the host CPU converts between float16 and float32 in hardware (x86 F16C), so that LLVM's ``fpext`` /
-    ``fptrunc`` of ``half`` become one instruction each (and vectorise), not calls into a runtime library."""
+    """Whether the code Numba compiles converts between float16 and float32 in hardware (x86 F16C), so that LLVM's
+    ``fpext`` / ``fptrunc`` of ``half`` become one instruction each (and vectorise). Only for Numba's default target,
+    the host CPU as it is: where a user names another (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``, e.g. ``generic``
+    for a cache that travels) or turns AVX off, LLVM may lower them to calls into a runtime library the JIT does not
+    link (a crash, measured with ``NUMBA_CPU_NAME=generic``), and :func:`~simt_pto.kernels.softfloat.add_bits`
+    serves."""
     from llvmlite import binding
+    from numba.core import config
+    if config.CPU_NAME is not None or config.CPU_FEATURES is not None or not config.ENABLE_AVX:
+        return False
     try:
         return "+f16c" in binding.get_host_cpu_features().flatten().split(",")
     except Exception:  # noqa: BLE001 - features unknown: the integer adder serves
