@@ -595,13 +595,6 @@ def atomic_add_half(words, e, v_bits, exp_bits, man_bits):
     cas_add_half(words, e >> 1, (e & 1) * 16, v_bits, exp_bits, man_bits)
 
 
-def plain_add_half(words, e, v_bits, exp_bits, man_bits):
-    """:func:`atomic_add_half` as one load and one store of the word: for a kernel that writes its table alone
-    (``simt_mscatter_elem_serial_kernel`` on the CPU)."""
-    w = e >> 1
-    words[w] = numba.uint32(half_sum(numba.int64(words[w]), (e & 1) * 16, v_bits, exp_bits, man_bits))
-
-
 def atomic_add_half_edge(table, e, v_bits, exp_bits, man_bits):
     """:func:`atomic_add_half` for a table that starts or ends mid-word (formats F16_EDGE / BF16_EDGE).
 
@@ -660,5 +653,5 @@ HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, ti
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
            write_elem_owner, write_private_elem_owner, write_compact_elem_owner,
            last_row, last_elem,
-           half_sum, cas_add_half, atomic_add_half, plain_add_half, atomic_add_half_edge)
+           half_sum, cas_add_half, atomic_add_half, atomic_add_half_edge)
 """Bound per backend by :mod:`.simt`, in this order (a helper may call the ones before it)."""

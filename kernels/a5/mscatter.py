@@ -94,11 +94,10 @@ def simt_mscatter_elem_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: Ele
 
 PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_serial_kernel", "simt_mscatter_row_serial_kernel"})
 """The kernels of the ``multicore`` backend alone, each run by one thread in source order: their store rule is bound
-to plain loads and stores (:mod:`.simt`), and no CUDA form exists."""
-
-HALF_ELEMENT_KERNELS = frozenset({"simt_mscatter_row_serial_kernel"})
-"""The plain-store kernels that view a 16-bit float table as its uint16 elements, not as the uint32 words the atomic
-kernels take: their store is :func:`.intrinsics.cpu_plain_add_half`, and a row's adds vectorise."""
+to plain loads and stores (:mod:`.simt`), and no CUDA form exists. A 16-bit float table comes to them as the uint32
+words the atomic kernels take (a compare-and-swap's unit); with plain stores each element is its own uint16, which
+they view it as, and their 16-bit float add is :func:`.intrinsics.cpu_plain_add_half`, a loop of
+which vectorises."""
 
 
 @functools.cache
@@ -122,18 +121,22 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
         raise ValueError(f"simt_mscatter_elem_serial_kernel: no plain form for the mid-word format {fmt.name}")
     prefetches = atomic != ScatterAtomicOp.NONE                                  # a read-modify-write waits for its load
     word_pair = fmt == ElementFormat.F32_ORDER                                   # (int32, uint32) views
-    shift = 1 if fmt in (ElementFormat.F16, ElementFormat.BF16) else 0           # two elements a uint32 word
+    halves = fmt in (ElementFormat.F16, ElementFormat.BF16)                      # uint16 elements of uint32 words
 
     def simt_mscatter_elem_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                         valid_rows, valid_cols, tile_rows):
         dense = dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
-        if word_pair:   # prefetch hints go to the words array
-            words = table[0]
+        if halves:  # (a compile-time constant: one branch is typed)
+            elements = table.view(np.uint16)
         else:
-            words = table
+            elements = table
+        if word_pair:   # prefetch hints go to the words array
+            words = elements[0]
+        else:
+            words = elements
         walk_elems_serial(launch, tile_rows, valid_rows, valid_cols,
-                         (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule,
-                          prefetches, words, shift), store_element)
+                         (elements, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule,
+                          prefetches, words, 0), store_element)
 
     return simt_mscatter_elem_serial_kernel
 
@@ -153,9 +156,7 @@ def simt_mscatter_row_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fm
     if fmt in (ElementFormat.F16_EDGE, ElementFormat.BF16_EDGE):
         raise ValueError(f"simt_mscatter_row_serial_kernel: no plain form for the mid-word format {fmt.name}")
     tuple_table, prefetches = _row_prefetch_view(fmt)
-    # a 16-bit float table comes as its uint32 words (the atomic kernel's CAS unit): with plain stores each element
-    # is its own uint16, and a row's adds are one loop the compiler vectorises (:data:`HALF_ELEMENT_KERNELS`)
-    halves = fmt in (ElementFormat.F16, ElementFormat.BF16)
+    halves = fmt in (ElementFormat.F16, ElementFormat.BF16)  # uint16 elements of uint32 words: a row's adds vectorise
 
     def simt_mscatter_row_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                         valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):

@@ -36,7 +36,7 @@ from simt_pto.kernels import cache, softfloat, store, writers
 from simt_pto.kernels.store import bind
 from simt_pto.kernels.tuning import CHUNKS_PER_WORKER, HELPER_WAIT_POLLS
 from . import device, intrinsics
-from .mscatter import HALF_ELEMENT_KERNELS, PLAIN_STORE_KERNELS
+from .mscatter import PLAIN_STORE_KERNELS
 
 @functools.cache
 def namespace(family: str) -> dict:
@@ -84,14 +84,13 @@ def _store_element(family_name: str, atomic: int, fmt: int):
 
 
 @functools.cache
-def _plain_store_element(atomic: int, fmt: int, halves: bool = False):
+def _plain_store_element(atomic: int, fmt: int):
     """The store rule on the CPU with plain read-modify-writes (a kernel of ``PLAIN_STORE_KERNELS``, run on one
     thread while nothing else writes its table): the sequential primitives of :mod:`simt_pto.kernels.store` on the
-    element views, and for a 16-bit float table :func:`.intrinsics.cpu_plain_add_half` on its uint16 elements
-    (``halves``) or :func:`.device.plain_add_half` on its uint32 words."""
+    element views, and for a 16-bit float table :func:`.intrinsics.cpu_plain_add_half` on its uint16 elements."""
     scope = namespace("cpu")
     scope = {**scope, "rmw_add": store.rmw_add, "rmw_max": store.rmw_max, "rmw_min": store.rmw_min,
-             "rmw_add_half": intrinsics.cpu_plain_add_half if halves else scope["plain_add_half"]}
+             "rmw_add_half": intrinsics.cpu_plain_add_half}
     jit = _device_jit("cpu")
     for helper in store.HELPERS:
         scope[helper.__name__] = jit(bind(helper, scope))
@@ -122,7 +121,7 @@ def _policy_scope(kernel: str, policy: KernelPolicy, family_name: str) -> dict:
     if policy.atomic is None or policy.fmt is None:
         return {}
     if _plain_store(kernel, family_name):
-        return {"store_element": _plain_store_element(policy.atomic, policy.fmt, kernel in HALF_ELEMENT_KERNELS)}
+        return {"store_element": _plain_store_element(policy.atomic, policy.fmt)}
     return {"store_element": _store_element(family_name, policy.atomic, policy.fmt)}
 
 
