@@ -224,13 +224,18 @@ def guarded(steps, boundary) -> CallPlan:
 def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
     """``LaunchSpec.multicore_plain_kernel`` of an Elem scatter of ``updates`` elements: ``simt_mscatter_elem_serial_kernel``
     for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
-    :attr:`~.tuning.HostTuning.plain_add_max_updates` elements (an Add on the element type itself) or
-    :attr:`~.tuning.HostTuning.plain_rmw_max_updates` (Max / Min, a 16-bit float Add), else None."""
+    :attr:`~.tuning.HostTuning.plain_add_max_updates` elements (an Add on the element type itself),
+    :attr:`~.tuning.HostTuning.plain_half_add_max_updates` (a float16 / bfloat16 Add) or
+    :attr:`~.tuning.HostTuning.plain_rmw_max_updates` (Max / Min), else None."""
     if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values():
         return None
     limits = tuning.current()
-    most = (limits.plain_add_max_updates if atomic == ScatterAtomicOp.ADD and fmt == ElementFormat.NATIVE
-            else limits.plain_rmw_max_updates)
+    if atomic != ScatterAtomicOp.ADD:
+        most = limits.plain_rmw_max_updates
+    elif fmt == ElementFormat.NATIVE:
+        most = limits.plain_add_max_updates
+    else:  # (F16 / BF16: the mid-word formats have no plain form, above)
+        most = limits.plain_half_add_max_updates
     return "simt_mscatter_elem_serial_kernel" if updates <= most else None
 
 

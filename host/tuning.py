@@ -54,11 +54,14 @@ class HostTuning:
     for their own misses (1M updates into a table the caches hold: 1.5-2.1 ms against 2.8-2.9 ms for the atomic
     kernel on two threads; level into a table fresh from memory; at 2M the atomic kernel ahead)."""
     plain_rmw_max_updates: int = 1 << 19
-    """... and an Elem scatter Max / Min, or a 16-bit float Add, of at most this many: a Max / Min's combine costs
-    more (compares), and the atomic kernel's second core shares it (at 1M the atomic kernel ahead: float32 Max 3.2-3.9
-    ms against 4.5-4.9 plain). The 16-bit float Add's plain adder now vectorises (``intrinsics.cpu_plain_add_half``):
-    plain / atomic, float16 1.18 / 4.21 ms at 1M and 4.2-4.5 / 8.7 at 2M, bfloat16 1.49 / 3.41 and 5.6-5.8 / 7.1,
-    level or behind at 4M (dev machine, 2026-11-30), so a limit of its own near 2M would serve it better."""
+    """... and an Elem scatter Max / Min of at most this many: its combine costs more (compares), and the atomic
+    kernel's second core shares it (at 1M the atomic kernel ahead: float32 Max 3.2-3.9 ms against 4.5-4.9 plain)."""
+    plain_half_add_max_updates: int = 1 << 21
+    """... and an Elem scatter Add on float16 / bfloat16 (a table that starts and ends on a word) of at most this many:
+    a compare-and-swap on the element's word and the adder per atomic update, against the plain adder, which
+    vectorises (``intrinsics.cpu_plain_add_half``). Plain / atomic on two threads: float16 1.18 / 4.21 ms at 1M,
+    4.2-4.5 / 8.7 at 2M, 19.8-20.3 / 19.7 at 4M; bfloat16 1.49 / 3.41, 5.6-5.8 / 7.1, 21.1-21.6 / 16.3 (dev machine,
+    2026-11-30)."""
     plain_row_add_max_updates: int = 1 << 26
     """A Row scatter Add on the element type itself (float32, the integers) or on float16 / bfloat16 (a table that
     starts and ends on a word) of at most this many elements runs as plain read-modify-writes on the calling thread,

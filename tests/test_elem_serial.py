@@ -105,18 +105,21 @@ def _plain_up_to(alone_kernel, serial: str, most: int) -> None:
 
 def test_which_launches_have_a_plain_store_form():
     """Only an Elem scatter with an atomic op, not a mid-word 16-bit float Add, names the plain-store kernel: an Add
-    on the element type itself of at most plain_add_max_updates elements, Max / Min and a 16-bit float Add of at
-    most plain_rmw_max_updates; the plan says so."""
-    most, rmw = tuning.current().plain_add_max_updates, tuning.current().plain_rmw_max_updates
+    on the element type itself of at most plain_add_max_updates elements, a float16 / bfloat16 Add of at most
+    plain_half_add_max_updates, Max / Min of at most plain_rmw_max_updates; the plan says so."""
+    limits = tuning.current()
+    most, rmw, half = limits.plain_add_max_updates, limits.plain_rmw_max_updates, limits.plain_half_add_max_updates
     assert rmw < most  # (a combine that costs more per update shares it with a second core sooner)
     serial = "simt_mscatter_elem_serial_kernel"
     _plain_up_to(a5_planner.elem_alone_kernel, serial, most)
-    for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
-                        (ScatterAtomicOp.MAX, ElementFormat.NATIVE), (ScatterAtomicOp.ADD, ElementFormat.F16),
-                        (ScatterAtomicOp.ADD, ElementFormat.BF16)):
+    for atomic, fmt, limit in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, rmw),
+                               (ScatterAtomicOp.MIN, ElementFormat.NATIVE, rmw),
+                               (ScatterAtomicOp.MAX, ElementFormat.NATIVE, rmw),
+                               (ScatterAtomicOp.ADD, ElementFormat.F16, half),
+                               (ScatterAtomicOp.ADD, ElementFormat.BF16, half)):
         assert a5_planner.elem_alone_kernel(atomic, fmt, 1) == serial
-        assert a5_planner.elem_alone_kernel(atomic, fmt, rmw) == serial
-        assert a5_planner.elem_alone_kernel(atomic, fmt, rmw + 1) is None, (atomic, fmt)
+        assert a5_planner.elem_alone_kernel(atomic, fmt, limit) == serial
+        assert a5_planner.elem_alone_kernel(atomic, fmt, limit + 1) is None, (atomic, fmt)
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.NONE, ElementFormat.NATIVE, 64) is None
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.F16_EDGE, 64) is None
     assert a5_planner.elem_alone_kernel(ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE, 64) is None

@@ -652,7 +652,7 @@ def test_a_kept_launch_of_several_block_ranges_calls_its_kernels_entry_on_every_
     flat = np.zeros(4096, np.float32)
     want_flat = flat.copy()
     forced = dict(row_copy_one_thread_bytes=0, elem_gather_one_thread_elems=0, atomic_scatter_one_thread_updates=0,
-                  plain_add_max_updates=0, plain_rmw_max_updates=0)
+                  plain_add_max_updates=0, plain_rmw_max_updates=0, plain_half_add_max_updates=0)
     with tuning.tuned(**forced), simt.trace_multicore_launches() as ranges:
         for call in range(4):
             rows = rng.integers(0, 256, 512).astype(np.int32)
@@ -689,7 +689,7 @@ def test_a_launch_of_several_block_ranges_keeps_none_of_its_calls_arrays(op):
         pytest.skip("one Numba thread: a launch runs its grid as one range")
     rng = np.random.default_rng(31)
     forced = dict(row_copy_one_thread_bytes=0, atomic_scatter_one_thread_updates=0, plain_add_max_updates=0,
-                  plain_rmw_max_updates=0)
+                  plain_rmw_max_updates=0, plain_half_add_max_updates=0)
     with tuning.tuned(**forced):
         for call in range(4):
             table = rng.standard_normal((256, 64)).astype(np.float32)

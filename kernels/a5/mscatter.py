@@ -110,7 +110,8 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
     * With an atomic op it is the atomic kernel's plain form, run only while no other launch writes memory its
       table shares (``LaunchSpec.multicore_plain_kernel``, :mod:`simt_pto.kernels.writers`): x86 runs a locked instruction only once the
       loads before it are done, so each atomic waits for its own cache miss; plain adds overlap theirs (measured in
-      ``HostTuning.plain_add_max_updates`` and ``plain_rmw_max_updates`` in ``host/tuning.py``).
+      ``HostTuning.plain_add_max_updates``, ``plain_half_add_max_updates`` and ``plain_rmw_max_updates`` in
+      ``host/tuning.py``).
     * With atomic NONE it is Conflict::Last's serial loop itself (a later position overwrites an earlier one), the
       whole-array Elem Last of a few million updates or into a table of a few MB (``host/a5_planner.takes_serial_last``); its stores
       compose with other writers as the owner path's do.
