@@ -10,6 +10,7 @@ constants only (never over functions); a kernel's policy names its on-disk cache
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
@@ -293,15 +294,24 @@ def walk_elems(launch, tile_rows, valid_rows, valid_cols, visit, args, store):
                     break
 
 
+def plain_elements(table, halves):
+    """The table a plain-store kernel indexes: a 16-bit float table's uint32 words (the atomic kernels' unit, a
+    compare-and-swap's) as its uint16 elements where ``halves`` (a compile-time constant of the kernel: one branch is
+    typed), so that each element is loaded and stored alone and a run of adds vectorises; any other as it is."""
+    if halves:
+        return table.view(np.uint16)
+    return table
+
+
 def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
     """The Elem scatter of blocks ``[launch[0], launch[1])`` by one CPU thread (``simt_mscatter_elem_serial_kernel``):
     the positions of :func:`walk_elems` in source order (block by block, row-major: the order one thread visits them
     there), ``table[remap(idx)] op= src`` at each by the store rule ``store``; with ``prefetches`` (a
     read-modify-write, which waits for its load; a plain store does not) the destination
     :data:`~simt_pto.kernels.tuning.SERIAL_PREFETCH_AHEAD` positions on is prefetched first (dense tiles). ``args``
-    as for :func:`scatter_elems`."""
-    (table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words,
-     shift) = args
+    as for :func:`scatter_elems`, less its ``shift``: a plain-store kernel indexes ``words`` by element
+    (:func:`plain_elements`)."""
+    table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words = args
     row0 = launch[0] * tile_rows
     first, stop = row0 * valid_cols, min(launch[1] * tile_rows, valid_rows) * valid_cols
     if dense:
@@ -310,7 +320,7 @@ def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
             if prefetches and ahead < stop:
                 slot, in_range = remap_index(idx[unsigned_offset(ahead * idx_cs)], table_size, rule)
                 if in_range:
-                    prefetch(words, slot >> shift)
+                    prefetch(words, slot)
             slot, in_range = remap_index(idx[unsigned_offset(q * idx_cs)], table_size, rule)
             if in_range:
                 store(table, unsigned_offset(slot), src[unsigned_offset(q * src_cs)])
@@ -648,7 +658,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
            copy_row_segment, fill_row_segment, rows_ahead, prefetch_row_ahead, gather_element, streams_rows,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
-           walk_elems, walk_elems_serial, gather_elems, scatter_elems,
+           walk_elems, plain_elements, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
            write_elem_owner, write_private_elem_owner, write_compact_elem_owner,

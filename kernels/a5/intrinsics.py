@@ -478,10 +478,9 @@ def _cpu_half_sum(a_bits, b_bits, exp_bits, man_bits):
     mantissa = (_U32(1) << _U32(man_bits)) - _U32(1)
     quiet = _U32(1) << _U32(man_bits - 1)
     if exp_bits == softfloat.F16_EXP_BITS:
-        if HOST_CONVERTS_HALVES:
-            total = _U32(_cpu_half_from_float32(_cpu_float32_from_half(a) + _cpu_float32_from_half(b)))
-        else:
-            total = _U32(softfloat.add_bits(a, b, exp_bits, man_bits))
+        if not HOST_CONVERTS_HALVES:
+            return _U32(softfloat.add_bits(a, b, exp_bits, man_bits))  # (the specials too: the selects are not needed)
+        total = _U32(_cpu_half_from_float32(_cpu_float32_from_half(a) + _cpu_float32_from_half(b)))
     else:
         wide = np.float32(np.uint32(a << _U32(16)).view(np.float32) + np.uint32(b << _U32(16)).view(np.float32))
         sum_bits = np.float32(wide).view(np.uint32)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels.store import store_element
 from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
 from .device import (claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
-                     claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, reset_owner, rows_ahead,
+                     claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, plain_elements,
+                     reset_owner, rows_ahead,
                      scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
 from .intrinsics import SPAN_LANES, block_range
@@ -94,10 +93,9 @@ def simt_mscatter_elem_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fmt: Ele
 
 PLAIN_STORE_KERNELS = frozenset({"simt_mscatter_elem_serial_kernel", "simt_mscatter_row_serial_kernel"})
 """The kernels of the ``multicore`` backend alone, each run by one thread in source order: their store rule is bound
-to plain loads and stores (:mod:`.simt`), and no CUDA form exists. A 16-bit float table comes to them as the uint32
-words the atomic kernels take (a compare-and-swap's unit); with plain stores each element is its own uint16, which
-they view it as, and their 16-bit float add is :func:`.intrinsics.cpu_plain_add_half`, a loop of
-which vectorises."""
+to plain loads and stores (:mod:`.simt`), and no CUDA form exists. They view a 16-bit float table as its uint16
+elements (:func:`.device.plain_elements`), and add on them with :func:`.intrinsics.cpu_plain_add_half`, which a loop
+vectorises."""
 
 
 @functools.cache
@@ -127,17 +125,14 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
     def simt_mscatter_elem_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size,
                                         valid_rows, valid_cols, tile_rows):
         dense = dense_tile(src_rs, src_cs, valid_cols) and dense_tile(idx_rs, idx_cs, valid_cols)
-        if halves:  # (a compile-time constant: one branch is typed)
-            elements = table.view(np.uint16)
-        else:
-            elements = table
+        elements = plain_elements(table, halves)
         if word_pair:   # prefetch hints go to the words array
             words = elements[0]
         else:
             words = elements
         walk_elems_serial(launch, tile_rows, valid_rows, valid_cols,
                          (elements, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule,
-                          prefetches, words, 0), store_element)
+                          prefetches, words), store_element)
 
     return simt_mscatter_elem_serial_kernel
 
@@ -161,10 +156,7 @@ def simt_mscatter_row_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, fm
 
     def simt_mscatter_row_serial_kernel(launch, table, src, src_rs, src_cs, idx, idx_step, table_rows,
                                         valid_rows, valid_cols, tile_rows, row_warps, warps_per_row):
-        if halves:
-            elements = table.view(np.uint16)
-        else:
-            elements = table
+        elements = plain_elements(table, halves)
         words = elements[0] if tuple_table else elements
         ahead = rows_ahead(valid_cols, words.itemsize) if prefetches or halves else 0
         walk_rows(launch, tile_rows, valid_rows, row_warps, warps_per_row, scatter_row,
