@@ -241,12 +241,14 @@ def elem_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int)
 
 def row_alone_kernel(atomic: ScatterAtomicOp, fmt: ElementFormat, updates: int) -> str | None:
     """``LaunchSpec.multicore_plain_kernel`` of a Row scatter of ``updates`` elements: ``simt_mscatter_row_serial_kernel``
-    for an Add on the element type itself (float32, the integers) or on a 16-bit float table that starts and ends on
-    a word (not a mid-word format) of at most :attr:`~.tuning.HostTuning.plain_row_add_max_updates` elements, else
-    None."""
-    if atomic != ScatterAtomicOp.ADD or fmt not in (ElementFormat.NATIVE, ElementFormat.F16, ElementFormat.BF16):
+    for an atomic op (not a mid-word 16-bit float Add, whose boundary words hold bytes outside the table) of at most
+    :attr:`~.tuning.HostTuning.plain_row_add_max_updates` elements (an Add) or
+    :attr:`~.tuning.HostTuning.plain_row_rmw_max_updates` (Max / Min), else None."""
+    if atomic == ScatterAtomicOp.NONE or fmt in store.EDGE.values():
         return None
-    return "simt_mscatter_row_serial_kernel" if updates <= tuning.current().plain_row_add_max_updates else None
+    limits = tuning.current()
+    most = limits.plain_row_add_max_updates if atomic == ScatterAtomicOp.ADD else limits.plain_row_rmw_max_updates
+    return "simt_mscatter_row_serial_kernel" if updates <= most else None
 
 
 def _elem_scatter_launches(plan) -> CallPlan:

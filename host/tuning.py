@@ -53,9 +53,13 @@ class HostTuning:
     plain load-add-stores on the calling thread while nothing else writes its table: x86's locked instructions wait
     for their own misses (1M updates into a table the caches hold: 1.5-2.1 ms against 2.8-2.9 ms for the atomic
     kernel on two threads; level into a table fresh from memory; at 2M the atomic kernel ahead)."""
-    plain_rmw_max_updates: int = 1 << 19
-    """... and an Elem scatter Max / Min of at most this many: its combine costs more (compares), and the atomic
-    kernel's second core shares it (at 1M the atomic kernel ahead: float32 Max 3.2-3.9 ms against 4.5-4.9 plain)."""
+    plain_rmw_max_updates: int = 1 << 20
+    """... and an Elem scatter Max / Min of at most this many: a compare and a store with no branch on the data
+    (``kernels/store.py``, ``rmw_max`` and ``SEQUENTIAL_HELPERS``) against the atomic kernel's compare-and-swap
+    loops on two threads, ahead while the table stays in the caches. Into a fresh copy of a table of as many elements
+    / four times as many, plain / atomic: float32 Max 0.37 / 1.18 ms at 256K, 1.47 / 4.69 and 2.81 / 4.76 at 1M,
+    3.52 / 10.35 and 11.2 / 9.6 at 2M; int32 0.22 / 0.85 at 256K, 2.74 / 7.07 and 8.9 / 8.0 at 2M (dev machine,
+    2026-11-30)."""
     plain_half_add_max_updates: int = 1 << 21
     """... and an Elem scatter Add on float16 / bfloat16 (a table that starts and ends on a word) of at most this many:
     a compare-and-swap on the element's word and the adder per atomic update, against the plain adder, which
@@ -66,11 +70,16 @@ class HostTuning:
     """A Row scatter Add on the element type itself (float32, the integers) or on float16 / bfloat16 (a table that
     starts and ends on a word) of at most this many elements runs as plain read-modify-writes on the calling thread,
     row by row in source order, while nothing else writes its table: x86 has no float atomic add, and the atomic
-    kernel's compare-and-swap per element costs more than a second core gives (``bench/bench_row_scatter.py``, plain
+    kernel's compare-and-swap per element costs more than a second core gives (``bench/bench_scatter_atomics.py``, plain
     / atomic on two threads, the plain row add vectorised: float32 0.31 / 2.70 ms at 1M, 1.4 / 10.7 at 4M, 6.1 / 42.6
     at 16M, 32 / 167 at 64M, the largest measured; int32 0.38 / 2.69 at 1M; float16 0.34 / 5.8 at 1M, 6.5 / 81 at
-    16M; bfloat16 0.44 / 4.7 at 1M; dev machine, 2026-11-30). Max / Min keep the atomic kernel (level at 1M-4M).
-    Measured with two threads for the atomic kernel: more cores share it further."""
+    16M; bfloat16 0.44 / 4.7 at 1M; dev machine, 2026-11-30). Measured with two threads for the atomic kernel:
+    more cores share it further."""
+    plain_row_rmw_max_updates: int = 1 << 26
+    """... and so does a Row scatter Max / Min of at most this many (its compare and store, with no branch on the
+    data, vectorise along a row): plain / atomic on two threads, into a fresh copy of the table each call, float32
+    Max 0.12 / 0.94 ms at 256K, 1.9 / 13.4 at 4M, 6.7 / 55 at 16M, 31 / 223 at 64M, the largest measured; int32 0.06
+    / 0.58 at 256K, 6.4 / 37.7 at 16M (dev machine, 2026-11-30)."""
     serial_last_max_updates: int = 1 << 22
     """An Elem Conflict::Last (``last_path="auto"``) of at most this many updates is the serial loop on the
     calling thread, not the owner path: one thread's stores stay in its caches (ahead up to 4M updates)."""

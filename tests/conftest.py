@@ -163,9 +163,10 @@ def tune():
 def scatter_form(request, monkeypatch, tune):
     """The test's A5 scatters with an atomic op in one of the two forms the ``multicore`` backend has: ``"alone"``, the
     plain-store kernel on the calling thread (``simt_mscatter_elem_serial_kernel`` for an Elem scatter,
-    ``simt_mscatter_row_serial_kernel`` for a Row scatter Add on the element type itself or a word-aligned 16-bit
-    float; each runs while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` /
-    ``plain_rmw_max_updates`` / ``plain_half_add_max_updates`` / ``plain_row_add_max_updates`` elements), or
+    ``simt_mscatter_row_serial_kernel`` for a Row scatter; not a 16-bit float Add into a table that starts or ends
+    mid-word; each runs while nothing else writes the table, up to ``HostTuning.plain_add_max_updates`` /
+    ``plain_rmw_max_updates`` / ``plain_half_add_max_updates`` / ``plain_row_add_max_updates`` /
+    ``plain_row_rmw_max_updates`` elements), or
     ``"atomic"``, the atomic kernel (which it runs otherwise); None (indirect parametrisation) changes nothing. The
     fixture checks at the end that the form ran: at least one plain-store launch for ``"alone"``, none for
     ``"atomic"``. On another backend (a GPU, the simulator) every launch is the atomic kernel: ``"alone"`` skips,
@@ -181,7 +182,7 @@ def scatter_form(request, monkeypatch, tune):
         return
     most = 1 << 62 if form.name == "alone" else 0
     tune(plain_add_max_updates=most, plain_rmw_max_updates=most, plain_half_add_max_updates=most,
-         plain_row_add_max_updates=most)
+         plain_row_add_max_updates=most, plain_row_rmw_max_updates=most)
     registry = writers.table_writers
     run_alone = registry.run_alone
 

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
+from simt_pto import reference
 from oracles import (CONFLICTS, SCATTER_POLICIES, GuardedTable, assert_one_of_colliders, budgeted, candidates,
                      case_rng, from_bits, index_tile, kind, make_tile, min_contiguous, round_up, random_bits, read_tile,
                      scatter, to_bits, writers)
@@ -150,7 +151,7 @@ def _mid_word_add(dtype, atomic):
 def _forms(kernel, dtype, atomic):
     if kernel == "elem" and atomic != "none" and not _mid_word_add(dtype, atomic):
         return ("atomic",)
-    if kernel == "row" and atomic == "add" and dtype in ("int32", "uint32", "float32"):
+    if kernel == "row" and atomic != "none" and dtype in ("int32", "uint32", "float32"):
         return ("atomic", "alone")
     return (None,)
 
@@ -159,8 +160,8 @@ MATRIX = [(k, d, p, a, c, form) for k in KERNELS for a in ATOMIC_OPS for d in A5
           for p in SCATTER_POLICIES for c in CONFLICTS for form in _forms(k, d, a)]
 """The Elem kernel with an atomic op runs as the atomic kernel (``scatter_form``: on ``multicore`` a small one
 would run its plain-store form, which ``test_elem_serial.py`` checks for every policy); a 16-bit float Add into these
-tables (which start mid-word) has no other form. The Row kernel's Add on the element type itself runs in both forms
-(its plain-store form, ``simt_mscatter_row_serial_kernel``, is the one a small call takes on ``multicore``)."""
+tables (which start mid-word) has no other form. The Row kernel's Add, Max and Min on 32-bit elements run in both
+forms (its plain-store form, ``simt_mscatter_row_serial_kernel``, is the one a small call takes on ``multicore``)."""
 
 
 @pytest.mark.parametrize("kernel, dtype, policy, atomic, conflict, scatter_form", budgeted(MATRIX, None),
@@ -704,6 +705,41 @@ def test_max_min_float32_signed_zero_and_nan_order(coalesce):
             src = make_tile("float32", 1, 8, valid=(1, 5), logical_bits=to_bits(src_vals[None, :], "float32"))
             pto.mscatter(table.tensor, src, index_tile([range(5)], "elem"), coalesce="elem", atomic=atomic)
         np.testing.assert_array_equal(table.core(), to_bits(np.array(want[atomic], np.float32), "float32"))
+
+
+EDGE_BITS = (0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x00800000, 0x80800000, 0x3F800000, 0xBF800000,
+             0x40490FDB, 0xC0490FDB, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7F800001, 0xFF800001,
+             0x7FC00000, 0xFFC00000, 0x7FFFFFFF, 0xFFFFFFFF)
+"""32-bit patterns at the edges of each order: float32 zeros, denormals, normals, the largest finite, infinities
+and NaNs (signalling, quiet, payloads) of both signs; as integers 0, 1, INT32_MAX, INT32_MIN, -1 and UINT32_MAX."""
+
+
+@pytest.mark.parametrize("scatter_form", ["alone", "atomic"], indirect=True)
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("atomic", ["max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
+def test_max_min_of_every_pair_of_edge_values(scatter_form, coalesce, atomic, dtype):
+    """Every ordered pair of :data:`EDGE_BITS` (the table's value, the update's), one update per element, in both
+    forms of the multicore backend (the atomic kernel; the plain one, whose float32 compares order keys instead of
+    branching on the sign): each element as the reference's ``combine``, bit for bit; the guards around the table
+    keep their bits."""
+    n = len(EDGE_BITS)
+    old = np.repeat(np.array(EDGE_BITS, np.uint32), n)
+    new = np.tile(np.array(EDGE_BITS, np.uint32), n)
+    buffer = np.full(old.size + 32, 0xA5A5A5A5, np.uint32)
+    buffer[16:-16] = old
+    table = buffer[16:-16].view(dtype)
+    src = new.view(dtype).copy()
+    if coalesce == "row":  # one row of n * n columns: each column one update
+        pto.scatter(table.reshape(1, -1), src.reshape(1, -1), np.zeros(1, np.int32), coalesce="row", atomic=atomic)
+    else:
+        pto.scatter(table, src, np.arange(old.size, dtype=np.int32), coalesce="elem", atomic=atomic)
+    want = [reference.combine(dtype, atomic, o, v) for o, v in zip(old.tolist(), new.tolist())]
+    got = buffer[16:-16]
+    wrong = [f"{atomic}({o:#010x}, {v:#010x}) = {g:#010x}, expected {w:#010x}"
+             for o, v, g, w in zip(old.tolist(), new.tolist(), got.tolist(), want) if g != w]
+    assert not wrong, f"{len(wrong)} of {old.size}: " + "; ".join(wrong[:6])
+    assert (buffer[:16] == 0xA5A5A5A5).all() and (buffer[-16:] == 0xA5A5A5A5).all()
 
 
 @pytest.mark.parametrize("atomic", ["max", "min"])

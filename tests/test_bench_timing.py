@@ -118,3 +118,29 @@ def test_bench_peers_times_every_peer_by_the_method_its_command_line_names(monke
         assert f'"method": "{method}"' in (tmp_path / "peers.json").read_text()
         timed = (tmp_path / "peers.csv").read_text()
         assert all(f",{peer}," in timed for peer in ("numpy", "copy", "new copy", "row copy", "row read"))
+
+
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("atomic", ["add", "max", "min"])
+def test_the_scatter_atomics_bench_checks_and_times_both_forms_and_numpy(monkeypatch, atomic, coalesce):
+    """``bench/bench_scatter_atomics.py`` at a small size: both of our forms and numpy's peer give the checked result
+    (the bench raises otherwise) and each is timed, for every op it takes; a Max / Min restores each side's table
+    before its timed call (a repeated Max changes nothing)."""
+    import numpy as np
+
+    import simt_pto as pto
+    if pto.a5_backend() != "multicore":
+        pytest.skip("the bench runs the multicore backend's two forms")
+    sys.path.insert(0, str(BENCH))  # (it imports bench_peers beside it)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_scatter_atomics", BENCH / "bench_scatter_atomics.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(BENCH))
+    copied = []
+    copyto = np.copyto
+    monkeypatch.setattr(bench.np, "copyto", lambda dst, src: (copied.append(dst.shape), copyto(dst, src)))
+    got = bench.run(2048, np.dtype(np.float32), 16, 2, None, atomic, coalesce)
+    assert set(got) == {"plain", "atomic", "numpy"} and all(t > 0 for t in got.values())
+    assert len(copied) == (0 if atomic == "add" else 2 * 3)

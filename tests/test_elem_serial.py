@@ -109,7 +109,6 @@ def test_which_launches_have_a_plain_store_form():
     plain_half_add_max_updates, Max / Min of at most plain_rmw_max_updates; the plan says so."""
     limits = tuning.current()
     most, rmw, half = limits.plain_add_max_updates, limits.plain_rmw_max_updates, limits.plain_half_add_max_updates
-    assert rmw < most  # (a combine that costs more per update shares it with a second core sooner)
     serial = "simt_mscatter_elem_serial_kernel"
     _plain_up_to(a5_planner.elem_alone_kernel, serial, most)
     for atomic, fmt, limit in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, rmw),
@@ -139,16 +138,23 @@ def test_which_launches_have_a_plain_store_form():
 
 
 def test_which_row_scatters_have_a_plain_store_form():
-    """A Row scatter names its plain-store kernel (``simt_mscatter_row_serial_kernel``) for an Add on the element
-    type itself or on a 16-bit float table that starts and ends on a word, of at most plain_row_add_max_updates
-    elements, and for nothing else: Max / Min and the mid-word 16-bit float Adds keep the atomic kernel; the plan
-    says so. (Tile ops run it too: ``test_a5_scatter.py``'s matrix checks the Row Adds in both forms.)"""
+    """A Row scatter names its plain-store kernel (``simt_mscatter_row_serial_kernel``) for an atomic op, not a
+    16-bit float Add into a table that starts or ends mid-word: an Add of at most plain_row_add_max_updates elements,
+    a Max / Min of at most plain_row_rmw_max_updates; the plan says so. (Tile ops run it too:
+    ``test_a5_scatter.py``'s matrix checks the Row atomics in both forms.)"""
     serial = "simt_mscatter_row_serial_kernel"
-    _plain_up_to(a5_planner.row_alone_kernel, serial, tuning.current().plain_row_add_max_updates)
-    for fmt in (ElementFormat.F16, ElementFormat.BF16):
-        assert a5_planner.row_alone_kernel(ScatterAtomicOp.ADD, fmt, 1) == serial, fmt
-    for atomic, fmt in ((ScatterAtomicOp.MAX, ElementFormat.F32_ORDER), (ScatterAtomicOp.MIN, ElementFormat.NATIVE),
-                        (ScatterAtomicOp.ADD, ElementFormat.F16_EDGE), (ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE),
+    limits = tuning.current()
+    _plain_up_to(a5_planner.row_alone_kernel, serial, limits.plain_row_add_max_updates)
+    for atomic, fmt, limit in ((ScatterAtomicOp.ADD, ElementFormat.F16, limits.plain_row_add_max_updates),
+                               (ScatterAtomicOp.ADD, ElementFormat.BF16, limits.plain_row_add_max_updates),
+                               (ScatterAtomicOp.MAX, ElementFormat.F32_ORDER, limits.plain_row_rmw_max_updates),
+                               (ScatterAtomicOp.MIN, ElementFormat.F32_ORDER, limits.plain_row_rmw_max_updates),
+                               (ScatterAtomicOp.MAX, ElementFormat.NATIVE, limits.plain_row_rmw_max_updates),
+                               (ScatterAtomicOp.MIN, ElementFormat.NATIVE, limits.plain_row_rmw_max_updates)):
+        assert a5_planner.row_alone_kernel(atomic, fmt, 1) == serial, (atomic, fmt)
+        assert a5_planner.row_alone_kernel(atomic, fmt, limit) == serial, (atomic, fmt)
+        assert a5_planner.row_alone_kernel(atomic, fmt, limit + 1) is None, (atomic, fmt)
+    for atomic, fmt in ((ScatterAtomicOp.ADD, ElementFormat.F16_EDGE), (ScatterAtomicOp.ADD, ElementFormat.BF16_EDGE),
                         (ScatterAtomicOp.NONE, ElementFormat.NATIVE)):
         assert a5_planner.row_alone_kernel(atomic, fmt, 1) is None, (atomic, fmt)
     halves, rows8 = np.zeros(64 * 8 + 1, np.float16), np.arange(40, dtype=np.int32)
@@ -157,13 +163,13 @@ def test_which_row_scatters_have_a_plain_store_form():
                                            atomic="add").launches
         assert launch.multicore_plain_kernel == plain
     table, rows = np.zeros((64, 8), np.float32), np.arange(40, dtype=np.int32)
-    plan = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row", atomic="add")
-    (launch,) = plan.launches
-    assert (launch.kernel, launch.multicore_plain_kernel) == ("simt_mscatter_row_kernel", serial)
-    assert any(f"{serial} on the calling thread" in line for line in plan.describe())
-    (launch,) = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row",
-                                       atomic="max").launches
-    assert launch.multicore_plain_kernel is None
+    for atomic in ("add", "max", "min"):
+        plan = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row", atomic=atomic)
+        (launch,) = plan.launches
+        assert (launch.kernel, launch.multicore_plain_kernel) == ("simt_mscatter_row_kernel", serial), atomic
+        assert any(f"{serial} on the calling thread" in line for line in plan.describe()), atomic
+    (launch,) = in_memory.scatter_plan(table, np.ones((40, 8), np.float32), rows, coalesce="row").launches
+    assert launch.multicore_plain_kernel is None  # a store (Conflict::Default) is no read-modify-write
 
 
 def test_the_plain_store_kernel_has_no_cuda_form():

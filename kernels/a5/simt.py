@@ -87,13 +87,14 @@ def _store_element(family_name: str, atomic: int, fmt: int):
 def _plain_store_element(atomic: int, fmt: int):
     """The store rule on the CPU with plain read-modify-writes (a kernel of ``PLAIN_STORE_KERNELS``, run on one
     thread while nothing else writes its table): the sequential primitives of :mod:`simt_pto.kernels.store` on the
-    element views, and for a 16-bit float table :func:`.intrinsics.cpu_plain_add_half` on its uint16 elements."""
+    element views, for a float32 Max / Min their order-key forms (:data:`~simt_pto.kernels.store.SEQUENTIAL_HELPERS`),
+    and for a 16-bit float table :func:`.intrinsics.cpu_plain_add_half` on its uint16 elements."""
     scope = namespace("cpu")
     scope = {**scope, "rmw_add": store.rmw_add, "rmw_max": store.rmw_max, "rmw_min": store.rmw_min,
              "rmw_add_half": intrinsics.cpu_plain_add_half}
     jit = _device_jit("cpu")
-    for helper in store.HELPERS:
-        scope[helper.__name__] = jit(bind(helper, scope))
+    for name, helper in store.SEQUENTIAL_HELPERS.items():
+        scope[name] = jit(helper)
     return jit(bind(store.store_rule(atomic, fmt), scope))
 
 
