@@ -260,8 +260,10 @@ def _from_dlpack(obj, what) -> np.ndarray:
             np_dtype = None
         if np_dtype is None:
             raise TypeError(f"{what}: DLPack dtype code {code} of {bits} bits has no element dtype here")
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    strides = None if not t.strides else tuple(t.strides[i] * np_dtype.itemsize for i in range(t.ndim))
+    # (ctypes slices and list displays: a generator would cost a Python frame per dimension on every call)
+    ndim, itemsize = t.ndim, np_dtype.itemsize
+    shape = tuple(t.shape[:ndim]) if ndim else ()
+    strides = None if not t.strides else tuple([stride * itemsize for stride in t.strides[:ndim]])
     read_only = versioned and bool(managed.flags & _READ_ONLY)
     data = (t.data or 0) + t.byte_offset
     if math.prod(shape) == 0:  # an empty tensor may carry a NULL pointer: no memory to share
