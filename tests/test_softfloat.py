@@ -23,7 +23,7 @@ FORMATS = {
 }
 
 
-@njit(cache=True)
+@njit  # (no disk cache: Numba would key it on this file alone, not on kernels/softfloat.py it inlines)
 def _add_many(a, b, out, exp_bits, man_bits):
     for i in range(a.size):
         out[i] = add_bits(a[i], b[i], exp_bits, man_bits)
@@ -150,13 +150,13 @@ def test_exhaustive_b_for_a_subset(fmt):
     _check(a, b, fmt)
 
 
-@njit(cache=True)
+@njit
 def _round_many(f, out, exp_bits):
     for i in range(f.size):
         out[i] = f32_to_f16(f[i]) if exp_bits == 5 else f32_to_bf16(f[i])
 
 
-@njit(cache=True)
+@njit
 def _widen_many(h, out, exp_bits):
     for i in range(h.size):
         out[i] = f16_to_f32(h[i]) if exp_bits == 5 else bf16_to_f32(h[i])
