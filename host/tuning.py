@@ -48,24 +48,23 @@ class HostTuning:
     atomic_scatter_one_thread_updates: int = 1 << 16
     """A scatter with an atomic per element of at most this many updates runs its atomic kernel on the calling
     thread: the hand-off against a second core."""
-    plain_add_max_updates: int = 1 << 20
+    plain_add_max_updates: int = 1 << 23
     """An Elem scatter Add on the element type itself (float32, the integers) of at most this many updates runs as
     plain load-add-stores on the calling thread while nothing else writes its table: x86's locked instructions wait
-    for their own misses (1M updates into a table the caches hold: 1.5-2.1 ms against 2.8-2.9 ms for the atomic
-    kernel on two threads; level into a table fresh from memory; at 2M the atomic kernel ahead)."""
-    plain_rmw_max_updates: int = 1 << 20
+    for their own misses, and the serial walk prefetches its targets further ahead in a table the caches do not hold
+    (``kernels/tuning.py``, ``SERIAL_PREFETCH_*``). ``bench/bench_scatter_atomics.py --coalesce elem``, n updates into
+    4n elements, plain / atomic on two threads: float32 3.7-5.4 / 6.0-7.2 ms at 2M, 9.4-9.7 / 12.9-13.3 at 4M, 21.8 /
+    27.6 at 8M, 48.6-49.8 / 56-61 at 16M; int32 21.7 / 23.9 at 8M, 49.3 / 48.9 at 16M (dev machine, 2026-11-30)."""
+    plain_rmw_max_updates: int = 1 << 24
     """... and an Elem scatter Max / Min of at most this many: a compare and a store with no branch on the data
-    (``kernels/store.py``, ``rmw_max`` and ``SEQUENTIAL_HELPERS``) against the atomic kernel's compare-and-swap
-    loops on two threads, ahead while the table stays in the caches. Into a fresh copy of a table of as many elements
-    / four times as many, plain / atomic: float32 Max 0.37 / 1.18 ms at 256K, 1.47 / 4.69 and 2.81 / 4.76 at 1M,
-    3.52 / 10.35 and 11.2 / 9.6 at 2M; int32 0.22 / 0.85 at 256K, 2.74 / 7.07 and 8.9 / 8.0 at 2M (dev machine,
-    2026-11-30)."""
-    plain_half_add_max_updates: int = 1 << 21
+    (``kernels/store.py``, ``rmw_max`` and ``SEQUENTIAL_HELPERS``) against the atomic kernel's compare-and-swap loops
+    on two threads. The same bench, Max: float32 0.40 / 1.19 ms at 256K, 5.0 / 9.4-9.7 at 2M, 10.8 / 19.5-19.8 at
+    4M, 23.3 / 39.5 at 8M, 50 / 84-97 at 16M, the largest measured; int32 22.1 / 35.5 at 8M, 49.6 / 73.3 at 16M."""
+    plain_half_add_max_updates: int = 1 << 23
     """... and an Elem scatter Add on float16 / bfloat16 (a table that starts and ends on a word) of at most this many:
     a compare-and-swap on the element's word and the adder per atomic update, against the plain adder, which
-    vectorises (``intrinsics.cpu_plain_add_half``). Plain / atomic on two threads: float16 1.18 / 4.21 ms at 1M,
-    4.2-4.5 / 8.7 at 2M, 19.8-20.3 / 19.7 at 4M; bfloat16 1.49 / 3.41, 5.6-5.8 / 7.1, 21.1-21.6 / 16.3 (dev machine,
-    2026-11-30)."""
+    vectorises (``intrinsics.cpu_plain_add_half``). The same bench: float16 1.44 / 4.19 ms at 1M, 9.4 / 18.7 at 4M,
+    20.8 / 41.0 at 8M; bfloat16 1.56 / 3.40, 9.4 / 15.6, 21.2 / 34.2."""
     plain_row_add_max_updates: int = 1 << 26
     """A Row scatter Add on the element type itself (float32, the integers) or on float16 / bfloat16 (a table that
     starts and ends on a word) of at most this many elements runs as plain read-modify-writes on the calling thread,

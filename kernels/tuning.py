@@ -25,8 +25,14 @@ INLINE_COPY_MAX_BYTES = 64
 STREAMED_RESULT_BYTES = 8 << 20
 """A CPU Row gather into at least this many bytes streams its stores: its speed against its reader's misses (dev machine, 2026-11-29)."""
 
-SERIAL_PREFETCH_AHEAD = 32
-"""Positions ahead the serial Elem walk prefetches an atomic op's target: overlap against eviction (dev machine, 2026-11-26)."""
+SERIAL_PREFETCH_AHEAD = 128
+"""Positions ahead the serial Elem walk prefetches an update's target in a larger table: its misses against eviction (2026-11-30)."""
+
+SERIAL_PREFETCH_AHEAD_NEAR = 32
+"""... and in a table of at most SERIAL_PREFETCH_NEAR_BYTES, which the caches answer sooner (dev machine, 2026-11-30)."""
+
+SERIAL_PREFETCH_NEAR_BYTES = 1 << 22
+"""The table bytes up to which the serial Elem walk prefetches SERIAL_PREFETCH_AHEAD_NEAR ahead (dev machine, 2026-11-30)."""
 
 CLAIM_PREFETCH_AHEAD = 64
 """Positions ahead a CPU worker prefetches the owner it will claim: overlap against eviction; 256 no faster (dev machine, 2026-11-26)."""

@@ -96,6 +96,39 @@ def test_each_form_of_a_tile_op_over_padded_tiles_gives_the_serial_loops_result(
     assert not wrong, "; ".join(wrong[:5])
 
 
+@pytest.mark.parametrize("atomic, dtype", [("add", "float32"), ("add", "float16"), ("max", "float32"),
+                                           ("min", "int32")])
+def test_a_table_past_the_near_prefetch_size_gets_the_serial_loops_result(rng, scatter_form, atomic, dtype):
+    """The serial walk prefetches further ahead in a table past ``SERIAL_PREFETCH_NEAR_BYTES`` (its distance chosen
+    at run time from the table's bytes): an Elem scatter into such a table, in both forms, against the serial loop,
+    with out-of-range indices skipped; the guards around the table keep their bits."""
+    from simt_pto.kernels import tuning as kernel_tuning
+    np_dtype = pto.dtypes.resolve(dtype).numpy
+    cap = kernel_tuning.SERIAL_PREFETCH_NEAR_BYTES // np_dtype.itemsize + 1000  # even: whole 32-bit words
+    idx = rng.integers(-5, cap + 5, 3000).astype(np.int32)
+    idx[::7] = cap - 1 - np.arange(idx[::7].size)  # collisions near the end of the table
+    src = _values(rng, idx.shape, dtype, atomic)
+    buffer = np.zeros(cap + 2 * GUARD, np_dtype)
+    as_bits(buffer)[:] = int("A5" * buffer.itemsize, 16)
+    buffer[GUARD:GUARD + cap] = _values(rng, cap, dtype, atomic)
+    initial = as_bits(buffer).copy()
+    pto.scatter(buffer[GUARD:GUARD + cap], src, idx, coalesce="elem", atomic=atomic, oob="skip", target="a5")
+    got = as_bits(buffer)
+    assert np.array_equal(got[:GUARD], initial[:GUARD]) and np.array_equal(got[-GUARD:], initial[-GUARD:])
+    wrong = reference.scatter_mismatches(got[GUARD:-GUARD], initial[GUARD:-GUARD], dtype, "elem", idx,
+                                         as_bits(src), cap, "skip", atomic, "last")
+    assert not wrong, "; ".join(wrong[:5])
+
+
+def test_the_serial_walk_prefetches_further_ahead_past_the_near_size():
+    from simt_pto.kernels import tuning as kernel_tuning
+    from simt_pto.kernels.a5 import device
+    near = kernel_tuning.SERIAL_PREFETCH_NEAR_BYTES
+    assert kernel_tuning.SERIAL_PREFETCH_AHEAD_NEAR < kernel_tuning.SERIAL_PREFETCH_AHEAD
+    assert device.serial_prefetch_ahead(near) == kernel_tuning.SERIAL_PREFETCH_AHEAD_NEAR
+    assert device.serial_prefetch_ahead(near + 1) == kernel_tuning.SERIAL_PREFETCH_AHEAD
+
+
 def _plain_up_to(alone_kernel, serial: str, most: int) -> None:
     """``alone_kernel`` (a planner's choice of plain-store kernel) names ``serial`` for an Add on the element type
     itself of ``most`` elements and none for one more."""

@@ -15,7 +15,8 @@ import numpy as np
 from simt_pto.geometry import WARP
 from simt_pto.kernels.index_policy import remap_index
 from simt_pto.kernels.softfloat import add_bits
-from simt_pto.kernels.tuning import CLAIM_PREFETCH_AHEAD, ROW_PREFETCH_BYTES, SERIAL_PREFETCH_AHEAD, STREAMED_RESULT_BYTES
+from simt_pto.kernels.tuning import (CLAIM_PREFETCH_AHEAD, ROW_PREFETCH_BYTES, SERIAL_PREFETCH_AHEAD,
+                                     SERIAL_PREFETCH_AHEAD_NEAR, SERIAL_PREFETCH_NEAR_BYTES, STREAMED_RESULT_BYTES)
 from .intrinsics import (CACHE_LINE_BYTES, SPAN_LANES, atomic_cas, atomic_max, block_range, copy_run, first_lane, prefetch,
                          prefetch_read, stream_run, warp_range)
 
@@ -303,22 +304,28 @@ def plain_elements(table, halves):
     return table
 
 
+def serial_prefetch_ahead(table_bytes):
+    """How many positions ahead the serial Elem walk prefetches a read-modify-write's target in a table of
+    ``table_bytes`` (:func:`walk_elems_serial`): a random update waits for its line, and a table the caches hold
+    answers sooner than one they do not, so a small table is prefetched closer to its use."""
+    return SERIAL_PREFETCH_AHEAD_NEAR if table_bytes <= SERIAL_PREFETCH_NEAR_BYTES else SERIAL_PREFETCH_AHEAD
+
+
 def walk_elems_serial(launch, tile_rows, valid_rows, valid_cols, args, store):
     """The Elem scatter of blocks ``[launch[0], launch[1])`` by one CPU thread (``simt_mscatter_elem_serial_kernel``):
     the positions of :func:`walk_elems` in source order (block by block, row-major: the order one thread visits them
-    there), ``table[remap(idx)] op= src`` at each by the store rule ``store``; with ``prefetches`` (a
-    read-modify-write, which waits for its load; a plain store does not) the destination
-    :data:`~simt_pto.kernels.tuning.SERIAL_PREFETCH_AHEAD` positions on is prefetched first (dense tiles). ``args``
-    as for :func:`scatter_elems`, less its ``shift``: a plain-store kernel indexes ``words`` by element
-    (:func:`plain_elements`)."""
-    table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, prefetches, words = args
+    there), ``table[remap(idx)] op= src`` at each by the store rule ``store``; with ``ahead`` > 0 (a read-modify-write,
+    which waits for its load; a plain store does not: :func:`serial_prefetch_ahead`) the destination ``ahead``
+    positions on is prefetched first (dense tiles). ``args`` as for :func:`scatter_elems`, less its ``shift``, with
+    ``ahead`` for its ``lanes``: a plain-store kernel indexes ``words`` by element (:func:`plain_elements`)."""
+    table, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule, ahead, words = args
     row0 = launch[0] * tile_rows
     first, stop = row0 * valid_cols, min(launch[1] * tile_rows, valid_rows) * valid_cols
     if dense:
         for q in range(first, stop):
-            ahead = q + SERIAL_PREFETCH_AHEAD
-            if prefetches and ahead < stop:
-                slot, in_range = remap_index(idx[unsigned_offset(ahead * idx_cs)], table_size, rule)
+            later = q + ahead
+            if ahead > 0 and later < stop:
+                slot, in_range = remap_index(idx[unsigned_offset(later * idx_cs)], table_size, rule)
                 if in_range:
                     prefetch(words, slot)
             slot, in_range = remap_index(idx[unsigned_offset(q * idx_cs)], table_size, rule)
@@ -658,7 +665,7 @@ def region_offset(flat, r, c, row_stride, col_stride, dense):
 HELPERS = (block_tile, grid_stride, span_end, next_position, unsigned_offset, tile_offset_2d, dense_tile, region_offset,
            copy_row_segment, fill_row_segment, rows_ahead, prefetch_row_ahead, gather_element, streams_rows,
            walk_rows, gather_row, scatter_row, owner_row, compact_owner_row,
-           walk_elems, plain_elements, walk_elems_serial, gather_elems, scatter_elems,
+           walk_elems, plain_elements, serial_prefetch_ahead, walk_elems_serial, gather_elems, scatter_elems,
            walk_grid, walk_block_share, reset_owner, claim_row_owner, claim_compact_owner, source_element,
            elem_owner_slot, claim_elem_owner, claim_private_elem_owner,
            write_elem_owner, write_private_elem_owner, write_compact_elem_owner,

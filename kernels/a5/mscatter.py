@@ -23,8 +23,8 @@ from simt_pto.kernels.store import store_element
 from simt_pto.kernels.tuning import CLAIM_PREFETCH_MIN_SLOTS
 from .device import (claim_compact_owner, claim_elem_owner, claim_private_elem_owner,
                      claim_row_owner, compact_owner_row, dense_tile, last_elem, last_row, owner_row, plain_elements,
-                     reset_owner, rows_ahead,
-                     scatter_elems, scatter_row, walk_block_share, walk_elems, walk_elems_serial, walk_grid, walk_rows,
+                     reset_owner, rows_ahead, scatter_elems, scatter_row, serial_prefetch_ahead, walk_block_share,
+                     walk_elems, walk_elems_serial, walk_grid, walk_rows,
                      write_compact_elem_owner, write_elem_owner, write_private_elem_owner)
 from .intrinsics import SPAN_LANES, block_range
 
@@ -130,9 +130,10 @@ def simt_mscatter_elem_serial_kernel(rule: IndexRule, atomic: ScatterAtomicOp, f
             words = elements[0]
         else:
             words = elements
+        ahead = serial_prefetch_ahead(table_size * words.itemsize) if prefetches else 0
         walk_elems_serial(launch, tile_rows, valid_rows, valid_cols,
                          (elements, src, src_rs, src_cs, idx, idx_rs, idx_cs, table_size, valid_cols, dense, rule,
-                          prefetches, words), store_element)
+                          ahead, words), store_element)
 
     return simt_mscatter_elem_serial_kernel
 
