@@ -22,6 +22,19 @@ def bench_cpu():
     return module
 
 
+def _bench_module(name: str):
+    """``bench/<name>.py`` loaded as a module, with ``bench/`` on the path while it loads (a bench script imports the
+    others beside it)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
 def _counted():
     calls = []
     return calls, lambda: calls.append(1)
@@ -95,13 +108,7 @@ def test_an_unknown_method_is_refused_naming_the_choices(bench_cpu):
 
 
 def test_bench_peers_times_every_peer_by_the_method_its_command_line_names(monkeypatch, tmp_path):
-    sys.path.insert(0, str(BENCH))  # (it imports bench_cpu beside it)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_peers", BENCH / "bench_peers.py")
-        bench_peers = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench_peers)
-    finally:
-        sys.path.remove(str(BENCH))
+    bench_peers = _bench_module("bench_peers")
     used = []
 
     def paired_times(ours, peer, repeat, method="rounds"):
@@ -131,13 +138,7 @@ def test_the_scatter_atomics_bench_checks_and_times_both_forms_and_numpy(monkeyp
     import simt_pto as pto
     if pto.a5_backend() != "multicore":
         pytest.skip("the bench runs the multicore backend's two forms")
-    sys.path.insert(0, str(BENCH))  # (it imports bench_peers beside it)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_scatter_atomics", BENCH / "bench_scatter_atomics.py")
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-    finally:
-        sys.path.remove(str(BENCH))
+    bench = _bench_module("bench_scatter_atomics")
     copied = []
     copyto = np.copyto
     monkeypatch.setattr(bench.np, "copyto", lambda dst, src: (copied.append(dst.shape), copyto(dst, src)))
