@@ -199,7 +199,9 @@ def bind(fn, namespace: dict):
 
 
 @functools.cache
-def _sequential_helpers() -> dict:
+def sequential_helpers() -> dict:
+    """:data:`SEQUENTIAL_HELPERS` jitted to inline, by name: the scope every one-thread binding of a rule takes
+    (:func:`sequential_store`; the A5 plain-store kernels)."""
     return {name: njit(inline="always")(helper) for name, helper in SEQUENTIAL_HELPERS.items()}
 
 
@@ -209,9 +211,9 @@ def sequential_store(atomic: ScatterAtomicOp, fmt: ElementFormat):
     loops inline (the A2/A3 scatter's move) and host code calls directly (the A5 scalar fallback, on a one-element
     copy); its cache entry is named by the policy."""
     key = KernelPolicy(atomic=ScatterAtomicOp(atomic), fmt=ElementFormat(fmt)).cache_key
-    return njit(inline="always", cache=True, key=key)(bind(store_rule(atomic, fmt), _sequential_helpers()))
+    return njit(inline="always", cache=True, key=key)(bind(store_rule(atomic, fmt), sequential_helpers()))
 
 
 __all__ = ["EDGE", "HELPERS", "SEQUENTIAL_HELPERS", "bind", "element_format", "order_key_f32", "rmw_add",
-           "rmw_add_half", "rmw_max", "rmw_min", "sequential_max_f32", "sequential_min_f32", "sequential_store",
-           "source_dtype", "store_element", "store_max_f32", "store_min_f32", "store_rule"]
+           "rmw_add_half", "rmw_max", "rmw_min", "sequential_helpers", "sequential_max_f32", "sequential_min_f32",
+           "sequential_store", "source_dtype", "store_element", "store_max_f32", "store_min_f32", "store_rule"]

@@ -22,8 +22,9 @@ import simt_pto as pto
 from simt_pto import reference
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.host import a5_planner, in_memory, tuning
+from simt_pto.kernels import tuning as kernel_tuning
 from simt_pto.kernels import writers
-from simt_pto.kernels.a5 import simt
+from simt_pto.kernels.a5 import device, simt
 from simt_pto.launch_spec import KernelPolicy
 
 from conftest import as_bits, random_values
@@ -102,7 +103,6 @@ def test_a_table_past_the_near_prefetch_size_gets_the_serial_loops_result(rng, s
     """The serial walk prefetches further ahead in a table past ``SERIAL_PREFETCH_NEAR_BYTES`` (its distance chosen
     at run time from the table's bytes): an Elem scatter into such a table, in both forms, against the serial loop,
     with out-of-range indices skipped; the guards around the table keep their bits."""
-    from simt_pto.kernels import tuning as kernel_tuning
     np_dtype = pto.dtypes.resolve(dtype).numpy
     cap = kernel_tuning.SERIAL_PREFETCH_NEAR_BYTES // np_dtype.itemsize + 1000  # even: whole 32-bit words
     idx = rng.integers(-5, cap + 5, 3000).astype(np.int32)
@@ -121,8 +121,6 @@ def test_a_table_past_the_near_prefetch_size_gets_the_serial_loops_result(rng, s
 
 
 def test_the_serial_walk_prefetches_further_ahead_past_the_near_size():
-    from simt_pto.kernels import tuning as kernel_tuning
-    from simt_pto.kernels.a5 import device
     near = kernel_tuning.SERIAL_PREFETCH_NEAR_BYTES
     assert kernel_tuning.SERIAL_PREFETCH_AHEAD_NEAR < kernel_tuning.SERIAL_PREFETCH_AHEAD
     assert device.serial_prefetch_ahead(near) == kernel_tuning.SERIAL_PREFETCH_AHEAD_NEAR

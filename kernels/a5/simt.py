@@ -91,11 +91,8 @@ def _plain_store_element(atomic: int, fmt: int):
     and for a 16-bit float table :func:`.intrinsics.cpu_plain_add_half` on its uint16 elements."""
     scope = namespace("cpu")
     scope = {**scope, "rmw_add": store.rmw_add, "rmw_max": store.rmw_max, "rmw_min": store.rmw_min,
-             "rmw_add_half": intrinsics.cpu_plain_add_half}
-    jit = _device_jit("cpu")
-    for name, helper in store.SEQUENTIAL_HELPERS.items():
-        scope[name] = jit(helper)
-    return jit(bind(store.store_rule(atomic, fmt), scope))
+             "rmw_add_half": intrinsics.cpu_plain_add_half, **store.sequential_helpers()}
+    return _device_jit("cpu")(bind(store.store_rule(atomic, fmt), scope))
 
 
 def kernel_source(kernel: str, policy: KernelPolicy):
