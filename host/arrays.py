@@ -208,21 +208,6 @@ class _DLPackView:
             self._deleter(self._managed)
 
 
-def _export(obj, what):
-    """The object's DLPack capsule and its name (versioned where the producer speaks DLPack 1.x)."""
-    try:
-        try:
-            capsule = obj.__dlpack__(max_version=(1, 0))
-        except TypeError:  # a producer older than DLPack 1.0 takes no max_version
-            capsule = obj.__dlpack__()
-    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
-        raise TypeError(f"{what}: {type(obj).__name__} could not export its memory over DLPack ({exc})") from None
-    for name in _NAMES:
-        if _capsule_is_valid(capsule, name):
-            return capsule, name
-    raise TypeError(f"{what}: {type(obj).__name__}.__dlpack__() returned no DLPack capsule")
-
-
 def _from_dlpack(obj, what) -> np.ndarray:
     """A numpy view of a host DLPack producer's memory, its dtype included where numpy cannot import it
     (bfloat16, float8): no copy. Read-only where the producer flags it so (DLPack 1.x)."""
@@ -235,7 +220,19 @@ def _from_dlpack(obj, what) -> np.ndarray:
         if int(device[0]) not in _HOST_DEVICES:
             raise TypeError(f"{what}: {type(obj).__name__} lives on device {device} and exports no "
                             "__cuda_array_interface__; pass a host array or a CUDA array")
-    capsule, name = _export(obj, what)
+    # the capsule, versioned where the producer speaks DLPack 1.x (inline: a frame less per operand of a call)
+    try:
+        try:
+            capsule = obj.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer older than DLPack 1.0 takes no max_version
+            capsule = obj.__dlpack__()
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        raise TypeError(f"{what}: {type(obj).__name__} could not export its memory over DLPack ({exc})") from None
+    for name in _NAMES:
+        if _capsule_is_valid(capsule, name):
+            break
+    else:
+        raise TypeError(f"{what}: {type(obj).__name__}.__dlpack__() returned no DLPack capsule")
     address = _capsule_pointer(capsule, name)
     versioned = name == b"dltensor_versioned"
     managed = (_DLManagedTensorVersioned if versioned else _DLManagedTensor).from_address(address)
@@ -331,7 +328,7 @@ def wrap(obj: ArrayLike, what: str, dtype: DTypeArg = None, two_d_only: bool = F
                 obj, versioned = torch_rules.for_write(obj, what, op, target), user  # detached: the same memory
             else:
                 obj = torch_rules.for_read(obj, what, op, target)
-            if _is_device(obj):
+            if obj.is_cuda:  # (a CPU or CUDA tensor, for_read says: one attribute, not torch's Python property)
                 return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned)
             memory, kind = _from_dlpack(obj, what), TORCH  # (the rules applied once, above)
         elif not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):

@@ -469,8 +469,8 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         # conjugation, a zero tensor, meta / sparse / quantized / nested, an inference tensor, FakeTensor and the
         # torch.func wrappers): their dispatch keys differ; a tensor that requires grad takes the full path too,
         # which applies torch's rules (a read refused under grad mode, a write refused as index_put_ refuses it)
-        plain, keys = _PLAIN_KEYS or _plain_keys(torch)
-        if obj.requires_grad or keys(obj) != plain or not obj.is_contiguous():
+        plain, keys = torch_rules.PLAIN_KEYS or torch_rules.plain_keys(torch)
+        if obj.requires_grad or keys is None or keys(obj) != plain or not obj.is_contiguous():
             return None
         try:
             view = obj.numpy()  # shares the memory (no bfloat16: numpy has no such dtype, the full path reads it)
@@ -495,22 +495,6 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         return (Operand(FOREIGN, view.shape, view.dtype, view.flags.writeable, _address(flat) & 7 if aligned else 0),
                 flat)
     return None
-
-
-_PLAIN_KEYS: list = []
-"""``[keys of a plain dense CPU tensor, the function that reads a tensor's keys]`` in this process (read once, from
-a CPU ``torch.empty(0)`` made outside inference mode)."""
-
-
-def _plain_keys(torch) -> list:
-    if not _PLAIN_KEYS:
-        keys = torch._C._dispatch_keys
-        # (a first call under torch.inference_mode() would read an inference tensor's keys, which lack autograd's:
-        # every later plain tensor would then be refused the kept launch for the life of the process)
-        with torch.inference_mode(False):
-            plain = keys(torch.empty(0, device="cpu"))
-        _PLAIN_KEYS.extend((plain, keys))
-    return _PLAIN_KEYS
 
 
 def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str, np.ndarray]] | None:
@@ -549,13 +533,11 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         # only reads needs numpy() alone: it refuses every tensor whose memory does not hold its values as they
         # read (a lazy conjugation or negation, a zero tensor, meta, sparse, quantized and nested tensors, the
         # torch.func wrappers, which have no storage), one that requires grad, and bfloat16 (no numpy dtype); an
-        # inference tensor is read as any other. The table a scatter writes must also be a plain dense tensor (one
-        # C call, :func:`_plain_keys`: an inference tensor is refused, as torch refuses writing one). Each view's
-        # flags then say whether its memory is C-contiguous.
-        if src is not None:
-            plain, keys = _PLAIN_KEYS or _plain_keys(torch)
-            if keys(table) != plain:
-                return None
+        # inference tensor is read as any other. The table a scatter writes must also not be an inference tensor
+        # (the full path refuses it outside torch.inference_mode(), as torch refuses writing one: one C call, a
+        # quarter of its dispatch keys' read). Each view's flags then say whether its memory is C-contiguous.
+        if src is not None and table.is_inference():
+            return None
         try:
             table_view, idx_view = table.numpy(), idx.numpy()
         except (TypeError, RuntimeError):

@@ -55,6 +55,29 @@ def torch_of(obj: object) -> Any:
     return torch if torch is not None and isinstance(obj, torch.Tensor) else None
 
 
+PLAIN_KEYS: list = []
+"""``[keys of a plain dense CPU tensor, the function that reads a tensor's keys]`` in this process (:func:`plain_keys`).
+"""
+
+
+def plain_keys(torch: Any) -> list:
+    """:data:`PLAIN_KEYS`, read once, from a CPU ``torch.empty(0)`` made outside inference mode; ``[None, None]``
+    where this torch has no ``torch._C._dispatch_keys``. One C call then tells a plain dense CPU tensor from every
+    tensor the rules here treat apart: a lazy negation or conjugation, a zero tensor, meta / sparse / quantized /
+    nested, an inference tensor, a FakeTensor and the ``torch.func`` wrappers each add or lack a dispatch key."""
+    if not PLAIN_KEYS:
+        keys = getattr(torch._C, "_dispatch_keys", None)  # private, but where torch says what a tensor is
+        if keys is None:
+            PLAIN_KEYS.extend((None, None))
+            return PLAIN_KEYS
+        # (a first call under torch.inference_mode() would read an inference tensor's keys, which lack autograd's:
+        # every later plain tensor would then take the long checks, and a kept launch refuse it)
+        with torch.inference_mode(False):
+            plain = keys(torch.empty(0, device="cpu"))
+        PLAIN_KEYS.extend((plain, keys))
+    return PLAIN_KEYS
+
+
 def _refuse_unreadable(torch: Any, t: Any, what: str) -> None:
     """A TypeError naming ``what`` for a tensor with no memory that holds its values in the strided layout."""
     device = t.device.type
@@ -104,8 +127,11 @@ def for_read(t: Any, what: str, op: str | None = None, target: str | None = None
     (ConstraintError, after the TypeError above): torch's own gather (``index_select``, ``F.embedding``) would record
     a ``grad_fn`` there; these ops record none, so a loss built on the result would give ``t`` no gradient without a
     word. Under ``torch.no_grad()``, or on ``t.detach()``, the read is plain."""
-    torch = torch_of(t)
-    _refuse_unreadable(torch, t, what)
+    torch = sys.modules["torch"]  # (t is a tensor: torch is imported)
+    plain, keys = PLAIN_KEYS or plain_keys(torch)
+    lazy = keys is None or keys(t) != plain  # (a plain dense CPU tensor, the common case: one C call)
+    if lazy:
+        _refuse_unreadable(torch, t, what)
     if t.requires_grad:
         if op is not None and torch.is_grad_enabled():
             raise ConstraintError(op, target, "a tensor that requires grad is read only under torch.no_grad()",
@@ -113,6 +139,8 @@ def for_read(t: Any, what: str, op: str | None = None, target: str | None = None
                                   "graph, and these ops record no grad_fn, so no gradient would reach it; call "
                                   f"under torch.no_grad(), or pass {what}.detach()")
         t = t.detach()  # the same memory; autograd plays no part in a read
+    if not lazy:
+        return t
     if t._is_zerotensor():
         return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
     if t.is_neg() or t.is_conj():
@@ -153,14 +181,16 @@ def check_write(t: Any, what: str, op: str, target: str | None) -> None:
     """Refuse, before anything is written, a write into ``t`` that torch's own in-place write (``index_put_``)
     would refuse under the calling thread's grad mode, or that would not store the values torch reads:
     ConstraintError (TypeError for a tensor with no memory to write)."""
-    torch = torch_of(t)
-    _refuse_unreadable(torch, t, what)
-    _refuse_lazy(t, what, op, target)
-    if t.is_inference() and not torch.is_inference_mode_enabled():
-        raise ConstraintError(op, target, "an inference tensor is written only inside torch.inference_mode()",
-                              f"{what} was made under torch.inference_mode() and is written outside it (torch "
-                              "refuses that in-place update too); call inside torch.inference_mode(), or pass a "
-                              "clone")
+    torch = sys.modules["torch"]  # (t is a tensor: torch is imported)
+    plain, keys = PLAIN_KEYS or plain_keys(torch)
+    if keys is None or keys(t) != plain:  # (a plain dense CPU tensor, the common case, is none of these: one C call)
+        _refuse_unreadable(torch, t, what)
+        _refuse_lazy(t, what, op, target)
+        if t.is_inference() and not torch.is_inference_mode_enabled():
+            raise ConstraintError(op, target, "an inference tensor is written only inside torch.inference_mode()",
+                                  f"{what} was made under torch.inference_mode() and is written outside it (torch "
+                                  "refuses that in-place update too); call inside torch.inference_mode(), or pass a "
+                                  "clone")
     if t.requires_grad and torch.is_grad_enabled():
         if t.is_leaf:
             detail = (f"{what} is a leaf that requires grad, written while grad mode is on (torch refuses that "
@@ -234,4 +264,5 @@ def _version_increment(torch: Any) -> Any:
     return increment_one
 
 
-__all__ = ["bump_version", "check_write", "for_read", "for_write", "in_place", "read_in_place", "torch_of", "writing"]
+__all__ = ["PLAIN_KEYS", "bump_version", "check_write", "for_read", "for_write", "in_place", "plain_keys", "read_in_place",
+           "torch_of", "writing"]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import simt_pto as pto
-from simt_pto import constraints
+from simt_pto import constraints, torch_rules
 from simt_pto.errors import ConstraintError, OutOfBoundsError
 from simt_pto.host import in_memory, kept_launch
 from simt_pto.call import mgather_policy, scatter_policy
@@ -1048,9 +1048,9 @@ def test_a_first_torch_call_under_inference_mode_leaves_plain_tensors_their_kept
     whose first torch call ran under ``torch.inference_mode()`` still runs a plain tensor's repeated scatter through
     its kept launch (it took the full path for the life of the process when the keys were an inference tensor's)."""
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(kept_launch, "_PLAIN_KEYS", [])
+    monkeypatch.setattr(torch_rules, "PLAIN_KEYS", [])
     with torch.inference_mode():
-        plain, keys = kept_launch._plain_keys(torch)
+        plain, keys = torch_rules.plain_keys(torch)
     assert plain == keys(torch.from_numpy(np.zeros(4, np.float32)))
     table = torch.zeros(16 * 8)
     src, idx = torch.ones(4), torch.tensor([3, 9, 3, 0], dtype=torch.int32)

@@ -211,6 +211,34 @@ def test_a_scatter_is_refused_exactly_where_index_put_is(target, make, mode):
         assert table._version - version == (0 if refused else 1) == oracle._version - version
 
 
+@pytest.mark.parametrize("keys", ["dispatch keys", "no dispatch keys"])
+def test_the_rules_are_the_same_with_and_without_torchs_dispatch_keys(keys, monkeypatch):
+    """A plain dense CPU tensor passes the rules in one C call (its dispatch keys, ``torch_rules.plain_keys``); a
+    torch without ``torch._C._dispatch_keys`` takes every check one by one. Either way a lazy negation is read as
+    torch reads it and never written, a zero tensor reads as zeros, an inference tensor is not written outside
+    inference mode, and a plain tensor is read and written in place."""
+    from simt_pto import torch_rules
+    monkeypatch.setattr(torch_rules, "PLAIN_KEYS", [])
+    if keys == "no dispatch keys":
+        monkeypatch.delattr(torch._C, "_dispatch_keys")
+        assert torch_rules.plain_keys(torch) == [None, None]
+    else:
+        plain, read_keys = torch_rules.plain_keys(torch)
+        assert plain == read_keys(torch.zeros(2)) != read_keys(neg_view([1.0, 2.0]))
+    _, lazy = conj_imag()
+    idx = torch.tensor([1, 3, 1])
+    assert torch.equal(pto.gather(lazy, idx, target="cpu"), lazy[idx])
+    with pytest.raises(pto.ConstraintError, match="table is a view with a lazy negation"):
+        pto.scatter(lazy, torch.ones(1, 2), torch.tensor([2]), target="a5")
+    assert torch.equal(pto.gather(torch._efficientzerotensor((4, 2)), torch.tensor([3, 0]), target="a5"),
+                       torch.zeros(2, 2))
+    with pytest.raises(pto.ConstraintError, match="table was made under torch.inference_mode"):
+        pto.scatter(_inference(), torch.ones(1, 2), torch.tensor([2]), target="a5")
+    table = torch.zeros(4, 2)
+    assert pto.scatter(table, torch.full((1, 2), 5.0), torch.tensor([2]), target="a5") is table
+    assert torch.equal(pto.gather(table, torch.tensor([2, 0]), target="a5"), torch.tensor([[5.0, 5.0], [0.0, 0.0]]))
+
+
 @pytest.mark.parametrize("first_in", ["grad mode", "inference mode"])
 def test_the_version_bump_counts_as_torchs_own_wherever_its_first_call_is(first_in, monkeypatch):
     """:func:`~simt_pto.torch_rules.bump_version` finds its way to torch's counter at its first call, perhaps under
