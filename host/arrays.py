@@ -328,7 +328,9 @@ def wrap(obj: ArrayLike, what: str, dtype: DTypeArg = None, two_d_only: bool = F
                 obj, versioned = torch_rules.for_write(obj, what, op, target), user  # detached: the same memory
             else:
                 obj = torch_rules.for_read(obj, what, op, target)
-            if obj.is_cuda:  # (a CPU or CUDA tensor, for_read says: one attribute, not torch's Python property)
+            # (a CPU or CUDA tensor, for_read says: one attribute for a plain tensor, not torch's Python property
+            # that raises for a CPU one; a subclass may export __cuda_array_interface__ of its own)
+            if obj.is_cuda or (type(obj).__module__ != "torch" and _is_device(obj)):
                 return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned)
             memory, kind = _from_dlpack(obj, what), TORCH  # (the rules applied once, above)
         elif not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):

@@ -172,8 +172,11 @@ def in_place(t: Any, what: str, op: str) -> Any:
     :class:`~simt_pto.tensor.GlobalTensor`): ``t``, detached where it requires grad (the same memory). Refuses a
     tensor with no such memory (TypeError) and a lazy view, which no copy can stand for (ConstraintError). The
     rules of a write (:func:`check_write`) are checked by the op that writes."""
-    _refuse_unreadable(torch_of(t), t, what)
-    _refuse_lazy(t, what, op, None)
+    torch = sys.modules["torch"]  # (t is a tensor: torch is imported)
+    plain, keys = PLAIN_KEYS or plain_keys(torch)
+    if keys is None or keys(t) != plain:  # (a plain dense CPU tensor, the common case: one C call)
+        _refuse_unreadable(torch, t, what)
+        _refuse_lazy(t, what, op, None)
     return t.detach() if t.requires_grad else t
 
 
