@@ -67,14 +67,15 @@ def plain_keys(torch: Any) -> list:
     nested, an inference tensor, a FakeTensor and the ``torch.func`` wrappers each add or lack a dispatch key."""
     if not PLAIN_KEYS:
         keys = getattr(torch._C, "_dispatch_keys", None)  # private, but where torch says what a tensor is
-        if keys is None:
-            PLAIN_KEYS.extend((None, None))
-            return PLAIN_KEYS
-        # (a first call under torch.inference_mode() would read an inference tensor's keys, which lack autograd's:
-        # every later plain tensor would then take the long checks, and a kept launch refuse it)
-        with torch.inference_mode(False):
-            plain = keys(torch.empty(0, device="cpu"))
-        PLAIN_KEYS.extend((plain, keys))
+        plain = None
+        if keys is not None:
+            # (a first call under torch.inference_mode() would read an inference tensor's keys, which lack
+            # autograd's: every later plain tensor would then take the long checks)
+            with torch.inference_mode(False):
+                plain = keys(torch.empty(0, device="cpu"))
+        # one slice assignment, atomic under the GIL: threads that make their first calls at once each set the
+        # same pair (an append each would leave four entries, and every later call would fail to unpack them)
+        PLAIN_KEYS[:] = (plain, keys if plain is not None else None)
     return PLAIN_KEYS
 
 

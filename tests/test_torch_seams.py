@@ -239,6 +239,41 @@ def test_the_rules_are_the_same_with_and_without_torchs_dispatch_keys(keys, monk
     assert torch.equal(pto.gather(table, torch.tensor([2, 0]), target="a5"), torch.tensor([[5.0, 5.0], [0.0, 0.0]]))
 
 
+def test_threads_that_make_their_first_torch_calls_at_once_all_pass_the_rules(monkeypatch):
+    """The dispatch keys of a plain tensor are read once per process, by whichever thread calls first: eight threads
+    that call at once, again and again with the keys forgotten and the interpreter switching threads every
+    microsecond, all pass, and one pair of keys is kept (an append per thread left four entries, 59 times in 200, and
+    every later call failed to unpack them)."""
+    import sys
+    import threading
+
+    from simt_pto import torch_rules
+    interval = sys.getswitchinterval()
+    errors: list = []
+    try:
+        sys.setswitchinterval(1e-6)
+        for _ in range(100):
+            monkeypatch.setattr(torch_rules, "PLAIN_KEYS", [])
+            barrier = threading.Barrier(8)
+
+            def first_call():
+                barrier.wait()
+                try:
+                    torch_rules.for_read(torch.zeros(4), "table")
+                    torch_rules.check_write(torch.zeros(4), "table", "MSCATTER", "a5")
+                except Exception as exc:  # noqa: BLE001 - collected, asserted below
+                    errors.append(exc)
+            threads = [threading.Thread(target=first_call) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert len(torch_rules.PLAIN_KEYS) == 2
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
 @pytest.mark.parametrize("first_in", ["grad mode", "inference mode"])
 def test_the_version_bump_counts_as_torchs_own_wherever_its_first_call_is(first_in, monkeypatch):
     """:func:`~simt_pto.torch_rules.bump_version` finds its way to torch's counter at its first call, perhaps under
