@@ -26,6 +26,7 @@ import numpy as np
 import simt_pto as pto
 
 backends, spread, rounds = sys.argv[1].split(","), float(sys.argv[2]), int(sys.argv[3])
+with_torch = sys.argv[4:] == ["torch"]
 table = np.arange(48, dtype=np.float32).reshape(12, 4)
 idx = np.array([3, 0, 11, 3, 7], dtype=np.int32)
 flat_idx = np.array([[5, 0, 47, 7, 1, 2, 3, 4]], dtype=np.int32)
@@ -61,6 +62,22 @@ def tile_scatter(target):  # MSCATTER Elem, distinct slots: the cpu target's rep
     assert np.array_equal(got, want), got
 
 
+def torch_gather(target):  # PyTorch operands: the first read of a tensor learns its plain dispatch keys
+    import torch
+    got = pto.gather(torch.from_numpy(table), torch.from_numpy(idx), target=target)
+    assert torch.equal(got, torch.from_numpy(table[idx])), got
+
+
+def torch_scatter(target):  # ... and the first write
+    import torch
+    rows = np.array([3, 0, 11, 7, 5], dtype=np.int32)
+    got, src = torch.zeros(12, 4, dtype=torch.int32), torch.arange(20, dtype=torch.int32).reshape(5, 4)
+    pto.scatter(got, src, torch.from_numpy(rows), atomic="add", target=target)
+    want = np.zeros((12, 4), np.int32)
+    np.add.at(want, rows, src.numpy())
+    assert np.array_equal(got.numpy(), want), got
+
+
 def backend_query():
     assert pto.a5_backend() in ("gpu", "multicore", "simulator")
 
@@ -73,8 +90,11 @@ actions = {"a5_backend": backend_query, "a5_backends": backends_query,
            "plan": lambda: pto.gather_plan(table, idx)}
 for name in backends:
     actions[f"set {name}"] = lambda name=name: pto.set_a5_backend(name)
+if with_torch:
+    import torch  # (before the threads: a tensor exists only in a process that has imported torch)
 for target in ("a5", "a2a3", "cpu"):
-    for op in (whole_gather, whole_scatter, tile_gather, tile_scatter):
+    for op in (whole_gather, whole_scatter, tile_gather, tile_scatter) + ((torch_gather, torch_scatter) if with_torch
+                                                                         else ()):
         actions[f"{op.__name__} {target}"] = lambda op=op, target=target: op(target)
 
 jobs = [name for _ in range(rounds) for name in actions]
@@ -100,8 +120,8 @@ print(json.dumps({"threads": len(jobs), "errors": errors}))
 """
 
 
-def _first_use(backends: tuple[str, ...], spread: float, rounds: int, **env) -> dict:
-    proc = subprocess.run([sys.executable, "-c", FIRST_USE, ",".join(backends), str(spread), str(rounds)],
+def _first_use(backends: tuple[str, ...], spread: float, rounds: int, *extra: str, **env) -> dict:
+    proc = subprocess.run([sys.executable, "-c", FIRST_USE, ",".join(backends), str(spread), str(rounds), *extra],
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -121,4 +141,14 @@ def test_first_use_from_many_threads_with_backend_changes_to_the_simulator():
     """The same, while other threads switch the A5 backend between ``simulator`` (its first use imports
     ``numba.cuda`` in simulator mode) and ``multicore``: every call runs on one or the other, with the right result."""
     report = _first_use(("simulator", "multicore"), 1.0, 2, SIMT_PTO_A5_BACKEND="multicore")
+    assert report["errors"] == []
+
+
+def test_first_use_from_many_threads_with_pytorch_operands():
+    """The same on the ``multicore`` backend with PyTorch CPU tensors too: whole-array gathers and scatters of tensors
+    on every target, from many threads right after the first import (test_torch_seams.py races the first reads of
+    the dispatch keys themselves)."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    report = _first_use(("multicore",), 0.6, 3, "torch")
+    assert report["threads"] >= 3 * 21
     assert report["errors"] == []
