@@ -7,10 +7,13 @@ check) and numpy. The cases skip where torch (or JAX) is not installed.
 """
 from __future__ import annotations
 
+import math
+import os
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import simt_pto as pto
 from conftest import TARGETS, requires_cuda
@@ -514,3 +517,155 @@ def test_a_tensor_that_requires_grad_is_read_only_under_no_grad(target):
         got = pto.gather(weight, idx, target=target)
     assert torch.equal(got, torch.index_select(weight.detach(), 0, idx)) and not got.requires_grad
     assert torch.equal(pto.gather(weight.detach(), idx, target=target), weight.detach()[idx])
+
+
+# -- fuzz: tensors of any view, against torch's own ops ------------------------------------------------------------
+
+FUZZ_DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
+VIEWS = ("prefix", "row_step", "col_slice", "transposed", "lazy_negation", "expanded", "requires_grad")
+"""How the table is made from a larger base tensor (the memory around it is checked too): a contiguous prefix of
+the base's memory, every other row, a column slice, a transpose, a view with a lazy negation, a broadcast row, and
+a leaf that requires grad (a tensor of its own)."""
+FUZZ_OPS = ("row_gather", "elem_gather", "row_store", "elem_store", "elem_add")
+ROWS, COLS = 6, 5
+
+
+def _table_view(base, view, rows=ROWS, cols=COLS):
+    """A ``rows x cols`` view of ``base`` (at least ``2 rows x 2 cols``), made as ``view`` says (:data:`VIEWS`)."""
+    if view == "prefix":
+        return base.view(-1)[:rows * cols].view(rows, cols)
+    if view == "row_step":
+        return base[:2 * rows:2, :cols]
+    if view == "col_slice":
+        return base[:rows, 1:1 + cols]
+    if view == "transposed":
+        return base[:cols, :rows].t()
+    if view == "lazy_negation":
+        return torch._neg_view(base[:rows, :cols])
+    if view == "expanded":
+        return base[0:1, :cols].expand(rows, cols)
+    return base[:rows, :cols].clone().requires_grad_()
+
+
+def _torch_oracle(op, table, idx, src, target):
+    """torch's own op on ``table`` (a clone of the caller's view, written in place for a scatter): the result of a
+    gather; None for a scatter."""
+    if op == "row_gather":
+        return table.index_select(0, idx.reshape(-1).long()).reshape(*idx.shape, COLS)
+    if op == "elem_gather":
+        return torch.take(table, idx.long())
+    if op == "row_store":
+        table.index_put_((idx.reshape(-1).long(),), src.reshape(-1, COLS))
+    else:  # the CPU simulator's MSCATTER stores whatever the atomic (module docstring of tests/test_fuzz.py)
+        table.put_(idx.long(), src, accumulate=op == "elem_add" and target != "cpu")
+    return None
+
+
+def _numpy_copy(t):
+    """A plain contiguous numpy copy of ``t``'s values in its own dtype (bfloat16 as simt_pto's numpy dtype)."""
+    values = t.detach().resolve_neg().contiguous()
+    if values.dtype == torch.bfloat16:
+        return values.view(torch.int16).numpy().view(pto.dtypes.resolve("bfloat16").numpy)
+    return values.numpy().copy()
+
+
+@settings(max_examples=int(os.environ.get("SIMT_PTO_FUZZ_EXAMPLES", "100000"))
+          if os.environ.get("SIMT_PTO_FUZZ") == "long" else 200, deadline=None,
+          derandomize=os.environ.get("SIMT_PTO_FUZZ") != "long",
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_tensors_of_any_view_give_torchs_own_results_or_a_refusal_that_writes_nothing(data):
+    """A whole-array call on PyTorch tensors made as users make them (slices, strides, a transpose, a broadcast, a
+    lazy negation, a leaf that requires grad under either grad mode; int32 or int64 indices, themselves strided)
+    gives what torch's own op gives on the same tensors (``index_select``, ``torch.take``, ``index_put_``,
+    ``put_``), on every target, and writes nothing outside the table. Or it refuses (ConstraintError / TypeError),
+    with every byte of the base tensor unchanged, and only where a rule of the view says so (a lazy view or a
+    broadcast is never written; a tensor that requires grad is read and written only under ``torch.no_grad()``)
+    or where the same call on plain numpy copies is refused too (the dtype and shape rules of the op)."""
+    target = data.draw(st.sampled_from(TARGETS), label="target")
+    dtype = getattr(torch, data.draw(st.sampled_from(FUZZ_DTYPES), label="dtype"))
+    op = data.draw(st.sampled_from(FUZZ_OPS), label="op")
+    view = data.draw(st.sampled_from(VIEWS), label="view")
+    if view in ("lazy_negation", "requires_grad") and not dtype.is_floating_point and dtype != torch.int32:
+        view = "prefix"  # (torch negates and differentiates these dtypes only)
+    if view == "requires_grad" and not dtype.is_floating_point:
+        view = "prefix"
+    grad_mode = data.draw(st.booleans(), label="grad mode") if view == "requires_grad" else False
+    scatter = op not in ("row_gather", "elem_gather")
+    row = op.startswith("row")
+    n = data.draw(st.integers(1, ROWS if row and op != "row_gather" else 8), label="updates")
+    capacity = ROWS if row else ROWS * COLS
+    if op in ("row_store", "elem_store") or (op == "elem_add" and target == "cpu"):
+        positions = data.draw(st.permutations(range(capacity)), label="distinct indices")[:n]
+    else:
+        positions = data.draw(st.lists(st.integers(0, capacity - 1), min_size=n, max_size=n), label="indices")
+    idx_dtype = data.draw(st.sampled_from((torch.int32, torch.int64)), label="index dtype")
+    idx = torch.tensor(positions, dtype=idx_dtype)
+    if data.draw(st.booleans(), label="strided indices"):
+        idx = torch.stack([idx, torch.full_like(idx, -1)], dim=1)[:, 0]  # every other element of a larger tensor
+    base = (torch.arange(2 * ROWS * 2 * COLS) % 61).reshape(2 * ROWS, 2 * COLS).to(dtype)
+    table = _table_view(base, view)
+    src = None
+    if scatter:
+        shape = (n, COLS) if row else (n,)
+        src = (torch.arange(math.prod(shape)) % 3 + 1).reshape(shape).to(dtype)
+        if data.draw(st.booleans(), label="lazy source") and (dtype.is_floating_point or dtype == torch.int32):
+            src = torch._neg_view(-src)  # read as torch reads it: the values of src
+    owner = table if view == "requires_grad" else base  # the memory the call may touch, and around it
+    before = owner.detach().clone()
+    out = out_base = None
+    out_view = data.draw(st.sampled_from((None,) + VIEWS[:-1]), label="out view") if op == "row_gather" else None
+    if out_view == "lazy_negation" and not (dtype.is_floating_point or dtype == torch.int32):
+        out_view = "prefix"
+    if out_view is not None:  # a gather into the caller's out=, itself a view of a larger tensor
+        out_base = torch.full((2 * max(n, COLS), 2 * max(n, COLS)), 7).to(dtype)
+        out = _table_view(out_base, out_view, n, COLS)
+        out_before = out_base.clone()
+    want_table = table.detach().resolve_neg().clone()  # the values torch reads, before the call
+
+    expected_refusal = ((view == "requires_grad" and grad_mode) or (scatter and view in ("lazy_negation", "expanded"))
+                        or out_view == "lazy_negation" or (out_view == "expanded" and n > 1))  # (1 row: no broadcast)
+    coalesce = "row" if row else "elem"
+    from simt_pto import torch_rules
+    keys = list(torch_rules.PLAIN_KEYS or torch_rules.plain_keys(torch))
+    if not data.draw(st.booleans(), label="rules by dispatch keys"):  # else every check one by one
+        torch_rules.PLAIN_KEYS[:] = [None, None]
+    with torch.enable_grad() if grad_mode else torch.no_grad():
+        try:
+            if scatter:
+                got = pto.scatter(table, src, idx, coalesce=coalesce, atomic="add" if op == "elem_add" else None,
+                                  target=target)
+            else:
+                got = pto.gather(table, idx, coalesce=coalesce, target=target,
+                                 **({} if out is None else {"out": out.reshape(*idx.shape, COLS)}))
+        except (pto.ConstraintError, TypeError) as refusal:
+            assert torch.equal(owner.detach(), before), f"refused ({refusal}) after writing"
+            assert out_base is None or torch.equal(out_base, out_before), f"refused ({refusal}) after writing out"
+            if not expected_refusal:  # the op's own rules: the same call on plain numpy copies is refused too
+                with pytest.raises((pto.ConstraintError, TypeError)):
+                    np_table = _numpy_copy(table)
+                    if scatter:
+                        pto.scatter(np_table, _numpy_copy(src), idx.numpy(), coalesce=coalesce,
+                                    atomic="add" if op == "elem_add" else None, target=target)
+                    else:
+                        pto.gather(np_table, idx.numpy(), coalesce=coalesce, target=target)
+            return
+        finally:
+            torch_rules.PLAIN_KEYS[:] = keys
+    assert not expected_refusal, f"{view} {'written' if scatter else 'read'} without a refusal"
+    want = _torch_oracle(op, want_table, idx, None if src is None else src.resolve_neg(), target)
+    if scatter:
+        assert got is table
+        assert torch.equal(table.detach().resolve_neg(), want_table)
+        if owner is base:  # nothing outside the view: the base as torch's own write leaves it
+            want_base = before.clone()
+            _torch_oracle(op, _table_view(want_base, view), idx, src.resolve_neg(), target)
+            assert torch.equal(base, want_base)
+    else:
+        assert isinstance(got, torch.Tensor) and got.dtype == dtype
+        assert torch.equal(got.resolve_neg(), want)
+        assert torch.equal(owner.detach(), before)
+        if out is not None:  # written in place, and nothing of its base around it
+            want_base = out_before.clone()
+            _table_view(want_base, out_view, n, COLS).copy_(want.reshape(n, COLS))
+            assert torch.equal(out_base, want_base)
