@@ -16,7 +16,10 @@ as a call into the kernel's file.
 
 ``--torch`` passes PyTorch CPU tensors instead of numpy arrays. Issue #38's targets: a first call enters at most 12
 files with at most 150 call events and normalises each policy argument at most once; a repeated call enters at
-most 5 files. The figures depend on the code only, not on the machine.
+most 5 files. The figures depend on the code and the Python version, not on the machine: on Python 3.11 Numba's
+dispatcher reports each call of a kernel to the profiler as a call of the kernel's Python function (none of which
+runs), which adds the kernel's file to a first call's list; 3.12 does not, and its list comprehensions make no
+frames.
 """
 from __future__ import annotations
 
