@@ -323,14 +323,15 @@ def wrap(obj: ArrayLike, what: str, dtype: DTypeArg = None, two_d_only: bool = F
         host = checked_indices(obj, op, target) if what == "idx" else obj
         memory, kind = obj, NUMPY
     else:
-        if torch_rules.torch_of(obj) is not None:  # (before any look at the memory: a read may need a copy)
+        torch = torch_rules.torch_of(obj)
+        if torch is not None:  # (before any look at the memory: a read may need a copy)
             if written:
                 obj, versioned = torch_rules.for_write(obj, what, op, target), user  # detached: the same memory
             else:
                 obj = torch_rules.for_read(obj, what, op, target)
             # (a CPU or CUDA tensor, for_read says: one attribute for a plain tensor, not torch's Python property
             # that raises for a CPU one; a subclass may export __cuda_array_interface__ of its own)
-            if obj.is_cuda or (type(obj).__module__ != "torch" and _is_device(obj)):
+            if obj.is_cuda or (type(obj) is not torch.Tensor and _is_device(obj)):
                 return _wrap_device(obj, what, dtype, two_d_only, op, target, rows_only, user, versioned)
             memory, kind = _from_dlpack(obj, what), TORCH  # (the rules applied once, above)
         elif not isinstance(obj, np.ndarray) and _module_root(obj) != "dask" and _is_device(obj):

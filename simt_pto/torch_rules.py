@@ -75,7 +75,7 @@ def plain_keys(torch: Any) -> list:
                 plain = keys(torch.empty(0, device="cpu"))
         # one slice assignment, atomic under the GIL: threads that make their first calls at once each set the
         # same pair (an append each would leave four entries, and every later call would fail to unpack them)
-        PLAIN_KEYS[:] = (plain, keys if plain is not None else None)
+        PLAIN_KEYS[:] = (plain, keys)
     return PLAIN_KEYS
 
 
@@ -130,8 +130,8 @@ def for_read(t: Any, what: str, op: str | None = None, target: str | None = None
     word. Under ``torch.no_grad()``, or on ``t.detach()``, the read is plain."""
     torch = sys.modules["torch"]  # (t is a tensor: torch is imported)
     plain, keys = PLAIN_KEYS or plain_keys(torch)
-    lazy = keys is None or keys(t) != plain  # (a plain dense CPU tensor, the common case: one C call)
-    if lazy:
+    checked = keys is None or keys(t) != plain  # (a plain dense CPU tensor, the common case: one C call)
+    if checked:
         _refuse_unreadable(torch, t, what)
     if t.requires_grad:
         if op is not None and torch.is_grad_enabled():
@@ -140,7 +140,7 @@ def for_read(t: Any, what: str, op: str | None = None, target: str | None = None
                                   "graph, and these ops record no grad_fn, so no gradient would reach it; call "
                                   f"under torch.no_grad(), or pass {what}.detach()")
         t = t.detach()  # the same memory; autograd plays no part in a read
-    if not lazy:
+    if not checked:  # (its keys say: no lazy view)
         return t
     if t._is_zerotensor():
         return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
