@@ -3,20 +3,20 @@
 Every jitted function of the package is made by :func:`njit` / :func:`cuda_jit` (or passed through :func:`guard`),
 which build Numba's dispatcher and add four guarantees to it:
 
-* **The cache key describes the code that was compiled.** Numba stamps each cache index with the modification
-  time and size of the one file that defines the jitted function. Our kernels compile in code from other files:
-  inlined device helpers (``kernels/a5/device.py``, ``kernels/index_policy.py``, ``kernels/softfloat.py``) and
-  module constants (``simt_pto.geometry``, ``simt_pto.policy``) frozen at compile time. :func:`install` puts a
-  locator in front of Numba's own: for a function defined under a watched root it wraps the locator Numba would
-  have chosen (same cache folder, same file names) and adds to the stamp :func:`source_digest`, a digest of every
-  ``.py`` file under the watched roots. An imported module counts with its source as it was imported, not as it
-  is on disk now: its digest is taken once, the first time a stamp is formed after its import. A module whose file
-  was written after ``import simt_pto`` began, as seen at that first look (an edit during the session: the process
-  may run code that no file holds any more), makes the process compile without the disk cache
-  (:func:`stale_source`, one warning). The moment is ``import simt_pto``'s, read from the clock that stamps files,
-  not the process's start: a process may have started long before it ran Python (a shell that installed the
-  package, then replaced itself with ``simt-pto demo``: ``( pip install . && simt-pto demo )``), and the files it
-  wrote in between are no edit.
+* **The cache key describes the code that was compiled.** Numba stamps each cache index with the one file that defines
+  the jitted function (its content from Numba 0.68; its modification time and size before, which a reinstall of the
+  same files changes). Our kernels compile in code from other files: inlined device helpers (``kernels/a5/device.py``,
+  ``kernels/index_policy.py``, ``kernels/softfloat.py``) and module constants (``simt_pto.geometry``,
+  ``simt_pto.policy``) frozen at compile time. :func:`install` puts a locator in front of Numba's own: for a function
+  defined under a watched root it wraps the locator Numba would have chosen (same cache folder, same file names) and
+  stamps the index with :func:`source_digest` instead, a digest of the content of every ``.py`` file under the watched
+  roots. An imported module counts with its source as it was imported, not as it is on disk now: its digest is taken
+  once, the first time a stamp is formed after its import. A module whose file was written after ``import simt_pto``
+  began, as seen at that first look (an edit during the session: the process may run code that no file holds any
+  more), makes the process compile without the disk cache (:func:`stale_source`, one warning). The moment is
+  ``import simt_pto``'s, read from the clock that stamps files, not the process's start: a process may have started
+  long before it ran Python (a shell that installed the package, then replaced itself with ``simt-pto demo``:
+  ``( pip install . && simt-pto demo )``), and the files it wrote in between are no edit.
 * **A damaged cache file costs a recompile, not the run.** A ``.nbi`` index or ``.nbc`` data file that cannot be
   read (truncated, garbage, or damaged inside: each file written here ends with a SHA-256 seal of its content,
   checked before anything in it is unpickled or loaded) is reported once by a :class:`KernelCacheWarning` naming
@@ -192,11 +192,14 @@ class _SourceDigestLocator:
         return inner if self._key is None else f"{inner}.{self._key}"
 
     def get_source_stamp(self):
+        """The digest alone: it covers the function's own file (under a watched root) by content. Numba's own stamp
+        is that file's content from Numba 0.68 but its modification time and size before: a reinstall that wrote
+        the same files anew (``pip install .``) would miss every index there."""
         digest = source_digest()
         self.stale = _stale
         if self.stale is not None:  # a stamp no index holds: nothing is loaded, and no other process loads it back
             digest = f"source unknown: {uuid.uuid4().hex}"
-        return self._inner.get_source_stamp(), digest
+        return digest
 
     def __getattr__(self, name):  # cache path, disambiguator, ensure_cache_path: Numba's own
         return getattr(self._inner, name)

@@ -15,6 +15,7 @@ A fractal block is ``16 x kC0`` elements (32 bytes x 16 = 512 B), ``kC0 = 32 / s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +30,7 @@ def c0(itemsize: int) -> int:
     return C0_SIZE_BYTE // itemsize
 
 
-def tile_offsets(rows: int, cols: int, kc0: int) -> np.ndarray:
+def tile_offsets(rows: int, cols: int, kc0: int) -> npt.NDArray[Any]:
     """Storage offsets of every ``(r, c)`` of an NZ tile, shape ``(rows, cols)``."""
     r = np.arange(rows, dtype=np.int64)[:, None]
     c = np.arange(cols, dtype=np.int64)[None, :]
@@ -55,7 +56,7 @@ def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def gm_offsets(shape: Sequence[int], stride: Sequence[int], rows: int | None = None,
-               cols: int | None = None) -> np.ndarray:
+               cols: int | None = None) -> npt.NDArray[Any]:
     """Offsets of the logical ``(lr, lc)`` of an NZ GM tensor, shape ``(BRows*16, B*BCols*kC0)``, or of its
     top-left ``rows x cols`` block only."""
     b_n, bc_n, br_n, f_rows, kc0 = (int(s) for s in shape)
@@ -69,7 +70,7 @@ def gm_offsets(shape: Sequence[int], stride: Sequence[int], rows: int | None = N
 
 
 def to_nz(matrix: npt.ArrayLike, batches: int = 1,
-          stride: Sequence[int] | None = None) -> tuple[np.ndarray, tuple[int, ...], tuple[int, ...]]:
+          stride: Sequence[int] | None = None) -> tuple[npt.NDArray[Any], tuple[int, ...], tuple[int, ...]]:
     """Lay a logical matrix out as an NZ GM buffer. Returns ``(flat, shape, stride)``.
 
     ``stride`` (5-D, elements) may pad the layout (stride-padded NZ); padding stays zero.
@@ -83,7 +84,7 @@ def to_nz(matrix: npt.ArrayLike, batches: int = 1,
     return flat, shape, stride
 
 
-def from_nz(flat: npt.ArrayLike, shape: Sequence[int], stride: Sequence[int] | None = None) -> np.ndarray:
+def from_nz(flat: npt.ArrayLike, shape: Sequence[int], stride: Sequence[int] | None = None) -> npt.NDArray[Any]:
     """The logical matrix of an NZ GM buffer (the inverse of :func:`to_nz`)."""
     stride = tuple(stride) if stride is not None else packed_strides(shape)
     return np.asarray(flat).reshape(-1)[gm_offsets(shape, stride)]

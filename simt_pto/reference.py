@@ -69,12 +69,12 @@ def kind(dtype: str) -> str:
     return {"i": "int", "u": "uint"}.get(np.dtype(ELEMENT_TYPES[dtype]).kind, "float")
 
 
-def to_bits(values: npt.ArrayLike, dtype: str) -> np.ndarray:
+def to_bits(values: npt.ArrayLike, dtype: str) -> npt.NDArray[Any]:
     """Values (Python numbers or an array) converted to ``dtype`` and viewed as raw bits."""
     return np.asarray(values).astype(ELEMENT_TYPES[dtype]).view(bits_type(dtype))
 
 
-def from_bits(bits: npt.ArrayLike, dtype: str) -> np.ndarray:
+def from_bits(bits: npt.ArrayLike, dtype: str) -> npt.NDArray[Any]:
     return np.asarray(bits, dtype=bits_type(dtype)).view(ELEMENT_TYPES[dtype])
 
 
@@ -96,7 +96,7 @@ def slot(index: SupportsInt, capacity: int, policy: str) -> int | None:
     return u if u < capacity else None
 
 
-def slots(indices: npt.ArrayLike, capacity: int, policy: str) -> np.ndarray:
+def slots(indices: npt.ArrayLike, capacity: int, policy: str) -> npt.NDArray[Any]:
     """:func:`slot` over an array at once (int64; -1 for "no slot"): the whole-array form."""
     u = np.asarray(indices).astype(np.int64) & 0xFFFFFFFF
     if policy == "clamp":
@@ -119,8 +119,8 @@ def nz_tile_offset(rows: int, kc0: int, r: int, c: int) -> int:
 
 # -- gather ------------------------------------------------------------------------------------------------------
 
-def gather_row(table_bits: np.ndarray, capacity: int, row_len: int, indices: Sequence[int] | np.ndarray,
-               policy: str) -> np.ndarray:
+def gather_row(table_bits: npt.NDArray[Any], capacity: int, row_len: int, indices: Sequence[int] | npt.NDArray[Any],
+               policy: str) -> npt.NDArray[Any]:
     """``dst[r, :] = table[slot(idx[r]), :]`` with row stride ``row_len`` (A5: validCols); a missing slot
     gives a row of ``T(0)``."""
     out = np.zeros((len(indices), row_len), dtype=table_bits.dtype)
@@ -132,7 +132,7 @@ def gather_row(table_bits: np.ndarray, capacity: int, row_len: int, indices: Seq
     return out
 
 
-def gather_elem(table_bits: np.ndarray, capacity: int, indices: npt.ArrayLike, policy: str) -> np.ndarray:
+def gather_elem(table_bits: npt.NDArray[Any], capacity: int, indices: npt.ArrayLike, policy: str) -> npt.NDArray[Any]:
     """``dst[i, j] = table[slot(idx[i, j])]``; a missing slot gives ``T(0)``."""
     indices = np.atleast_2d(indices)
     out = np.zeros(indices.shape, dtype=table_bits.dtype)
@@ -194,7 +194,7 @@ def combine(dtype: str, atomic: str, old_bits: SupportsInt, new_bits: SupportsIn
     return int(to_bits(np.array([result]), dtype)[0])
 
 
-def writers(coalesce: str, indices: Sequence[int] | np.ndarray, src_bits: npt.ArrayLike, capacity: int,
+def writers(coalesce: str, indices: Sequence[int] | npt.NDArray[Any], src_bits: npt.ArrayLike, capacity: int,
             policy: str, row_len: int = 0) -> list[tuple[int, int]]:
     """The writes of a scatter in flat source order: a list of (table element, raw bits)."""
     src_bits = np.atleast_2d(src_bits)
@@ -214,8 +214,9 @@ def writers(coalesce: str, indices: Sequence[int] | np.ndarray, src_bits: npt.Ar
     return out
 
 
-def scatter(table_bits: npt.ArrayLike, dtype: str, coalesce: str, indices: Sequence[int] | np.ndarray,
-            src_bits: npt.ArrayLike, capacity: int, policy: str, atomic: str = "none", row_len: int = 0) -> np.ndarray:
+def scatter(table_bits: npt.ArrayLike, dtype: str, coalesce: str, indices: Sequence[int] | npt.NDArray[Any],
+            src_bits: npt.ArrayLike, capacity: int, policy: str, atomic: str = "none",
+            row_len: int = 0) -> npt.NDArray[Any]:
     """The serial loop ``for i in range(N): table[slot(idx[i])] op= src[i]`` (a new raw-bit array)."""
     table = np.array(table_bits, copy=True)
     for e, v in writers(coalesce, indices, src_bits, capacity, policy, row_len):
@@ -223,7 +224,7 @@ def scatter(table_bits: npt.ArrayLike, dtype: str, coalesce: str, indices: Seque
     return table
 
 
-def candidates(coalesce: str, indices: Sequence[int] | np.ndarray, src_bits: npt.ArrayLike, capacity: int,
+def candidates(coalesce: str, indices: Sequence[int] | npt.NDArray[Any], src_bits: npt.ArrayLike, capacity: int,
                policy: str, row_len: int = 0) -> dict[int, set[int]]:
     """Element -> the set of raw bits that may survive a racing (Conflict::Default) store."""
     out: dict[int, set[int]] = {}
@@ -233,7 +234,7 @@ def candidates(coalesce: str, indices: Sequence[int] | np.ndarray, src_bits: npt
 
 
 def float_add_bound(dtype: str, initial_bits: npt.ArrayLike,
-                    contributions: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+                    contributions: Sequence[tuple[int, int]]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """(exact sum, bound) per element of a float atomic Add in any order: ``contributions`` is the list of
     (element, raw bits) of :func:`writers`; the bound is ``(k + 1) * eps * (|t0| + sum |c_i|)`` plus the
     smallest subnormal, ``k`` the contributions into the element (each of the ``k`` adds rounds once, and the
@@ -250,7 +251,7 @@ def float_add_bound(dtype: str, initial_bits: npt.ArrayLike,
 
 
 def scatter_mismatches(got_bits: npt.ArrayLike, initial_bits: npt.ArrayLike, dtype: str, coalesce: str,
-                       indices: Sequence[int] | np.ndarray, src_bits: npt.ArrayLike, capacity: int, policy: str,
+                       indices: Sequence[int] | npt.NDArray[Any], src_bits: npt.ArrayLike, capacity: int, policy: str,
                        atomic: str, conflict: str, row_len: int = 0) -> list[str]:
     """What is wrong with a scatter's result ``got_bits`` (raw bits of the whole table), as readable lines;
     empty when it is right. Conflict::Last and the integer / Max / Min atomics are bitwise; a float Add is
@@ -284,7 +285,7 @@ def scatter_mismatches(got_bits: npt.ArrayLike, initial_bits: npt.ArrayLike, dty
 
 # -- whole arrays (numpy one-liners, for sizes a Python loop cannot reach) --------------------------------------
 
-def last_writer_scatter(table: npt.ArrayLike, slots_: np.ndarray, src: np.ndarray) -> np.ndarray:
+def last_writer_scatter(table: npt.ArrayLike, slots_: npt.NDArray[Any], src: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Conflict::Last over whole arrays: ``for i in range(N): table[slots_[i]] = src[i]`` (slots ``< 0`` are
     skipped), computed as "the largest source position per slot" so that no order of numpy's is relied on.
     ``table`` is a new array; Row sources are ``(N, C)`` over a ``(rows, C)`` table."""

@@ -35,7 +35,7 @@ class CudaArray(Protocol):
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 
-def plain_array(array: np.ndarray, what: str) -> np.ndarray:
+def plain_array(array: npt.NDArray[Any], what: str) -> npt.NDArray[Any]:
     """``array``, a numpy array, as the plain array over its memory: an ndarray subclass (``np.matrix``, whose
     ``reshape(-1)`` stays 2-D) is viewed as ``np.ndarray``, so every flat view of it is what it says. A masked array
     is refused (TypeError naming ``what``): its mask says which elements hold no value, and a gather or scatter
@@ -85,7 +85,7 @@ class GlobalTensor:
     ``(1, 1, 1, 1, N)`` for a 1-D one. ``dtype`` reinterprets the elements (``"hifloat8"`` over uint8).
     """
 
-    def __init__(self, array: np.ndarray | CudaArray, shape: tuple[int, ...] | list[int] | None = None,
+    def __init__(self, array: npt.NDArray[Any] | CudaArray, shape: tuple[int, ...] | list[int] | None = None,
                  stride: tuple[int, ...] | list[int] | None = None, layout: LayoutLike = Layout.ND,
                  dtype: _dt.DTypeLike | None = None) -> None:
         self.layout = from_any(Layout, layout, "layout")
@@ -116,7 +116,7 @@ class GlobalTensor:
             raise ConstraintError("GlobalTensor", None, "memory in the host's byte order",
                                   f"the array has dtype {np_dtype.str} (the other byte order); the tile ops use it in "
                                   "place: pass a converted copy (array.astype(array.dtype.newbyteorder('=')))")
-        self.array: np.ndarray | CudaArray = array
+        self.array: npt.NDArray[Any] | CudaArray = array
         self.dtype = _dt.resolve(dtype if dtype is not None else np_dtype)
         if self.dtype.itemsize != np_dtype.itemsize:
             raise ConstraintError("GlobalTensor", None, "dtype matches the memory",
@@ -142,7 +142,7 @@ class GlobalTensor:
         self.reach: int = reach
         """One past the largest element offset shape and stride can address."""
 
-    def repointed(self, array: np.ndarray | CudaArray | None) -> GlobalTensor:
+    def repointed(self, array: npt.NDArray[Any] | CudaArray | None) -> GlobalTensor:
         """This validated tensor over ``array``, memory of the same kind (host or device), dtype, shape and
         C-contiguity as the memory it wraps: nothing is checked again (the whole-array call cache re-points the
         table it validated once at each call's memory). ``None`` gives the tensor without memory that a cache keeps,
@@ -159,20 +159,20 @@ class GlobalTensor:
 
     # -- memory --------------------------------------------------------------------------------
     @property
-    def flat(self) -> np.ndarray:
+    def flat(self) -> npt.NDArray[Any]:
         """The wrapped host memory as a flat view (numpy arrays only)."""
         if self.on_device:
             raise TypeError("GlobalTensor.flat: the tensor wraps device memory; use numpy() for a host copy")
         return self.array.reshape(-1)
 
-    def host_flat(self) -> np.ndarray:
+    def host_flat(self) -> npt.NDArray[Any]:
         """A flat host array of the memory: a view for numpy, a copy for device memory."""
         if self.on_device:
             cuda = imported("numba.cuda")
             return cuda.as_cuda_array(self.array).copy_to_host().reshape(-1).view(self.dtype.numpy)
         return self.flat.view(self.dtype.numpy) if self.flat.dtype != self.dtype.numpy else self.flat
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self) -> npt.NDArray[Any]:
         """The wrapped memory as the caller gave it (a host copy for device memory)."""
         if self.on_device:
             return imported("numba.cuda").as_cuda_array(self.array).copy_to_host()
@@ -186,7 +186,7 @@ class GlobalTensor:
             return br_n * f_rows, b_n * bc_n * kc0
         return math.prod(self.shape[:4]), self.shape[4]
 
-    def logical_offsets(self, rows: int | None = None, cols: int | None = None) -> np.ndarray:
+    def logical_offsets(self, rows: int | None = None, cols: int | None = None) -> npt.NDArray[Any]:
         """Element offset of every logical ``(r, c)`` (see :attr:`logical_shape`), or of the top-left
         ``rows x cols`` block only: O(rows * cols), whatever the tensor's size."""
         all_rows, all_cols = self.logical_shape
@@ -198,7 +198,7 @@ class GlobalTensor:
         row_offsets = sum(i * s for i, s in zip(outer, self.stride[:4]))
         return row_offsets[:, None] + np.arange(cols, dtype=np.int64)[None, :] * self.stride[4]
 
-    def logical(self) -> np.ndarray:
+    def logical(self) -> npt.NDArray[Any]:
         """The tensor as a logical matrix (a copy); see :meth:`logical_offsets`."""
         return self.host_flat()[self.logical_offsets()]
 

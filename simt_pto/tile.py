@@ -70,7 +70,7 @@ class Tile:
         if nbytes > MAX_TILE_BYTES:
             raise ConstraintError("Tile", None, f"a tile is on-chip memory (UB, L1): at most {MAX_TILE_BYTES} B",
                                   f"{self.rows} x {self.cols} {self.dtype} is {nbytes} B")
-        self.data: np.ndarray = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
+        self.data: npt.NDArray[Any] = np.zeros(self.rows * self.cols, dtype=self.dtype.numpy)
         """The flat storage, in storage order."""
 
     def _valid_extents(self, valid: tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -133,7 +133,7 @@ class Tile:
             raise ValueError("strides: NZ tiles have no 2-D strides; use offsets()")
         return (self.cols, 1) if self.blayout == BLayout.ROW_MAJOR else (1, self.rows)
 
-    def grid(self) -> np.ndarray:
+    def grid(self) -> npt.NDArray[Any]:
         """The padded tile as a ``(rows, cols)`` view of its storage (no copy): writes go to the tile.
         NoneBox layouts only; an NZ tile's elements do not form a strided grid (use :meth:`offsets`)."""
         if self.slayout != SLayout.NONE_BOX:
@@ -142,7 +142,7 @@ class Tile:
             return self.data.reshape(self.rows, self.cols)
         return self.data.reshape(self.cols, self.rows).T
 
-    def offsets(self) -> np.ndarray:
+    def offsets(self) -> npt.NDArray[Any]:
         """Storage offset of every ``(r, c)`` of the padded tile, shape ``(rows, cols)``."""
         if self.is_nz:
             return nz.tile_offsets(self.rows, self.cols, self.c0)
@@ -166,11 +166,11 @@ class Tile:
     __repr__ = describe
 
     # -- contents -----------------------------------------------------------------------------
-    def numpy(self) -> np.ndarray:
+    def numpy(self) -> npt.NDArray[Any]:
         """The logical ``(rows, cols)`` contents of the whole padded tile (a copy)."""
         return self.data[self.offsets()] if self.is_nz else self.grid().copy()
 
-    def valid_numpy(self) -> np.ndarray:
+    def valid_numpy(self) -> npt.NDArray[Any]:
         """The logical ``(valid_rows, valid_cols)`` contents (a copy)."""
         whole = self.data[self.offsets()] if self.is_nz else self.grid()
         return whole[: self.valid_rows, : self.valid_cols].copy()
@@ -220,12 +220,12 @@ class Tile:
         return tile.set(array)
 
 
-def _values(values: npt.ArrayLike, what: str) -> np.ndarray:
+def _values(values: npt.ArrayLike, what: str) -> npt.NDArray[Any]:
     """``values`` as a numpy array (a masked array refused: :func:`simt_pto.tensor.plain_array`)."""
     return plain_array(values, what) if isinstance(values, np.ndarray) else np.asarray(values)
 
 
-def _cast(array: np.ndarray, dtype: _dt.DType, what: str = "Tile") -> np.ndarray:
+def _cast(array: npt.NDArray[Any], dtype: _dt.DType, what: str = "Tile") -> npt.NDArray[Any]:
     """``array`` in the element dtype. A cast that would change a value beyond rounding is refused: an
     integer outside the integer dtype's range, a NaN or infinity into an integer dtype, a finite value beyond
     a float dtype's range (``0.1`` into float16 rounds and ``1.7`` into int32 truncates, as casts do)."""
@@ -240,7 +240,7 @@ def _cast(array: np.ndarray, dtype: _dt.DType, what: str = "Tile") -> np.ndarray
     return array.astype(dtype.numpy, copy=False)
 
 
-def _check_representable(array: np.ndarray, dtype: _dt.DType, what: str) -> None:
+def _check_representable(array: npt.NDArray[Any], dtype: _dt.DType, what: str) -> None:
     target = np.dtype(dtype.numpy)
     if target.kind in "iu":
         if array.dtype.kind == "f" or array.dtype.kind == "V":

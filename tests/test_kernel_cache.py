@@ -111,7 +111,7 @@ REAL_MODE = textwrap.dedent("""
     first = CUDACache(py_func)
     locator = first._impl.locator
     assert isinstance(locator, cache._SourceDigestLocator), type(locator)
-    assert locator.get_source_stamp()[1] == cache.source_digest()
+    assert locator.get_source_stamp() == cache.source_digest()
     assert first.cache_path.startswith(sys.argv[1]), first.cache_path   # Numba's NUMBA_CACHE_DIR locator, wrapped
     first._cache_file.save(("probe",), {"payload": 42})
     print(CUDACache(py_func)._cache_file.load(("probe",)))              # a new process-level cache reads it back
@@ -419,3 +419,18 @@ def test_files_written_before_python_ran_are_no_edit_even_after_the_process_star
     # the check itself still works in such a process: an edit after the import turns the disk cache off
     value, hits, warned = _session(tmp_path, PARAMS.format(step=2))
     assert (value, hits) == (11, 0) and len(warned) == 1 and "params.py changed on disk" in warned[0], warned
+
+
+def test_a_kernels_index_is_stamped_with_the_source_digest_alone():
+    """Numba before 0.68 stamps a cache index with the modification time and size of the function's file: in our
+    stamp too, a reinstall that wrote the same files anew (``pip install .``) would miss every index and compile all
+    over. The digest covers that file by content (it lies under a watched root), and is the whole stamp."""
+    from numba.core import caching as core_caching
+    from simt_pto.enums import IndexRule
+    from simt_pto.kernels.a5 import simt
+    from simt_pto.launch_spec import KernelPolicy
+    py_func = simt.bound_source("simt_mgather_row_kernel", KernelPolicy(rule=IndexRule.IDENTITY), "cpu")
+    locator = core_caching.FunctionCache(py_func)._impl.locator  # (what njit(cache=True) makes)
+    assert isinstance(locator, cache._SourceDigestLocator), type(locator)
+    assert cache.watched(py_func.__code__.co_filename)
+    assert locator.get_source_stamp() == cache.source_digest()

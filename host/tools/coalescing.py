@@ -159,10 +159,11 @@ class Stream(_Traffic):
         """Sum over requests of (max lanes on one address - 1): same-address rounds beyond the first."""
         self.per_warp = np.zeros(warp_shape, dtype=np.int64)
         self._keep = keep_lanes
-        self._trace: list[np.ndarray] = []
+        self._trace: list[npt.NDArray[Any]] = []
 
     # -- accumulation --------------------------------------------------------------------------------------
-    def add(self, addr: np.ndarray, active: np.ndarray, block: np.ndarray, warp: np.ndarray) -> None:
+    def add(self, addr: npt.NDArray[Any], active: npt.NDArray[Any], block: npt.NDArray[Any],
+            warp: npt.NDArray[Any]) -> None:
         """Add requests: ``addr``/``active`` are ``(n, 32)`` byte addresses and lane masks, one row per request;
         ``block``/``warp`` ``(n,)``. Rows with no active lane are dropped (the instruction is not issued)."""
         live = active.any(axis=1)
@@ -194,8 +195,8 @@ class Stream(_Traffic):
             rows = np.nonzero(active)
             self._trace.append(np.stack([block[rows[0]], warp[rows[0]], lane[rows], addr[rows]], axis=1))
 
-    def add_broadcast(self, requests: int, lanes: int, multi_lane_requests: int, per_warp: np.ndarray,
-                      trace: np.ndarray | None = None) -> None:
+    def add_broadcast(self, requests: int, lanes: int, multi_lane_requests: int, per_warp: npt.NDArray[Any],
+                      trace: npt.NDArray[Any] | None = None) -> None:
         """Add ``requests`` requests whose active lanes all read one address (the Last kernels' reverse scan),
         ``multi_lane_requests`` of them with two or more lanes active."""
         self.requests += requests
@@ -240,7 +241,7 @@ class Stream(_Traffic):
 
     # -- results ---------------------------------------------------------------------------------------------
 
-    def lane_trace(self) -> np.ndarray:
+    def lane_trace(self) -> npt.NDArray[Any]:
         """``(n, 4)`` int64 rows ``(block, warp, lane, byte address)`` of every active lane access
         (``analyze(..., keep_lanes=True)`` only)."""
         if not self._trace:
@@ -282,7 +283,7 @@ class Summary(_Traffic):
     segments: int = 0
     sectors: int = 0
     bytes_requested: int = 0
-    hist: np.ndarray = field(default_factory=lambda: np.zeros(2 * WARP + 1, dtype=np.int64))
+    hist: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(2 * WARP + 1, dtype=np.int64))
 
     @classmethod
     def of(cls, streams: Iterable[Stream]) -> Summary:
@@ -765,7 +766,7 @@ _NOT_MODELLED = {
 """Kernels a whole-array call may launch that the analyzer does not model, and what they are."""
 
 
-def table_at(shape: tuple[int, int], dtype: _dt.DType, base_offset_bytes: int) -> np.ndarray:
+def table_at(shape: tuple[int, int], dtype: _dt.DType, base_offset_bytes: int) -> npt.NDArray[Any]:
     """A zero table of ``shape`` and ``dtype`` whose first element lies ``base_offset_bytes`` past a 128-byte
     boundary (modulo 128): a slice of a larger byte buffer, viewed as the dtype."""
     nbytes = shape[0] * shape[1] * dtype.itemsize
@@ -1118,7 +1119,7 @@ def _walk_owner_claim(ctx: _Ctx) -> None:
         claim.add(slot[p] * oisz, active & ok[p], block, warp)
 
 
-def _owners(ctx: _Ctx) -> np.ndarray:
+def _owners(ctx: _Ctx) -> npt.NDArray[Any]:
     """Each table slot's owner after the claim: its largest in-range source position (Elem: flat; Row: the source
     row), -1 for none."""
     if ctx.coalesce == Coalesce.ROW:
