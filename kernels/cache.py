@@ -162,7 +162,7 @@ def stale_source() -> str | None:
 
 
 class _SourceDigestLocator:
-    """Numba's choice of locator for the function, with :func:`source_digest` added to its stamp."""
+    """Numba's choice of locator for the function (its cache folder and file names), stamped with :func:`source_digest`."""
 
     fallbacks: tuple = ()
     """Numba's own locator classes, tried in Numba's order (set by :func:`install`)."""

@@ -197,6 +197,22 @@ def scatter_form(request, monkeypatch, tune):
     assert (form.alone_runs > 0) == (form.name == "alone"), f"form {form.name!r}: {form.alone_runs} plain-store runs"
 
 
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def bench_module(name: str):
+    """``bench/<name>.py`` loaded as a module, with ``bench/`` on the path while it loads (a bench script imports the
+    others beside it)."""
+    sys.path.insert(0, BENCH)
+    try:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(BENCH)
+    return module
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     """A NumPy generator with a fixed seed: every run draws the same cases."""

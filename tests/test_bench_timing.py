@@ -4,35 +4,16 @@ calls stops paying: docs/performance.md), and what a round times (each side's ow
 calls that leave the caches as that side's calls do, not as the other side's last call left them)."""
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from conftest import bench_module
 
 
 @pytest.fixture
 def bench_cpu():
-    spec = importlib.util.spec_from_file_location("bench_cpu", BENCH / "bench_cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _bench_module(name: str):
-    """``bench/<name>.py`` loaded as a module, with ``bench/`` on the path while it loads (a bench script imports the
-    others beside it)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return bench_module("bench_cpu")
 
 
 def _counted():
@@ -108,7 +89,7 @@ def test_an_unknown_method_is_refused_naming_the_choices(bench_cpu):
 
 
 def test_bench_peers_times_every_peer_by_the_method_its_command_line_names(monkeypatch, tmp_path):
-    bench_peers = _bench_module("bench_peers")
+    bench_peers = bench_module("bench_peers")
     used = []
 
     def paired_times(ours, peer, repeat, method="rounds"):
@@ -138,7 +119,7 @@ def test_the_scatter_atomics_bench_checks_and_times_both_forms_and_numpy(monkeyp
     import simt_pto as pto
     if pto.a5_backend() != "multicore":
         pytest.skip("the bench runs the multicore backend's two forms")
-    bench = _bench_module("bench_scatter_atomics")
+    bench = bench_module("bench_scatter_atomics")
     copied = []
     copyto = np.copyto
     monkeypatch.setattr(bench.np, "copyto", lambda dst, src: (copied.append(dst.shape), copyto(dst, src)))

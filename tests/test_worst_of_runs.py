@@ -3,25 +3,15 @@ lowest ratio of the runs (peer time / ours: the run least in our favour), each p
 numpy's)."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from conftest import bench_module
 
 
 def _worst_of_runs():
-    sys.path.insert(0, str(BENCH))  # (it imports bench_peers beside it)
-    try:
-        spec = importlib.util.spec_from_file_location("worst_of_runs", BENCH / "worst_of_runs.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return bench_module("worst_of_runs")
 
 
 def _run(ratios: dict, per_call: float) -> dict:
