@@ -858,8 +858,7 @@ def _cpu_row_scatter(policy: Policy, table, src, idx):
     keep = rows < table_a.rows
     host_src = to_host(src_a).reshape(src_a.rows, src_a.cols)[keep]
     elem_idx = (rows[keep, None] * table_a.cols + np.arange(table_a.cols)).astype(np.uint32).reshape(-1)
-    if not elem_idx.size:
-        return CallPlan(()), result
+    # (no row left still runs the Elem call: its rules, the dtypes and a writable table, hold for an empty call too)
     elem = policy._replace(coalesce=Coalesce.ELEM, tile_rows=None, last_path=LastPath.AUTO, dtype=table_a.dtype)
     call, _, _ = _scatter(elem, table_a.obj.reshape(-1), np.ascontiguousarray(host_src).reshape(-1), elem_idx)
     return _written_back(call, table_a), result

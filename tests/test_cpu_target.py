@@ -246,3 +246,19 @@ def test_cpu_row_stride_is_shape4_not_stride3():
     dst = pto.Tile("int32", 2, 8)
     pto.mgather(dst, table, pto.Tile.from_array(np.array([[2, 1]], np.int32), 1, 8), target="cpu")
     assert dst.numpy().tolist() == [list(range(16, 24)), list(range(8, 16))]
+
+
+@pytest.mark.parametrize("rows", [[], [7, 9]], ids=["no-index", "every-row-out-of-range"])
+def test_a_cpu_row_scatter_with_no_row_left_keeps_its_rules(rows):
+    """Dropping out-of-range rows (not strict) may leave nothing to write; the call's own rules still refuse it, as
+    the same call with a row in range is refused, and nothing is written."""
+    table = np.arange(12, dtype=np.uint8).reshape(6, 2)
+    before = table.copy()
+    idx = np.array(rows, dtype=np.int32)
+    src = np.ones((len(rows), 2), dtype=np.uint8)
+    with pytest.raises(pto.ConstraintError, match="atomic Max on cpu supports int32, float32; got uint8"):
+        pto.scatter(table, src, idx, coalesce="row", atomic="max", strict=False, target="cpu")
+    table.flags.writeable = False
+    with pytest.raises(pto.ConstraintError, match="read-only"):
+        pto.scatter(table, src, idx, coalesce="row", strict=False, target="cpu")
+    assert np.array_equal(table, before)

@@ -671,3 +671,20 @@ def test_tensors_of_any_view_give_torchs_own_results_or_a_refusal_that_writes_no
             want_base = out_before.clone()
             _table_view(want_base, out_view, n, COLS).copy_(want.reshape(n, COLS))
             assert torch.equal(out_base, want_base)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("coalesce", ["row", "elem"])
+@pytest.mark.parametrize("table_dtype, as_dtype", [(torch.int32, "float32"), (torch.int16, "bfloat16"),
+                                                   (torch.float16, "int16")])
+def test_a_repeated_gather_with_dtype_gives_the_first_calls_tensor(target, coalesce, table_dtype, as_dtype):
+    """``dtype=`` reinterprets the table's bits for the call; the result stays a tensor of the table's own dtype,
+    on the first call and on the kept launch's repeats alike (its bits the table's rows)."""
+    table = torch.arange(64 * 4, dtype=torch.int16).reshape(64, 4).to(table_dtype)
+    idx = torch.tensor([3, 5, 1, 63])
+    flat = table.reshape(-1) if coalesce == "elem" else table
+    want = flat[idx]
+    for _ in range(3):
+        got = pto.gather(flat, idx, coalesce=coalesce, dtype=as_dtype, target=target)
+        assert got.dtype == table_dtype
+        assert torch.equal(got, want)
