@@ -467,13 +467,24 @@ def like(table: WholeArray, result: np.ndarray) -> Any:
     tensor (of the table's own torch dtype, bfloat16 included) for a PyTorch table, a JAX array for a JAX one.
     No copy for PyTorch; JAX makes its own array of the values."""
     if table.kind == TORCH:
-        import torch  # the caller's table is a tensor: torch is imported already
-        words = result.view(np.dtype(f"i{result.dtype.itemsize}"))  # torch.from_numpy knows no ml_dtypes
-        return torch.from_numpy(words).view(table.user.dtype)
+        return torch_result(result, table.user.dtype)
     if table.kind == JAX:
         import jax.numpy as jnp  # the caller's table is a JAX array: jax is imported already
         return jnp.asarray(result)
     return result
+
+
+def torch_result(result: np.ndarray, torch_dtype: Any) -> Any:
+    """A gather's host result as a tensor of ``torch_dtype`` (the table's own), sharing its memory: a call with
+    ``dtype=`` gathers in the reinterpreted dtype, which the tensor must not keep."""
+    import torch  # the caller's table is a tensor: torch is imported already
+    try:
+        made = torch.from_numpy(result)
+    except TypeError:  # (an ml_dtypes result: torch.from_numpy knows none of them)
+        made = None
+    if made is None or made.dtype != torch_dtype:
+        made = torch.from_numpy(result.view(np.dtype(f"i{result.dtype.itemsize}"))).view(torch_dtype)
+    return made
 
 
 JAX_ZERO_COPY_ALIGNMENT = 64
@@ -562,4 +573,5 @@ def _jax_put():
 
 
 __all__ = ["ArrayLike", "DTypeArg", "INDEX_END", "INDEX_MIN", "JAX_ZERO_COPY_ALIGNMENT", "WholeArray", "aligned_empty",
-           "base_address", "checked_indices", "host_memory", "jax_result", "like", "new_device_array", "to_host", "wrap"]
+           "base_address", "checked_indices", "host_memory", "jax_result", "like", "new_device_array", "to_host",
+           "torch_result", "wrap"]

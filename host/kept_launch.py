@@ -46,7 +46,8 @@ from simt_pto.launch_spec import CallPlan, LaunchSpec
 from simt_pto.plan import SIGNATURES, SMALL_INDEX_COUNT, CallCache, Plan
 
 from . import tuning
-from .arrays import FOREIGN, JAX, NUMPY, TORCH, aligned_empty, checked_indices, host_memory, jax_result, new_device_array
+from .arrays import (FOREIGN, JAX, NUMPY, TORCH, aligned_empty, checked_indices, host_memory, jax_result,
+                     new_device_array, torch_result)
 
 _UINT32 = np.dtype(np.uint32)
 _new = tuple.__new__
@@ -346,7 +347,7 @@ def gathered(policy: Policy, table, idx) -> Any | None:
         if kind == NUMPY or kind == FOREIGN:  # (another host producer's table gathers into numpy, as on the full path)
             return result
         if kind == TORCH:  # (the caller's table is a tensor: torch is imported already)
-            return _torch_result(result, table)
+            return torch_result(result, table.dtype)
         return jax_result(result)  # (made for this call: JAX may keep its memory)
     if keeps == "gpu":
         found = device_operands(policy, table, idx)
@@ -355,19 +356,6 @@ def gathered(policy: Policy, table, idx) -> Any | None:
             result = entry.kept.run_device(found[1], table)
             return None if result is None else result.reshape(entry.out[2])
     return None
-
-
-def _torch_result(result: np.ndarray, table) -> Any:
-    """``result`` as a tensor of the table's own torch dtype, as the full path makes it (:func:`.arrays.like`): a
-    call with ``dtype=`` gathers in the reinterpreted dtype, which the tensor must not keep."""
-    torch = sys.modules["torch"]
-    try:
-        made = torch.from_numpy(result)
-    except TypeError:  # (an ml_dtypes result: torch.from_numpy knows none of them)
-        made = None
-    if made is None or made.dtype != table.dtype:
-        made = torch.from_numpy(result.view(np.dtype(f"i{result.dtype.itemsize}"))).view(table.dtype)
-    return made
 
 
 def gathered_into(policy: Policy, table, idx, out) -> bool:
