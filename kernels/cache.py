@@ -11,12 +11,13 @@ which build Numba's dispatcher and add four guarantees to it:
   defined under a watched root it wraps the locator Numba would have chosen (same cache folder, same file names) and
   stamps the index with :func:`source_digest` instead, a digest of the content of every ``.py`` file under the watched
   roots. An imported module counts with its source as it was imported, not as it is on disk now: its digest is taken
-  once, the first time a stamp is formed after its import. A module whose file was written after ``import simt_pto``
-  began, as seen at that first look (an edit during the session: the process may run code that no file holds any
-  more), makes the process compile without the disk cache (:func:`stale_source`, one warning). The moment is
-  ``import simt_pto``'s, read from the clock that stamps files, not the process's start: a process may have started
-  long before it ran Python (a shell that installed the package, then replaced itself with ``simt-pto demo``:
-  ``( pip install . && simt-pto demo )``), and the files it wrote in between are no edit.
+  once, the first time a stamp is formed after its import. A module whose file was written or replaced after
+  ``import simt_pto`` began, as seen at that first look (an edit during the session, or a copy that kept an older
+  file's time: the process may run code that no file holds any more), makes the process compile without the disk
+  cache (:func:`stale_source`, one warning). The moment is ``import simt_pto``'s (:mod:`simt_pto.source_files`
+  notes each file's identity then), not the process's start: a process may have started long before it ran Python (a
+  shell that installed the package, then replaced itself with ``simt-pto demo``: ``( pip install . && simt-pto demo
+  )``), and the files it wrote in between are no edit.
 * **A damaged cache file costs a recompile, not the run.** A ``.nbi`` index or ``.nbc`` data file that cannot be
   read (truncated, garbage, or damaged inside: each file written here ends with a SHA-256 seal of its content,
   checked before anything in it is unpickled or loaded) is reported once by a :class:`KernelCacheWarning` naming
@@ -53,7 +54,7 @@ from pathlib import Path
 
 import numba
 
-from simt_pto.backend import IMPORT_BEGAN
+from simt_pto import source_files
 
 from . import numba_inlining
 
@@ -79,6 +80,8 @@ def watch(root) -> None:
     root = Path(root).resolve()
     if root not in _ROOTS:
         _ROOTS.append(root)
+        for path, seen in source_files.identities(str(root)).items():
+            _identity_at_watch.setdefault(path, seen)  # the package's own files: as ``import simt_pto`` found them
 
 
 def watched(py_file) -> bool:
@@ -88,28 +91,29 @@ def watched(py_file) -> bool:
 
 # -- the source digest -------------------------------------------------------------------------------------
 
-# IMPORT_BEGAN, when ``import simt_pto`` began (``time.time()``), is the stale-source check's moment: no watched
-# module of the package was read from its file before it, so a file whose mtime is not after it holds what its
-# module runs (the clock that stamps files runs no ahead of ``time.time()``); a forked child keeps its parent's
-# moment. Not the process's start (``/proc/self/stat``): a process may be forked long before it runs Python.
-# ``( pip install . && simt-pto demo )`` forks a subshell, installs, then replaces the subshell with ``simt-pto``
-# (bash runs a subshell's last command without a fork), so the files pip wrote looked newer than the process, and
-# the first run after an install warned and compiled without the disk cache.
+# The stale-source check. A watched module's code is what its file held when it was imported, which was after
+# ``import simt_pto`` began (``source_files.IMPORT_BEGAN``) and, for a watched folder outside the package, after
+# :func:`watch` named it. Its file still holds that code if the file has the identity (mtime, size, inode) it had
+# then, and was not written after the import began: a file rewritten or replaced since, even by one with an older
+# modification time (``cp -p``, ``rsync -a``, ``tar x``), marks the process stale. Not the process's start
+# (``/proc/self/stat``): ``( pip install . && simt-pto demo )`` forks a subshell, installs, then replaces the subshell
+# with ``simt-pto`` (bash runs a subshell's last command without a fork), so the files pip wrote are older than the
+# import, though newer than the process.
 
+_identity_at_watch: dict[str, source_files.FileIdentity] = dict(source_files.AT_IMPORT)
 _at_import: dict[str, str] = {}     # source path of an imported module -> its digest, taken once
-_by_stat: dict[str, tuple] = {}     # source path -> (stat key, digest): unimported files are re-read only when changed
+_by_stat: dict[str, tuple] = {}     # source path -> (identity, digest): unimported files are re-read only when changed
 _stale: str | None = None           # why the process's code may differ from the files (sticky)
 
 
-def _file_digest(path: str) -> tuple[str, float]:
-    st = os.stat(path)
-    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+def _file_digest(path: str) -> tuple[str, source_files.FileIdentity]:
+    seen = source_files.identity(path)
     memo = _by_stat.get(path)
-    if memo is None or memo[0] != key:
+    if memo is None or memo[0] != seen:
         with open(path, "rb") as f:
-            memo = key, hashlib.sha256(f.read()).hexdigest()
+            memo = seen, hashlib.sha256(f.read()).hexdigest()
         _by_stat[path] = memo
-    return memo[1], st.st_mtime
+    return memo[1], seen
 
 
 def _imported_sources() -> set[str]:
@@ -118,29 +122,21 @@ def _imported_sources() -> set[str]:
             if isinstance(file := getattr(module, "__file__", None), str) and file.startswith(prefixes)}
 
 
-def _python_files(root: Path) -> list[str]:
-    """The ``.py`` files under ``root``, ``__pycache__`` folders not entered: without NUMBA_CACHE_DIR they hold the
-    package's kernel cache, thousands of files (a ``Path.rglob`` lists them all, 10 ms a stamp)."""
-    found = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = [name for name in subfolders if name != "__pycache__"]
-        found.extend(os.path.join(folder, name) for name in files if name.endswith(".py"))
-    return found
+def _changed_since_import(path: str, seen: source_files.FileIdentity) -> bool:
+    return _identity_at_watch.get(path) != seen or seen[0] > source_files.IMPORT_BEGAN * 1e9
 
 
 def _source_state() -> str:
     global _stale
     imported = _imported_sources()
     h = hashlib.sha256()
-    for path in sorted({path for root in _ROOTS for path in _python_files(root)}):
+    for path in sorted({path for root in _ROOTS for path in source_files.python_files(str(root))}):
         digest = _at_import.get(path)
         if digest is None:
-            digest, mtime = _file_digest(path)
+            digest, seen = _file_digest(path)
             if path in imported:
-                # The module's code is what the file held at its import, which was after ``import simt_pto`` began:
-                # a file older than that is what the module runs, a newer one may not be.
                 _at_import[path] = digest
-                if _stale is None and mtime > IMPORT_BEGAN:
+                if _stale is None and _changed_since_import(path, seen):
                     _stale = (f"{path} changed on disk after this process imported simt_pto (the module it imported "
                               "may differ)")
         h.update(path.encode())
@@ -156,7 +152,8 @@ def source_digest() -> str:
 
 def stale_source() -> str | None:
     """Why this process may run code that differs from the package's files (an imported watched module's file was
-    written after ``import simt_pto`` began, as first looked at), or None. Once set, the process compiles without the disk cache."""
+    written or replaced after ``import simt_pto`` began, as first looked at), or None. Once set, the process compiles
+    without the disk cache."""
     _source_state()
     return _stale
 

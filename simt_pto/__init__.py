@@ -15,7 +15,8 @@ model names the runtime and the tools (the import-linter contracts in pyproject.
 """
 from typing import TYPE_CHECKING
 
-# backend first: it notes when the package's import began (backend.IMPORT_BEGAN, the kernel cache's reference)
+# source_files first: it notes the package's files as the import found them (the kernel cache's reference)
+from . import source_files  # noqa: F401  (imported for its moment, not its names)
 from .backend import MissingExtraError, a5_backend, a5_backends, set_a5_backend
 from . import backend, dtypes, nz, reference
 from .dtypes import DType

@@ -45,16 +45,9 @@ import importlib.util
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-
-IMPORT_BEGAN = time.time()
-"""When ``import simt_pto`` began, as ``time.time()``: the package imports this module before any other, so every
-module of the package (``simt_pto.kernels`` too) was read from its file at or after this moment, and a file last
-written before it holds what its module runs (the kernel cache's stale-source check,
-:func:`simt_pto.kernels.cache.stale_source`)."""
 
 ENV_VAR = "SIMT_PTO_A5_BACKEND"
 BACKENDS = ("gpu", "multicore", "simulator")

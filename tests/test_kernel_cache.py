@@ -348,15 +348,18 @@ PARAMS = "STEP = {step}\n"
 PARAMS_KERNEL = ("from simt_pto.kernels.cache import njit\nimport params\n\n"
                  "@njit(cache=True)\ndef kernel(x):\n    return x + params.STEP\n")
 EDIT_IN_SESSION = textwrap.dedent("""
-    import sys, warnings
+    import os, sys, warnings
     warnings.simplefilter("always")
     from simt_pto.kernels import cache
     cache.watch(sys.argv[1])
     sys.path.insert(0, sys.argv[1])
     import params                                           # the process runs these constants from now on
     if len(sys.argv) > 2:                                   # the source is edited on disk during the session
+        before = os.stat(params.__file__)
         with open(params.__file__, "w") as f:
             f.write(sys.argv[2])
+        if sys.argv[3:] == ["keeping an older time"]:       # as cp -p, rsync -a and tar x leave a copied file
+            os.utime(params.__file__, ns=(before.st_atime_ns, before.st_mtime_ns - 3_600 * 10**9))
     import kernel                                           # compiled after the edit, freezing params.STEP
     print(kernel.kernel(10), sum(kernel.kernel.stats.cache_hits.values()))
 """)
@@ -384,6 +387,31 @@ def test_a_source_edited_during_a_session_is_not_stored_under_the_new_digest(tmp
     assert len(warned) == 1 and "params.py changed on disk after this process imported simt_pto" in warned[0], warned
     assert _session(tmp_path) == (12, 0, [])    # the next process compiles the edited constant: nothing stale stored
     assert _session(tmp_path) == (12, 1, [])
+
+
+def test_a_source_replaced_by_an_older_file_during_a_session_is_not_stored_either(tmp_path):
+    """A module's file replaced, after the import, by a copy that keeps an older modification time (``cp -p``,
+    ``rsync -a``, ``tar x``): the check compared modification times with the import's moment and saw no change, so the
+    session stored the old constants' kernel under the new files' digest, and later processes loaded it (a changed
+    ``FRACTAL_NZ_ROW`` gave wrong rows). The file's identity (time, size, inode) at the import shows the change."""
+    (tmp_path / "params.py").write_text(PARAMS.format(step=1))
+    (tmp_path / "kernel.py").write_text(PARAMS_KERNEL)
+    assert _session(tmp_path) == (11, 0, [])
+    value, hits, warned = _session(tmp_path, PARAMS.format(step=2), "keeping an older time")
+    assert (value, hits) == (11, 0)              # the session's own constant, compiled, neither loaded nor stored
+    assert len(warned) == 1 and "params.py changed on disk after this process imported simt_pto" in warned[0], warned
+    assert _session(tmp_path) == (12, 0, [])    # the next process compiles the replaced file's constant
+    assert _session(tmp_path) == (12, 1, [])
+
+
+def test_the_packages_files_are_noted_as_the_import_found_them():
+    """The package's own modules (``simt_pto.nz``, ``simt_pto.policy``, read at ``import simt_pto``) are compared with
+    their files as the import found them, not as they were when the kernels were first imported."""
+    from simt_pto import nz, policy, source_files
+    for module in (nz, policy):
+        path = os.path.realpath(module.__file__)
+        assert source_files.AT_IMPORT[path] == source_files.identity(path)
+        assert cache._identity_at_watch[path] == source_files.AT_IMPORT[path]
 
 
 INSTALL_THEN_EXEC = textwrap.dedent("""
