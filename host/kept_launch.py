@@ -469,9 +469,11 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         # one C call tells a plain dense CPU tensor from every tensor torch_rules treats apart (a lazy negation or
         # conjugation, a zero tensor, meta / sparse / quantized / nested, an inference tensor, FakeTensor and the
         # torch.func wrappers): their dispatch keys differ; a tensor that requires grad takes the full path too,
-        # which applies torch's rules (a read refused under grad mode, a write refused as index_put_ refuses it)
+        # which applies torch's rules (a read refused under grad mode, a write refused as index_put_ refuses it),
+        # and so does any tensor while a forward-AD level is open (a dual tensor has a plain tensor's keys)
         plain, keys = torch_rules.PLAIN_KEYS or torch_rules.plain_keys(torch)
-        if obj.requires_grad or keys is None or keys(obj) != plain or not obj.is_contiguous():
+        if (obj.requires_grad or keys is None or keys(obj) != plain or not obj.is_contiguous()
+                or torch_rules.forward_ad_active()):
             return None
         try:
             view = obj.numpy()  # shares the memory (no bfloat16: numpy has no such dtype, the full path reads it)
@@ -536,8 +538,9 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         # torch.func wrappers, which have no storage), one that requires grad, and bfloat16 (no numpy dtype); an
         # inference tensor is read as any other. The table a scatter writes must also not be an inference tensor
         # (the full path refuses it outside torch.inference_mode(), as torch refuses writing one: one C call, a
-        # quarter of its dispatch keys' read). Each view's flags then say whether its memory is C-contiguous.
-        if src is not None and table.is_inference():
+        # quarter of its dispatch keys' read). Each view's flags then say whether its memory is C-contiguous. While a
+        # forward-AD level is open, any tensor may be dual (numpy() takes one): the full path applies torch's rules.
+        if src is not None and table.is_inference() or torch_rules.forward_ad_active():
             return None
         try:
             table_view, idx_view = table.numpy(), idx.numpy()

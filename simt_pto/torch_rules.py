@@ -20,6 +20,11 @@ The rules, one function each, called by every route that takes a tensor (the who
   do: no ``grad_fn`` is recorded, so they refuse rather than let autograd compute a wrong gradient).
   A whole-array call's read (``op`` given) of a tensor that requires grad is refused while grad mode is on: the
   result records no ``grad_fn``, so a loss built on it would leave the tensor without a gradient, silently.
+* Forward-mode AD: a dual tensor (``torch.autograd.forward_ad.make_dual``, inside a ``dual_level``; grad mode does
+  not turn it off) is refused as a whole-array call's operand and as any call's written tensor (ConstraintError):
+  torch's own ops carry its tangent into the result (or overwrite it on a write), these ops would drop it, and a
+  Jacobian-vector product built on them would come out wrong without a word. :func:`forward_ad_active` tells the
+  fast paths when to leave such a call to the full path.
 * :func:`bump_version`: after the write, the tensor's version counter goes up, as after any in-place torch op
   (``torch.autograd.graph.increment_version``; an inference tensor has none). A backward pass that saved the
   tensor then refuses to use the overwritten values ("one of the variables needed for gradient computation has been
@@ -105,6 +110,24 @@ def _refuse_unreadable(torch: Any, t: Any, what: str) -> None:
                             "plain tensor")
 
 
+def forward_ad_active() -> bool:
+    """Whether a forward-mode AD level is open in this process (``torch.autograd.forward_ad.dual_level``): only then
+    can a tensor carry a tangent. A module global, read without a call: the fast paths ask on every torch operand."""
+    forward_ad = sys.modules.get("torch.autograd.forward_ad")
+    return forward_ad is not None and getattr(forward_ad, "_current_level", -1) >= 0
+
+
+def _refuse_dual(t: Any, what: str, op: str, target: str | None, use: str) -> None:
+    """A ConstraintError naming ``what`` for a dual tensor of the open forward-AD level, which ``use`` would drop."""
+    if forward_ad_active():
+        forward_ad = sys.modules["torch.autograd.forward_ad"]
+        if forward_ad.unpack_dual(t).tangent is not None:
+            raise ConstraintError(op, target, "a dual tensor (forward-mode AD) is not an operand of these ops",
+                                  f"{what} carries a forward-mode tangent: torch would {use}, and these ops carry no "
+                                  f"tangent, so the Jacobian-vector product would be wrong; pass "
+                                  f"torch.autograd.forward_ad.unpack_dual({what}).primal")
+
+
 def _lazy_view(t: Any) -> tuple[str, str] | None:
     """``(what lazy view t is, how to write it instead)`` where its memory is not its values, else None."""
     if t._is_zerotensor():
@@ -133,6 +156,8 @@ def for_read(t: Any, what: str, op: str | None = None, target: str | None = None
     checked = keys is None or keys(t) != plain  # (a plain dense CPU tensor, the common case: one C call)
     if checked:
         _refuse_unreadable(torch, t, what)
+    if op is not None:
+        _refuse_dual(t, what, op, target, "carry its tangent into the result")
     if t.requires_grad:
         if op is not None and torch.is_grad_enabled():
             raise ConstraintError(op, target, "a tensor that requires grad is read only under torch.no_grad()",
@@ -151,9 +176,10 @@ def for_read(t: Any, what: str, op: str | None = None, target: str | None = None
 
 def read_in_place(t: Any) -> bool:
     """Whether a read of ``t`` reads its own memory as it is exported (:func:`for_read` takes ``t`` itself): no lazy
-    view, no copy, no tensor refused, no grad (the fast paths take only such tensors; the others go the full way)."""
+    view, no copy, no tensor refused, no grad, no forward-AD level open (the fast paths take only such tensors; the
+    others go the full way)."""
     try:
-        return for_read(t, "") is t
+        return not forward_ad_active() and for_read(t, "") is t
     except TypeError:
         return False
 
@@ -195,6 +221,7 @@ def check_write(t: Any, what: str, op: str, target: str | None) -> None:
                                   f"{what} was made under torch.inference_mode() and is written outside it (torch "
                                   "refuses that in-place update too); call inside torch.inference_mode(), or pass a "
                                   "clone")
+    _refuse_dual(t, what, op, target, "give the written elements the tangent of what is written")
     if t.requires_grad and torch.is_grad_enabled():
         if t.is_leaf:
             detail = (f"{what} is a leaf that requires grad, written while grad mode is on (torch refuses that "

@@ -519,6 +519,54 @@ def test_a_tensor_that_requires_grad_is_read_only_under_no_grad(target):
     assert torch.equal(pto.gather(weight.detach(), idx, target=target), weight.detach()[idx])
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_dual_tensor_of_forward_mode_ad_is_refused_before_anything_is_written(target):
+    """Forward-mode AD is on whatever the grad mode: ``index_select`` of a dual tensor carries its tangent into the
+    result, and ``index_put_`` gives the written elements the source's tangent. These ops carry none, so a dual table
+    or source is refused (the first call and the repeated one alike: a dual tensor has a plain tensor's dispatch keys,
+    so the kept launch must not take it), and the primal is read as usual."""
+    import torch.autograd.forward_ad as forward_ad
+    idx = torch.tensor([3, 0, 3])
+    atomic = "add" if target != "cpu" else "none"
+    plain_table = torch.arange(20.0).reshape(5, 4)
+    for _ in range(2):  # the second call finds a kept launch for this signature
+        assert torch.equal(pto.gather(plain_table, idx, target=target), plain_table[idx])
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(plain_table.clone(), torch.ones(5, 4))
+        assert forward_ad.unpack_dual(torch.index_select(dual, 0, idx)).tangent is not None  # torch's own carries it
+        for grad_mode in (True, False):
+            with torch.set_grad_enabled(grad_mode):
+                with pytest.raises(pto.ConstraintError, match="table carries a forward-mode tangent"):
+                    pto.gather(dual, idx, target=target)
+                table = torch.zeros(5, 4)
+                with pytest.raises(pto.ConstraintError, match="src carries a forward-mode tangent"):
+                    pto.scatter(table, forward_ad.make_dual(torch.ones(3, 4), torch.ones(3, 4)), idx, target=target,
+                                atomic=atomic)
+                assert table.eq(0).all() and table._version == 0
+                before = forward_ad.unpack_dual(dual).primal.clone()
+                with pytest.raises(pto.ConstraintError, match="table carries a forward-mode tangent"):
+                    pto.scatter(dual, torch.ones(3, 4), idx, target=target, atomic=atomic)
+                assert torch.equal(forward_ad.unpack_dual(dual).primal, before)
+        primal = forward_ad.unpack_dual(dual).primal
+        assert torch.equal(pto.gather(primal, idx, target=target), plain_table[idx])
+        plain = torch.zeros(5, 4)  # a plain tensor inside the level: no tangent, no refusal
+        pto.scatter(plain, torch.ones(3, 4), torch.tensor([1, 2, 4]), target=target, atomic=atomic)
+        assert torch.equal(plain.sum(1), torch.tensor([0.0, 4, 4, 0, 4]))
+
+
+def test_a_tile_op_refuses_to_write_a_dual_tensor():
+    """A tile op's write into a tensor (``torch_rules.writing``, the rule every tile op that writes a GlobalTensor
+    applies) refuses a dual tensor under either grad mode, before the op runs."""
+    import torch.autograd.forward_ad as forward_ad
+    from simt_pto import torch_rules
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(torch.zeros(4, 8), torch.ones(4, 8))
+        for grad_mode in (True, False):
+            with torch.set_grad_enabled(grad_mode), pytest.raises(pto.ConstraintError, match="table carries a forwa"):
+                with torch_rules.writing(dual, "table", "MSCATTER", "a5"):
+                    raise AssertionError("the rules are checked before the op runs")
+
+
 # -- fuzz: tensors of any view, against torch's own ops ------------------------------------------------------------
 
 FUZZ_DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint8")
