@@ -28,8 +28,13 @@ into memory is not this path's job.
 """
 from __future__ import annotations
 
+import _thread
 import ctypes
 import math
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
@@ -204,8 +209,30 @@ class _DLPackView:
         self.__array_interface__ = interface
 
     def __del__(self):
-        if self._deleter:
-            self._deleter(self._managed)
+        deleter, self._deleter = self._deleter, None  # (no signal is handled between these: no call, no jump)
+        try:
+            if deleter:
+                deleter(self._managed)
+        except KeyboardInterrupt:
+            # Ctrl-C that arrived while the producer's deleter ran is raised here, where Python can only print it
+            # ("Exception ignored in ... __del__") and the call would go on as if no key was pressed: deliver it
+            # again once the main thread has left this method (delivered now, it would be raised here again)
+            threading.Thread(target=_interrupt_main_outside, args=(_DLPackView.__del__.__code__,),
+                             name="simt_pto-redeliver-ctrl-c", daemon=True).start()
+
+
+def _interrupt_main_outside(code) -> None:
+    """Simulate SIGINT in the main thread (its handler runs there: KeyboardInterrupt by default) once no frame of the
+    main thread runs ``code``."""
+    main = threading.main_thread().ident
+    while True:
+        frame = sys._current_frames().get(main)
+        while frame is not None and frame.f_code is not code:
+            frame = frame.f_back
+        if frame is None:
+            break
+        time.sleep(0.0005)
+    _thread.interrupt_main(signal.SIGINT)
 
 
 def _from_dlpack(obj, what) -> np.ndarray:

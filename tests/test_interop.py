@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import time
 import tracemalloc
 import weakref
 
@@ -152,6 +153,26 @@ def test_a_dlpack_view_keeps_the_producers_memory_until_it_is_released():
     del view
     gc.collect()
     assert alive() is None, "the producer's deleter never ran"
+
+
+def test_ctrl_c_during_a_producers_deleter_reaches_the_caller():
+    """Ctrl-C that lands while a DLPack producer's deleter runs is raised inside the view's ``__del__``, where Python
+    only prints it: the call went on as if no key was pressed. It is delivered again and reaches the caller's code.
+    The deleter here raises KeyboardInterrupt itself, as the signal handler does when it runs there."""
+    from simt_pto.host.arrays import _DLPackView
+    released = []
+
+    def deleter(managed):
+        released.append(managed)
+        raise KeyboardInterrupt
+
+    view = _DLPackView(None, 1234, deleter, None)
+    with pytest.raises(KeyboardInterrupt):
+        del view
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the caller's next steps: the interrupt is raised at one of them
+            time.sleep(0.001)
+    assert released == [1234]  # the deleter ran once, and does not run again
 
 
 def _exports_read_only_over_dlpack(array: np.ndarray) -> bool:
