@@ -27,8 +27,9 @@ which build Numba's dispatcher and add four guarantees to it:
   and so does a kernel whose cache entry cannot be written.
 * **A compile is atomic with respect to Ctrl-C.** A ``KeyboardInterrupt`` that lands inside Numba's compiler can
   leave its global typing registries half-loaded, and every later compile in the process fails. While one of our
-  dispatchers compiles in the main thread, SIGINT is held: the compile completes, then the previous handler runs
-  (``KeyboardInterrupt`` reaches the caller, and the next call finds the signature compiled).
+  dispatchers compiles in the main thread, SIGINT is held (:func:`simt_pto.interrupts.uninterrupted`): the compile
+  completes, then the previous handler runs (``KeyboardInterrupt`` reaches the caller, and the next call finds the
+  signature compiled).
 
 :func:`install_fork_guard` makes ``os.fork()`` wait for a compile running in another thread: Numba's compiler lock
 would otherwise be inherited held, and the child would hang at its first compile.
@@ -44,10 +45,7 @@ import gc
 import hashlib
 import os
 import pickle
-import _signal  # signal's C functions (see uninterrupted)
-import signal
 import sys
-import threading
 import uuid
 import warnings
 from pathlib import Path
@@ -55,6 +53,7 @@ from pathlib import Path
 import numba
 
 from simt_pto import source_files
+from simt_pto.interrupts import uninterrupted
 
 from . import numba_inlining
 
@@ -417,37 +416,6 @@ def _in_compile_scope(compile_fn):
         with compile_scope():
             return compile_fn(*args, **kwargs)
     return compile_in_scope
-
-
-_holding = False  # the main thread is inside an uninterrupted step of ours (a compile), SIGINT held
-
-
-def uninterrupted(compile_for_args, *args, **kws):
-    """``compile_for_args(*args, **kws)`` with SIGINT held until it returns, when called in the main thread with a
-    Python handler installed; then the handler runs with what arrived (``KeyboardInterrupt`` by default). Every
-    compile of ours runs so (:func:`guard`), and so does any step that must not stop half-done (a ``multicore``
-    launch waking its helper threads, ``simt_pto.kernels.a5.simt``)."""
-    global _holding
-    if _holding or threading.current_thread() is not threading.main_thread():
-        return compile_for_args(*args, **kws)  # only the main thread takes signals
-    # (_signal: this runs on every multicore launch of more than one thread, where signal's enum wrappers cost more
-    # than waking the helpers)
-    previous = _signal.getsignal(signal.SIGINT)
-    if not callable(previous):  # ignored, the default (the process dies, leaving nothing half-built), or not ours
-        return compile_for_args(*args, **kws)
-    received = []
-    try:
-        _signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
-    except ValueError:  # not the main interpreter
-        return compile_for_args(*args, **kws)
-    _holding = True
-    try:
-        return compile_for_args(*args, **kws)
-    finally:
-        _holding = False
-        _signal.signal(signal.SIGINT, previous)  # from here a new SIGINT goes to ``previous`` directly
-        if received:
-            previous(signal.SIGINT, received[0])
 
 
 # -- fork ----------------------------------------------------------------------------------------------------

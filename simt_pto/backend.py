@@ -49,6 +49,8 @@ import warnings
 from collections.abc import Callable
 from types import ModuleType
 
+from . import interrupts
+
 ENV_VAR = "SIMT_PTO_A5_BACKEND"
 BACKENDS = ("gpu", "multicore", "simulator")
 CHOICES = ("auto",) + BACKENDS
@@ -61,12 +63,44 @@ _requested: str | None = None
 _resolved: str | None = None
 
 
-first_use = threading.RLock()
+class _FirstUseLock:
+    """A re-entrant lock whose ``with`` block also holds SIGINT in the main thread (:mod:`simt_pto.interrupts`): a
+    first import of Numba cut by Ctrl-C leaves half-initialised modules behind, and every later call of the process
+    fails. The hold starts before the lock is taken and ends after it is released, so an interrupt never leaves the
+    lock held. ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._holds: list = []  # one entry per ``with`` level, pushed and popped under the lock
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> _FirstUseLock:
+        held = interrupts.hold()
+        try:
+            self._lock.acquire()
+        except BaseException:
+            interrupts.release(held)
+            raise
+        self._holds.append(held)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        held = self._holds.pop()
+        self._lock.release()
+        interrupts.release(held)  # a Ctrl-C that arrived meanwhile is raised here, the first use complete
+
+
+first_use = _FirstUseLock()
 """Held while simt_pto imports Numba, ``numba.cuda`` or one of its kernel modules for the first time, and while the
 A5 backend is chosen or changed: one thread at a time makes these first imports, so that none sees another's
-half-initialised module. Re-entrant (an import under it may import more under it). Taken before Numba's compiler
-lock where both are held (a kernel module that compiles as it is imported), never after it; ``os.fork()`` waits
-for it once the kernels are loaded (:func:`simt_pto.kernels.cache.install_fork_guard`)."""
+half-initialised module, and Ctrl-C waits for them to complete. Re-entrant (an import under it may import more under
+it). Taken before Numba's compiler lock where both are held (a kernel module that compiles as it is imported), never
+after it; ``os.fork()`` waits for it once the kernels are loaded (:func:`simt_pto.kernels.cache.install_fork_guard`)."""
 
 
 def _initialised(module: ModuleType | None) -> bool:

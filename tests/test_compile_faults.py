@@ -176,3 +176,42 @@ def test_fork_during_a_compile_gives_a_child_that_compiles():
     the child does not have, its first compile would wait forever. The fork waits for the compile instead."""
     p = subprocess.run([sys.executable, "-c", FORK_DURING_COMPILE], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+CTRL_C_IN_FIRST_IMPORT = textwrap.dedent("""
+    import importlib.abc, signal, sys
+    import numpy as np
+    import simt_pto as pto
+    assert "numba" not in sys.modules                      # the first call imports Numba
+
+    class CtrlCInside(importlib.abc.MetaPathFinder):      # SIGINT arrives while Numba's modules are being imported
+        fired = []
+        def find_spec(self, name, path, target=None):
+            if name == sys.argv[2] and not self.fired:
+                self.fired.append(name)
+                signal.raise_signal(signal.SIGINT)         # (the handler runs at once: KeyboardInterrupt, here)
+            return None
+
+    sys.meta_path.insert(0, CtrlCInside())
+    table, idx = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([2, 0], np.int32)
+    try:
+        pto.gather(table, idx, target=sys.argv[1])
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted in", CtrlCInside.fired)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print(pto.gather(table, idx, target=sys.argv[1]).tolist())
+""")
+
+
+@pytest.mark.parametrize("target", ["a2a3", "a5"])
+@pytest.mark.parametrize("module", ["numba.core.types", "numba.core.typing.templates"])
+def test_ctrl_c_during_the_first_import_of_numba_leaves_a_process_that_works(target, module):
+    """A first call imports Numba (``import simt_pto`` does not). Ctrl-C in the middle of that import left
+    half-initialised modules in ``sys.modules``: every later call of the process failed (ImportError, AttributeError,
+    KeyError from a registration made twice). The import completes, then the interrupt reaches the caller, and the
+    next call gives the rows."""
+    p = subprocess.run([sys.executable, "-c", CTRL_C_IN_FIRST_IMPORT, target, module], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [f"interrupted in ['{module}']", "[[8.0, 9.0, 10.0, 11.0], [0.0, 1.0, 2.0, 3.0]]"]
