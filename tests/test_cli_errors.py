@@ -250,6 +250,29 @@ def test_a_full_disk_is_one_error_line(buffered):
     assert err.startswith("simt-pto demo: error: ") and "No space left on device" in err, err
 
 
+@pytest.mark.parametrize("sink", ["/dev/full", "closed pipe"])
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [("--help",), ("--version",), ("demo", "--help"), ("coalesce", "--help")],
+                         ids=" ".join)
+def test_help_and_version_report_a_write_error(argv, buffered, sink):
+    """What argparse prints for --help and --version meets a full disk or a closed pipe as any command's output does,
+    under PYTHONUNBUFFERED=1 too: argparse drops the error of its own write, and an unbuffered stdout (or a help
+    longer than the buffer) leaves the flush after it nothing to fail on. ``coalesce --help`` is longer than
+    /dev/full's 4096-byte buffer."""
+    if sink == "/dev/full":
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full (the always-full device) on this system")
+        with open("/dev/full", "w") as full:
+            proc = python_m(*argv, buffered=buffered, stdout=full, stderr=subprocess.PIPE, text=True)
+            err = proc.communicate(timeout=120)[1]
+        assert (proc.returncode, err) == (1, "simt-pto: error: cannot write the output: No space left on device\n")
+    else:
+        proc = python_m(*argv, buffered=buffered, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdout.close()  # the reader went away before the first byte
+        err = proc.stderr.read()
+        assert (proc.wait(timeout=120), err) == (141, "")
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
 def test_ctrl_c_is_one_line_and_exit_130(ctrl_c_handled):
     """SIGINT in the middle of a run (after its first line): ``simt-pto validate-last: interrupted``, exit 130."""

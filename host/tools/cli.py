@@ -14,6 +14,7 @@ It follows the Unix conventions, the same for every subcommand and for ``python 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -37,8 +38,35 @@ EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE
 DEBUG_HELP = "on an error, show Python's traceback instead of one line"
 
 
+class _OutputError(OSError):
+    """stdout could not take the output (a full disk, /dev/full), and nothing of it is left to flush again."""
+
+
+@contextlib.contextmanager
+def _writing_output():
+    """A write error in here is stdout's; a closed pipe stays a BrokenPipeError."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(exc.errno, exc.strerror) from exc
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, and through ``add_subparsers`` each subcommand's, but for what it prints on stdout."""
+
+    def _print_message(self, message, file=None):
+        if not message or file is None or file is not sys.stdout:
+            return super()._print_message(message, file)
+        # argparse drops a write error here, for the flush after --help or --version to meet again; but with an
+        # unbuffered stdout (PYTHONUNBUFFERED=1) nothing is left to flush, and the command would end with status 0
+        with _writing_output():
+            file.write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="simt-pto",
         description="An emulator of the PTO ISA memory instructions MGATHER and MSCATTER (Ascend A2/A3 and A5): "
                     "run the spec's examples, compile and inspect the A5 kernels, predict coalescing, validate "
@@ -67,9 +95,9 @@ def main(argv=None) -> int:
         try:
             status = run(argv)
         except SystemExit:  # --help, --version, a usage error: what argparse printed must reach stdout too
-            _flush(sys.stdout)
+            _flush_output()
             raise
-        _flush(sys.stdout)  # here, not at exit: a write error must be reported, not ignored at shutdown
+        _flush_output()  # here, not at exit: a write error must be reported, not ignored at shutdown
         return status
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001  (one line each; --debug shows the traceback)
         if run.debug:
@@ -98,6 +126,8 @@ class _Run:
             _silence(sys.stderr)
             return EXIT_PIPE_CLOSED
         stdout_error = _silence(sys.stdout)
+        if stdout_error is None and isinstance(exc, _OutputError):  # the write failed, and left this flush nothing to fail on
+            stdout_error = exc
         if isinstance(exc, KeyboardInterrupt):
             self.say("interrupted")
             return EXIT_INTERRUPTED
@@ -132,6 +162,11 @@ class _Run:
 def _flush(stream) -> None:
     if stream is not None:
         stream.flush()
+
+
+def _flush_output() -> None:
+    with _writing_output():
+        _flush(sys.stdout)
 
 
 def _silence(stream, always: bool = False) -> OSError | None:
