@@ -25,11 +25,12 @@ which build Numba's dispatcher and add four guarantees to it:
 * **No writable cache folder costs the cache, not the run.** Numba refuses ``cache=True`` when none of its
   locators finds a writable folder; the kernels then compile without the disk cache (one warning saying why),
   and so does a kernel whose cache entry cannot be written.
-* **A compile is atomic with respect to Ctrl-C.** A ``KeyboardInterrupt`` that lands inside Numba's compiler can
-  leave its global typing registries half-loaded, and every later compile in the process fails. While one of our
-  dispatchers compiles in the main thread, SIGINT is held (:func:`simt_pto.interrupts.uninterrupted`): the compile
-  completes, then the previous handler runs (``KeyboardInterrupt`` reaches the caller, and the next call finds the
-  signature compiled).
+* **A compile is atomic with respect to Ctrl-C and other signals.** A ``KeyboardInterrupt`` (or a timeout's
+  exception from a SIGALRM handler) that lands inside Numba's compiler can leave its global typing registries
+  half-loaded, and every later compile in the process fails; llvmlite may crash. While one of our dispatchers
+  compiles in the main thread, the signals programs handle in Python are held (:func:`simt_pto.interrupts.completed`):
+  the compile completes, then the previous handlers run (``KeyboardInterrupt`` reaches the caller, and the next call
+  finds the signature compiled).
 
 :func:`install_fork_guard` makes ``os.fork()`` wait for a compile running in another thread: Numba's compiler lock
 would otherwise be inherited held, and the child would hang at its first compile.
@@ -53,7 +54,7 @@ from pathlib import Path
 import numba
 
 from simt_pto import source_files
-from simt_pto.interrupts import uninterrupted
+from simt_pto.interrupts import completed
 
 from . import numba_inlining
 
@@ -262,7 +263,7 @@ def guard(dispatcher, cache: bool = False):
     if cache:
         _enable_disk_cache(dispatcher)
     compile_for_args = _in_compile_scope(dispatcher._compile_for_args)
-    dispatcher._compile_for_args = functools.partial(uninterrupted, compile_for_args)
+    dispatcher._compile_for_args = functools.partial(completed, compile_for_args)
     return dispatcher
 
 

@@ -80,7 +80,7 @@ class _FirstUseLock:
         self._lock.release()
 
     def __enter__(self) -> _FirstUseLock:
-        held = interrupts.hold()
+        held = interrupts.hold(interrupts.CATCHABLE)
         try:
             self._lock.acquire()
         except BaseException:

@@ -1,67 +1,93 @@
-"""Ctrl-C held over steps that must not stop half-done: it reaches the caller once the step is complete.
+"""Signals held over steps that must not stop half-done: their handlers run once the step is complete.
 
-A ``KeyboardInterrupt`` is raised wherever the main thread is when SIGINT arrives. Some steps leave the process
-broken if cut: Numba's compiler leaves its typing registries half-loaded (every later compile fails), and a first
+A Python signal handler runs wherever the main thread is when the signal arrives, and the exception it raises
+(``KeyboardInterrupt`` for Ctrl-C; ``TimeoutError`` or the like from a timeout's SIGALRM handler) leaves from there.
+Some steps leave the process broken if cut: Numba's compiler leaves its typing registries half-loaded (every later
+compile fails with "generator raised StopIteration"), llvmlite may crash freeing a half-built module, and a first
 import of Numba leaves half-initialised modules in ``sys.modules`` (every later call fails with an ``ImportError``,
-an ``AttributeError`` or a ``KeyError`` from a registration made twice). While the main thread runs such a step,
-SIGINT is only noted; when the step ends, the handler that was installed before runs with it (``KeyboardInterrupt``
-by default). Another thread's step holds nothing: only the main thread takes signals. Nothing is held where SIGINT
-is ignored or left to the operating system (the process then dies, leaving nothing half-built), or where the
-handler is not a Python callable.
+an ``AttributeError`` or a ``KeyError`` from a registration made twice). While the main thread runs such a step, the
+signals are only noted; when the step ends, the handlers that were installed before run with them, in the order
+they arrived (the first exception one raises leaves, as it would have). Another thread's step holds nothing: only
+the main thread takes signals. Nothing is held for a signal that is ignored or left to the operating system (the
+process then dies, leaving nothing half-built), or whose handler is not a Python callable.
 
-:func:`uninterrupted` runs one function so (every compile of the package, the ``multicore`` launch's wake-up of its
-helper threads); :data:`simt_pto.backend.first_use` holds SIGINT while the main thread holds it (the first imports).
-Holds nest: the outermost one delivers.
+* :func:`completed` runs a step with :data:`CATCHABLE` held: every compile of the package, and the first imports
+  (:data:`simt_pto.backend.first_use` holds them while the main thread holds it).
+* :func:`uninterrupted` holds SIGINT alone, for a step that runs on every call (the ``multicore`` launch's wake-up of
+  its helper threads): a few C calls.
+
+Holds nest: a signal is held by the outermost hold that names it, which delivers it.
 """
 from __future__ import annotations
 
-import _signal  # signal's C functions: hold() runs on every multicore launch of more than one thread
+import _signal  # signal's C functions: a hold runs on every multicore launch of more than one thread
 import signal
 import threading
 from collections.abc import Callable
 from typing import Any
 
-_holding = False
-"""Whether the main thread holds SIGINT now (a nested hold then holds nothing more)."""
+CATCHABLE: tuple[int, ...] = tuple(getattr(signal, name) for name in
+                                   ("SIGINT", "SIGTERM", "SIGHUP", "SIGALRM", "SIGVTALRM", "SIGUSR1", "SIGUSR2")
+                                   if hasattr(signal, name))
+"""The signals a program's Python handlers commonly raise from: Ctrl-C, a termination request, a timeout's alarm."""
 
-Held = tuple[Callable, list]
-"""What :func:`hold` returns when it holds SIGINT: the previous handler and the frames of the SIGINTs received."""
+_held_now: set[int] = set()
+"""The signals the main thread holds now (a nested hold leaves them to the outer one)."""
+
+Held = tuple[list, list]
+"""What :func:`hold` returns: ``[(signal, previous handler), ...]`` it replaced, and ``[(signal, frame), ...]``
+received meanwhile."""
 
 
-def hold() -> Held | None:
-    """Start holding SIGINT, when in the main thread with a Python handler installed and no hold active; the token
+def hold(signals: tuple[int, ...] = (signal.SIGINT,)) -> Held | None:
+    """Start holding ``signals`` (those with a Python handler, not held already), when in the main thread; the token
     for :func:`release` (None where nothing is held)."""
-    global _holding
-    if _holding or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         return None
-    previous = _signal.getsignal(signal.SIGINT)
-    if not callable(previous):
-        return None
+    replaced: list = []
     received: list = []
-    try:
-        _signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
-    except ValueError:  # not the main interpreter
-        return None
-    _holding = True
-    return previous, received
+    for signum in signals:
+        if signum in _held_now:
+            continue
+        previous = _signal.getsignal(signum)
+        if not callable(previous):
+            continue
+        try:
+            _signal.signal(signum, lambda signum, frame: received.append((signum, frame)))
+        except ValueError:  # not the main interpreter
+            break
+        _held_now.add(signum)
+        replaced.append((signum, previous))
+    return (replaced, received) if replaced else None
 
 
 def release(held: Held | None) -> None:
-    """End the hold :func:`hold` started: the previous handler is back, and runs now if a SIGINT arrived (so this
-    raises ``KeyboardInterrupt`` by default)."""
-    global _holding
+    """End the hold :func:`hold` started: the previous handlers are back, and run now for the signals that arrived
+    (so this raises ``KeyboardInterrupt`` after a Ctrl-C, by default)."""
     if held is None:
         return
-    previous, received = held
-    _holding = False
-    _signal.signal(signal.SIGINT, previous)  # from here a new SIGINT goes to ``previous`` directly
-    if received:
-        previous(signal.SIGINT, received[0])
+    replaced, received = held
+    previous_of = {}
+    for signum, previous in replaced:
+        _held_now.discard(signum)
+        _signal.signal(signum, previous)  # from here a new signal goes to ``previous`` directly
+        previous_of[signum] = previous
+    for signum, frame in received:
+        previous_of[signum](signum, frame)
 
 
 def uninterrupted(step: Callable, *args: Any, **kws: Any) -> Any:
     """``step(*args, **kws)`` with SIGINT held until it returns (:func:`hold`)."""
     held = hold()
+    try:
+        return step(*args, **kws)
+    finally:
+        release(held)
+
+
+def completed(step: Callable, *args: Any, **kws: Any) -> Any:
+    """``step(*args, **kws)`` with :data:`CATCHABLE` held until it returns (:func:`hold`)."""
+    held = hold(CATCHABLE)
     try:
         return step(*args, **kws)
     finally:

@@ -17,6 +17,7 @@ import pytest
 from numba.core import typed_passes
 
 import simt_pto  # noqa: F401
+from simt_pto import interrupts
 from simt_pto.enums import ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels import cache, cube_l1_walk, index_policy, softfloat, store
 from simt_pto.kernels.a2a3 import mgather, mscatter, walk
@@ -59,6 +60,41 @@ def test_ctrl_c_during_a_first_compile_lets_the_compile_finish(ctrl_c_in_type_in
     loop(*args)
     assert dst.tolist() == [12, 13, 14, 15, 0, 1, 2, 3]
     assert sum(loop.stats.cache_misses.values()) == 1         # compiled once
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="SIGALRM is POSIX")
+def test_a_timeout_during_a_first_compile_lets_the_compile_finish(monkeypatch):
+    """A timeout's SIGALRM handler that raises (as timeout decorators and pytest-timeout's signal method do) cut the
+    compile as Ctrl-C did: a later ``RuntimeError: generator raised StopIteration``, or a crash in llvmlite. The
+    compile completes, then the handler runs and its TimeoutError reaches the caller; the next call runs the loop."""
+    run_pass = typed_passes.NopythonTypeInference.run_pass
+    fired = []
+
+    def alarmed(self, state):
+        if not fired:
+            fired.append(state.func_id.func_name)
+            signal.raise_signal(signal.SIGALRM)
+        return run_pass(self, state)
+
+    def timed_out(signum, frame):
+        raise TimeoutError("the call took too long")
+
+    monkeypatch.setattr(typed_passes.NopythonTypeInference, "run_pass", alarmed)
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    try:
+        loop = mgather.gather_loop.__wrapped__(walk.row_nd, IndexRule.IDENTITY)
+        loop._cache.disable()
+        table = np.arange(16, dtype=np.uint32)
+        dst = np.zeros(8, np.uint32)
+        args = (dst, 4, table, np.array([3, 0], np.uint32), 1, 2, 4, 4, 4)
+        with pytest.raises(TimeoutError, match="took too long"):
+            loop(*args)
+        assert fired == ["mgather_row_nd"] and len(loop.signatures) == 1
+        assert signal.getsignal(signal.SIGALRM) is timed_out
+        loop(*args)
+        assert dst.tolist() == [12, 13, 14, 15, 0, 1, 2, 3]
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_a_compile_in_another_thread_leaves_sigint_alone():
@@ -110,7 +146,7 @@ def test_a_compile_of_ours_pauses_the_garbage_collector_and_leaves_it_as_it_was(
 
 def _guarded(dispatcher) -> bool:
     compile_for_args = dispatcher.__dict__.get("_compile_for_args")
-    return isinstance(compile_for_args, functools.partial) and compile_for_args.func is cache.uninterrupted
+    return isinstance(compile_for_args, functools.partial) and compile_for_args.func is interrupts.completed
 
 
 def test_every_jitted_entry_point_is_guarded():

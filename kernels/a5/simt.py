@@ -30,6 +30,7 @@ import numpy as np
 from simt_pto import geometry
 from simt_pto.backend import first_use, imported
 from simt_pto.enums import ElementFormat
+from simt_pto.interrupts import uninterrupted
 from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
 from simt_pto.kernels import cache, softfloat, store, writers
@@ -451,14 +452,14 @@ class EarlyWake:
         # (none wanted: one worker; a call inside a call: one early wake a thread)
         if not self.wanted or getattr(_woken_early, "pending", None) is not None:
             return
-        cache.uninterrupted(_helper_pool().wake_early, self)
+        uninterrupted(_helper_pool().wake_early, self)
         _woken_early.pending = self
 
     def release(self) -> None:
         if getattr(_woken_early, "pending", None) is self:
             _woken_early.pending = None
         if self.helpers:
-            cache.uninterrupted(self._hand_back)
+            uninterrupted(self._hand_back)
 
     def _hand_back(self) -> None:
         helpers, self.helpers = self.helpers, []
@@ -525,7 +526,7 @@ def _launch_multicore(kernel, grid: int, warps: int, args, threads: int | None =
     try:
         # SIGINT held while helpers are handed the launch: an interrupt between two wake-ups would leave a helper
         # counted that never runs, and _stop would wait for it forever
-        cache.uninterrupted(_helper_pool().start, launch, min(workers, chunks) - 1)
+        uninterrupted(_helper_pool().start, launch, min(workers, chunks) - 1)
         if fault_hook is not None:
             fault_hook("launch-wait")
         launch.run()  # the caller is one of the threads
