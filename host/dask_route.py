@@ -173,12 +173,24 @@ def _numpy_chunks(shape, rows=None):
     return (rows,) + tuple(shape[1:])
 
 
+def _element_dtype(x, what, dtype):
+    """The element dtype of the table or ``src`` ``x`` (``dtype``: the call's, reinterpreting it), or the in-memory
+    call's TypeError naming ``what``. The in-memory call reads an array in the other byte order (``>f4`` on a
+    little-endian host) from a native copy: it has the native order's element dtype."""
+    if dtype is not None:
+        return _dt.resolve(dtype)
+    try:
+        return _dt.resolve(x.dtype.newbyteorder("="))
+    except TypeError as exc:
+        raise TypeError(f"{what}: {exc}") from None
+
+
 def _check_src(op, target, table, src, idx, row, dtype):
     """A scatter's ``src``: ``idx.shape + (C,)`` (Row) or ``idx.shape`` (Elem), up to axes of length 1, of the
     table's dtype (the in-memory call's rule and message)."""
     want = tuple(idx.shape) + (table.shape[1],) if row else tuple(idx.shape)
-    table_dt = _dt.resolve(dtype if dtype is not None else table.dtype)
-    src_dt = _dt.resolve(dtype if dtype is not None else src.dtype)
+    table_dt = _element_dtype(table, "table", dtype)
+    src_dt = _element_dtype(src, "src", dtype)
     in_memory.check_src_shape(op, target, src.shape, src_dt, want, table_dt)
     return want
 
@@ -456,7 +468,8 @@ def _destination(dest, what, op, target, shape, dtype, reinterpret) -> _Destinat
         if not into.flags.writeable:
             raise ConstraintError(op, target, f"the {what} is written in place",
                                   f"{what} is a read-only array (flags.writeable is False)")
-        if reinterpret and into.dtype != dtype and into.dtype.itemsize == dtype.itemsize:
+        # (not one in the other byte order: viewed as native, its bytes would be written unswapped)
+        if reinterpret and into.dtype != dtype and into.dtype.itemsize == dtype.itemsize and into.dtype.isnative:
             into = into.view(dtype)
     try:
         have = np.dtype(into.dtype) if getattr(into, "dtype", None) is not None else None
@@ -573,7 +586,7 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
     in_memory.gather_plan(_proxy_table(table), _proxy_idx(idx, row, tile_rows), coalesce=coalesce, oob=oob, target=target,
                       tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size, strict=strict, dtype=dtype,
                       backend="multicore")
-    out_dtype = _dt.resolve(dtype if dtype is not None else table.dtype).numpy
+    out_dtype = _element_dtype(table, "table", dtype).numpy  # native, as the in-memory call's result
     row_len = table.shape[1] if row else 0
     dest = None if out is None else _destination(out, "out", "MGATHER", target,
                                                  tuple(idx.shape) + ((row_len,) if row else ()), out_dtype,
@@ -645,8 +658,9 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
     in_memory.scatter_plan(_proxy_table(table), proxy_src, proxy_idx, coalesce=coalesce, atomic=atomic, oob=oob,
                        conflict=conflict, target=target, tile_rows=tile_rows, dyn_ubuf_size=dyn_ubuf_size,
                        strict=strict, last_path=last_path, dtype=dtype, backend="multicore")
-    dest = None if store is None else _destination(store, "store", "MSCATTER", target, table.shape, table.dtype,
-                                                   dtype is not None)
+    # (native: _destination takes a store of either byte order, and a table in the other one must not refuse both)
+    dest = None if store is None else _destination(store, "store", "MSCATTER", target, table.shape,
+                                                   table.dtype.newbyteorder("="), dtype is not None)
     capacity = table.shape[0] if row else table.size
     # the CPU simulator's MSCATTER ignores ScatterOOB and uses every index unchecked (as the in-memory call)
     rule = index_rule(ScatterOOB.UNDEFINED if target == "cpu" else oob, strict)
@@ -689,7 +703,7 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
             dsk[(share, b, t)] = (operator.getitem, (route, b), t)
             shares[t].append((share, b, t))
     idx_cols = 1 if row or idx.ndim < 2 else tiling.elem_tile_cols(  # the in-memory call's tile view of idx
-        "MSCATTER", target, _dt.resolve(dtype if dtype is not None else table.dtype), idx.shape[-1], dyn_ubuf_size)
+        "MSCATTER", target, _element_dtype(table, "table", dtype), idx.shape[-1], dyn_ubuf_size)
     call = dict(coalesce=coalesce, atomic=atomic, conflict=conflict, target=target, last_path=last_path, dtype=dtype,
                 dyn_ubuf_size=dyn_ubuf_size, tile_rows=tile_rows if row or tile_rows is None else tile_rows * idx_cols)
     apply = functools.partial(_scatter_chunk, call=call, reorder=reorder,

@@ -134,6 +134,55 @@ def test_row_gather_and_scatter_with_indices_of_any_shape(client, rng):
     assert np.array_equal(as_bits(got_scatter), as_bits(in_memory.scatter(table.copy(), src, idx)))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+@pytest.mark.parametrize("name", ["row", "elem-2d"])
+@pytest.mark.parametrize("op", ["gather", "scatter"])
+def test_tables_and_sources_in_the_other_byte_order_are_the_in_memory_call(client, rng, op, name, dtype):
+    """A table and ``src`` in the other byte order (``>f4`` on a little-endian host) are taken as the in-memory call
+    takes them: the same values and the same result dtype (a gather's native, a scatter's the table's own). They
+    were refused as "not a PTO element dtype"."""
+    table, _, coalesce = make_table(rng, name, dtype)
+    swapped = table.dtype.newbyteorder("S")
+    assert not swapped.isnative
+    dtable = da.from_array(table.astype(swapped), chunks=TABLES[name][1])
+    flat = table if coalesce == "row" else table.reshape(-1)
+    idx = rng.permutation(flat.shape[0])[:37].astype(np.int32)  # in range and unique: numpy's own [] is the oracle
+    if op == "gather":
+        got = pto.gather(dtable, to_dask(idx), coalesce=coalesce).compute()
+        want = pto.gather(table.astype(swapped), idx, coalesce=coalesce)
+        oracle = flat[idx]
+    else:
+        src = source(rng, table, coalesce, idx)
+        got = pto.scatter(dtable, to_dask(src.astype(swapped)), to_dask(idx), coalesce=coalesce).compute()
+        want = pto.scatter(table.astype(swapped), src.astype(swapped), idx, coalesce=coalesce)
+        oracle = table.copy()
+        (oracle if coalesce == "row" else oracle.reshape(-1))[idx] = src
+    assert got.dtype == want.dtype and got.shape == want.shape == oracle.shape
+    native = table.dtype
+    assert as_bits(got.astype(native)).tobytes() == as_bits(want.astype(native)).tobytes() == as_bits(oracle).tobytes()
+
+
+@pytest.mark.parametrize("order", ["native", "other"])
+def test_out_and_store_of_either_byte_order_next_to_a_table_in_the_other_one(rng, order):
+    """``store`` of a table in the other byte order takes the table's dtype in either byte order (it was refused
+    even in the table's own), and a gather's ``out`` in the other byte order with ``dtype=`` is written byte-swapped
+    (its raw bytes were written as native ones)."""
+    table, _, _ = make_table(rng, "row", "float32")
+    swapped = table.dtype.newbyteorder("S")
+    dtable = da.from_array(table.astype(swapped), chunks=TABLES["row"][1])
+    idx = rng.permutation(table.shape[0])[:20].astype(np.int32)
+    src = random_values(rng, (20, 4), "float32")
+    store = np.zeros(table.shape, table.dtype if order == "native" else swapped)
+    out = np.zeros(src.shape, store.dtype)
+    with dask.config.set(scheduler="sync"):
+        assert pto_dask.scatter(dtable, src, idx, store=store) is store
+        assert pto_dask.gather(dtable, idx, dtype="float32", out=out) is out
+    scattered = table.copy()
+    scattered[idx] = src
+    assert as_bits(store.astype(table.dtype)).tobytes() == as_bits(scattered).tobytes()
+    assert as_bits(out.astype(table.dtype)).tobytes() == as_bits(table[idx]).tobytes()
+
+
 def test_int64_indices_behave_as_their_uint32_cast_and_values_outside_are_refused(client, rng):
     """Dask makes int64 indices: values in [-2**31, 2**32) are those values as int32 / uint32; one outside is
     refused at compute time with the in-memory call's error, naming its position in idx."""
@@ -350,12 +399,17 @@ def test_a_refused_scatter_writes_nothing_to_its_store(rng):
     assert np.array_equal(out, table[good])
 
 
+OTHER_F8 = np.dtype(np.float64).newbyteorder("S")
 REFUSED = {
     "src of another width": ("scatter", lambda t, s, i: (t, s[:, :3], i), {}),
     "float indices": ("gather", lambda t, s, i: (t, i.astype(np.float32)), {}),
     "Max on a2a3": ("scatter", lambda t, s, i: (t, s, i), {"atomic": "max", "target": "a2a3"}),
     "Default on a2a3": ("scatter", lambda t, s, i: (t, s, i), {"conflict": "default", "target": "a2a3"}),
     "a float64 table": ("gather", lambda t, s, i: (t.astype(np.float64), i), {}),
+    "a float64 table in the other byte order": ("gather", lambda t, s, i: (t.astype(OTHER_F8), i), {}),
+    "a float64 table under a scatter": ("scatter", lambda t, s, i: (t.astype(np.float64), s.astype(np.float64), i),
+                                        {}),
+    "a float64 src in the other byte order": ("scatter", lambda t, s, i: (t, s.astype(OTHER_F8), i), {}),
     "a 3-D table": ("gather", lambda t, s, i: (t.reshape(10, 4, 4), i), {}),
     "a tile too large for the UB": ("gather", lambda t, s, i: (t, i), {"tile_rows": 5, "dyn_ubuf_size": 64}),
 }
