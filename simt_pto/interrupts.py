@@ -7,7 +7,8 @@ compile fails with "generator raised StopIteration"), llvmlite may crash freeing
 import of Numba leaves half-initialised modules in ``sys.modules`` (every later call fails with an ``ImportError``,
 an ``AttributeError`` or a ``KeyError`` from a registration made twice). While the main thread runs such a step, the
 signals are only noted; when the step ends, the handlers that were installed before run with them, in the order
-they arrived (the first exception one raises leaves, as it would have). Another thread's step holds nothing: only
+they arrived (the first exception one raises leaves, as it would have, and the signals after it are dropped:
+two different signals within one step are rare, and the first decides). Another thread's step holds nothing: only
 the main thread takes signals. Nothing is held for a signal that is ignored or left to the operating system (the
 process then dies, leaving nothing half-built), or whose handler is not a Python callable.
 
