@@ -242,7 +242,7 @@ CTRL_C_IN_FIRST_IMPORT = textwrap.dedent("""
 
 @pytest.mark.parametrize("target", ["a2a3", "a5"])
 @pytest.mark.parametrize("module", ["numba.core.types", "numba.core.typing.templates"])
-def test_ctrl_c_during_the_first_import_of_numba_leaves_a_process_that_works(target, module):
+def test_ctrl_c_during_the_first_import_of_numba_leaves_a_process_that_works(target, module, ctrl_c_handled):
     """A first call imports Numba (``import simt_pto`` does not). Ctrl-C in the middle of that import left
     half-initialised modules in ``sys.modules``: every later call of the process failed (ImportError, AttributeError,
     KeyError from a registration made twice). The import completes, then the interrupt reaches the caller, and the

@@ -155,7 +155,7 @@ def test_a_dlpack_view_keeps_the_producers_memory_until_it_is_released():
     assert alive() is None, "the producer's deleter never ran"
 
 
-def test_ctrl_c_during_a_producers_deleter_reaches_the_caller():
+def test_ctrl_c_during_a_producers_deleter_reaches_the_caller(ctrl_c_handled):
     """Ctrl-C that lands while a DLPack producer's deleter runs is raised inside the view's ``__del__``, where Python
     only prints it: the call went on as if no key was pressed. It is delivered again and reaches the caller's code.
     The deleter here raises KeyboardInterrupt itself, as the signal handler does when it runs there."""
