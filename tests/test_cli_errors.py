@@ -238,16 +238,38 @@ def test_a_closed_pipe_ends_the_command_quietly(idx_files, module, argv, buffere
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full (the always-full device) on this system")
-@pytest.mark.parametrize("buffered", [True, False])
-def test_a_full_disk_is_one_error_line(buffered):
-    """``simt-pto demo > /dev/full``: exit 1 and one line on stderr, no traceback (and no "Exception ignored" from
-    the flush at exit)."""
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [
+    ("demo",),
+    ("coalesce", "--op", "mgather", "--coalesce", "elem", "--idx", "{idx}", "--table", "64x64"),
+    ("coalesce", "--op", "mgather", "--coalesce", "elem", "--idx", "{idx}", "--table", "64x64", "--json"),
+    TINY_VALIDATE,
+    QUICK_SELFTEST,
+    ("inspect", "--op", "mscatter", "--coalesce", "elem"),
+], ids=["demo", "coalesce", "coalesce --json", "validate-last", "selftest", "inspect"])
+def test_a_full_disk_is_one_error_line(idx_files, argv, buffered):
+    """``simt-pto demo > /dev/full``: exit 1 and the same one line on stderr whether the write fails at the flush
+    after the command (buffered) or in the command's own print (PYTHONUNBUFFERED=1); no traceback, and no
+    "Exception ignored" from the flush at exit."""
+    argv = [a.format(idx=idx_files["2d"]) for a in argv]
     with open("/dev/full", "w") as full:
-        proc = python_m("demo", buffered=buffered, stdout=full, stderr=subprocess.PIPE, text=True)
+        proc = python_m(*argv, buffered=buffered, stdout=full, stderr=subprocess.PIPE, text=True)
         err = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 1, err
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("simt-pto demo: error: ") and "No space left on device" in err, err
+    assert (proc.returncode, err) == (1, f"simt-pto {argv[0]}: error: cannot write the output: "
+                                         "No space left on device\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full (the always-full device) on this system")
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [("demo", "--seed", "-1"), ("validate-last", "--rows", "0"), ("no-such-command",)],
+                         ids=" ".join)
+def test_a_usage_error_on_a_full_stderr_is_status_2(argv, buffered):
+    """``simt-pto demo --seed -1 2>/dev/full``: still exit 2. argparse drops the write error of its usage lines, and
+    a buffered stderr kept them for the flush at exit to fail on again (status 120)."""
+    with open("/dev/full", "w") as full:
+        proc = python_m(*argv, buffered=buffered, stdout=subprocess.PIPE, stderr=full, text=True)
+        out = proc.communicate(timeout=120)[0]
+    assert (proc.returncode, out) == (2, "")
 
 
 @pytest.mark.parametrize("sink", ["/dev/full", "closed pipe"])

@@ -47,10 +47,46 @@ def _writing_output():
     """A write error in here is stdout's; a closed pipe stays a BrokenPipeError."""
     try:
         yield
-    except BrokenPipeError:
+    except (BrokenPipeError, _OutputError):  # already told apart (a --help printed through _MarkedStdout)
         raise
     except OSError as exc:
         raise _OutputError(exc.errno, exc.strerror) from exc
+
+
+class _MarkedStdout:
+    """``sys.stdout`` while a command runs: what its writes raise is stdout's. A buffered stdout meets the error again
+    at the flush after the command, but an unbuffered one (PYTHONUNBUFFERED=1) leaves that flush nothing to fail on,
+    and a full disk would read as any other OSError. The rest is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        with _writing_output():
+            return self._stream.write(text)
+
+    def writelines(self, lines):
+        with _writing_output():
+            self._stream.writelines(lines)
+
+    def flush(self):
+        with _writing_output():
+            self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _marking_stdout():
+    stream = sys.stdout
+    if stream is not None:  # None: pythonw, no console
+        sys.stdout = _MarkedStdout(stream)
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _MarkedStdout):  # unless the command pointed it elsewhere itself
+            sys.stdout = stream
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,10 +129,13 @@ def main(argv=None) -> int:
     run = _Run(debug="--debug" in argv)  # before parsing: a failure while the parser is built
     try:
         try:
-            status = run(argv)
+            with _marking_stdout():
+                status = run(argv)
         except SystemExit:  # --help, --version, a usage error: what argparse printed must reach stdout too
             _flush_output()
             raise
+        finally:  # argparse (a usage error) and warnings drop a write error on stderr, for the flush at exit to
+            _silence(sys.stderr)  # meet again (status 120, not 2): as fail does for stdout
         _flush_output()  # here, not at exit: a write error must be reported, not ignored at shutdown
         return status
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001  (one line each; --debug shows the traceback)
