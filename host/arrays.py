@@ -28,13 +28,8 @@ into memory is not this path's job.
 """
 from __future__ import annotations
 
-import _thread
 import ctypes
 import math
-import signal
-import sys
-import threading
-import time
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
@@ -190,49 +185,23 @@ numpy's dtype gets the same refusal as a numpy array of it: "index dtype must be
 _DL_ML_DTYPES = {(4, 16): _dt.bfloat16.numpy, (10, 8): _dt.float8_e4m3.numpy, (12, 8): _dt.float8_e5m2.numpy}
 """(code, bits) -> numpy dtype for what numpy has no type of: kDLBfloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2."""
 
-# PyCapsule_SetName keeps the pointer it is given: these names live as long as the module
-_NAMES = {b"dltensor": b"used_dltensor", b"dltensor_versioned": b"used_dltensor_versioned"}
+_CAPSULE_NAMES = (b"dltensor", b"dltensor_versioned")
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
 _capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
-_capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
-_capsule_set_name.restype, _capsule_set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
 
 
 class _DLPackView:
-    """The owner of an imported ``DLManagedTensor``: its ``__array_interface__`` describes the memory; when the
-    last numpy view of it is released, the producer's deleter runs (and the producer may free the memory)."""
+    """The owner of an imported DLPack tensor: its ``__array_interface__`` describes the memory, and it holds the
+    producer's capsule. The capsule is left unconsumed (its name stays ``dltensor``): DLPack has every producer give
+    its capsules a destructor that calls the tensor's deleter unless a consumer renamed the capsule, so when the last
+    numpy view is released the producer's own C code releases the memory. A ``__del__`` of ours calling the deleter
+    would be Python code, which Ctrl-C can cut (the interrupt is then only printed, and the deleter skipped)."""
 
-    def __init__(self, producer, managed, deleter, interface):
-        self.producer, self._managed, self._deleter = producer, managed, deleter
+    def __init__(self, producer, capsule, interface):
+        self.producer, self._capsule = producer, capsule
         self.__array_interface__ = interface
-
-    def __del__(self):
-        deleter, self._deleter = self._deleter, None  # (no signal is handled between these: no call, no jump)
-        try:
-            if deleter:
-                deleter(self._managed)
-        except KeyboardInterrupt:
-            # Ctrl-C that arrived while the producer's deleter ran is raised here, where Python can only print it
-            # ("Exception ignored in ... __del__") and the call would go on as if no key was pressed: deliver it
-            # again once the main thread has left this method (delivered now, it would be raised here again)
-            threading.Thread(target=_interrupt_main_outside, args=(_DLPackView.__del__.__code__,),
-                             name="simt_pto-redeliver-ctrl-c", daemon=True).start()
-
-
-def _interrupt_main_outside(code) -> None:
-    """Simulate SIGINT in the main thread (its handler runs there: KeyboardInterrupt by default) once no frame of the
-    main thread runs ``code``."""
-    main = threading.main_thread().ident
-    while True:
-        frame = sys._current_frames().get(main)
-        while frame is not None and frame.f_code is not code:
-            frame = frame.f_back
-        if frame is None:
-            break
-        time.sleep(0.0005)
-    _thread.interrupt_main(signal.SIGINT)
 
 
 def _from_dlpack(obj, what) -> np.ndarray:
@@ -255,7 +224,7 @@ def _from_dlpack(obj, what) -> np.ndarray:
             capsule = obj.__dlpack__()
     except (BufferError, RuntimeError, TypeError, ValueError) as exc:
         raise TypeError(f"{what}: {type(obj).__name__} could not export its memory over DLPack ({exc})") from None
-    for name in _NAMES:
+    for name in _CAPSULE_NAMES:
         if _capsule_is_valid(capsule, name):
             break
     else:
@@ -265,10 +234,8 @@ def _from_dlpack(obj, what) -> np.ndarray:
     managed = (_DLManagedTensorVersioned if versioned else _DLManagedTensor).from_address(address)
     if versioned and managed.major != 1:
         raise TypeError(f"{what}: DLPack {managed.major}.{managed.minor} is not supported (1.x is)")
-    # from here on the deleter is ours to call: once the view is released, or now if the tensor is refused
-    _capsule_set_name(capsule, _NAMES[name])
-    deleter = managed.deleter
-    owner = _DLPackView(obj, address, deleter, None)
+    # the capsule's destructor calls the deleter: once the view is released, or now if the tensor is refused
+    owner = _DLPackView(obj, capsule, None)
     t = managed.dl_tensor
     if t.device.device_type not in _HOST_DEVICES:
         raise TypeError(f"{what}: {type(obj).__name__} exported memory of DLPack device type "
