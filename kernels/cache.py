@@ -92,13 +92,14 @@ def watched(py_file) -> bool:
 # -- the source digest -------------------------------------------------------------------------------------
 
 # The stale-source check. A watched module's code is what its file held when it was imported, which was after
-# ``import simt_pto`` began (``source_files.IMPORT_BEGAN``) and, for a watched folder outside the package, after
-# :func:`watch` named it. Its file still holds that code if the file has the identity (mtime, size, inode) it had
-# then, and was not written after the import began: a file rewritten or replaced since, even by one with an older
-# modification time (``cp -p``, ``rsync -a``, ``tar x``), marks the process stale. Not the process's start
-# (``/proc/self/stat``): ``( pip install . && simt-pto demo )`` forks a subshell, installs, then replaces the subshell
-# with ``simt-pto`` (bash runs a subshell's last command without a fork), so the files pip wrote are older than the
-# import, though newer than the process.
+# ``import simt_pto`` began (when :mod:`simt_pto.source_files` noted each file's identity) and, for a watched folder
+# outside the package, after :func:`watch` named it. Its file still holds that code if it has the identity (mtime,
+# size, inode) noted then: a file rewritten or replaced since, even by one with an older modification time (``cp
+# -p``, ``rsync -a``, ``tar x``), marks the process stale. The times themselves are not compared with the import's
+# moment: a file stamped in the future (clock skew, an archive, a network file system) is no edit. Not the process's
+# start either (``/proc/self/stat``): ``( pip install . && simt-pto demo )`` forks a subshell, installs, then
+# replaces the subshell with ``simt-pto`` (bash runs a subshell's last command without a fork), so the files pip
+# wrote are newer than the process, but noted by the import as they are.
 
 _identity_at_watch: dict[str, source_files.FileIdentity] = dict(source_files.AT_IMPORT)
 _at_import: dict[str, str] = {}     # source path of an imported module -> its digest, taken once
@@ -116,14 +117,27 @@ def _file_digest(path: str) -> tuple[str, source_files.FileIdentity]:
     return memo[1], seen
 
 
+_real_paths: dict[str, str] = {}  # a module's __file__ -> its real path (the roots are resolved: a symlinked
+                                 # site-packages or /var -> /private/var spells the same file two ways)
+
+
 def _imported_sources() -> set[str]:
     prefixes = tuple(str(root) + os.sep for root in _ROOTS)
-    return {os.path.realpath(file) for module in list(sys.modules.values())
-            if isinstance(file := getattr(module, "__file__", None), str) and file.startswith(prefixes)}
+    found = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str):
+            real = _real_paths.get(file)
+            if real is None:
+                real = _real_paths[file] = os.path.realpath(file)
+            if real.startswith(prefixes):
+                found.add(real)
+    return found
 
 
 def _changed_since_import(path: str, seen: source_files.FileIdentity) -> bool:
-    return _identity_at_watch.get(path) != seen or seen[0] > source_files.IMPORT_BEGAN * 1e9
+    """Whether the file of an imported module is not as noted when the import began (or unnoted: created since)."""
+    return _identity_at_watch.get(path) != seen
 
 
 def _source_state() -> str:

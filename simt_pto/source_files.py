@@ -1,8 +1,8 @@
-"""The package's source files as ``import simt_pto`` found them: the moment the import began, and each ``.py`` file's
-identity (modification time, size, inode) at that moment.
+"""The package's source files as ``import simt_pto`` found them: each ``.py`` file's identity (modification time, size,
+inode) when the import began.
 
-The package imports this module before any other, so every module of the package was read from its file at or after
-:data:`IMPORT_BEGAN`. The kernel cache (:mod:`simt_pto.kernels.cache`) stores a compiled kernel under a digest of the
+The package imports this module before any other, so every module of the package was read from its file after
+:data:`AT_IMPORT` was noted. The kernel cache (:mod:`simt_pto.kernels.cache`) stores a compiled kernel under a digest of the
 package's files, and a process whose modules may differ from those files must not store anything: it compares each
 imported module's file with its identity here. A file replaced after the import began shows a new identity even when
 its modification time is older than the import (``cp -p``, ``rsync -a`` and ``tar x`` keep the old file's time), which
@@ -11,10 +11,6 @@ a comparison of times alone misses. Reading the identities costs one ``stat`` pe
 from __future__ import annotations
 
 import os
-import time
-
-IMPORT_BEGAN = time.time()
-"""When ``import simt_pto`` began, as ``time.time()``: a file last written before it holds what its module runs."""
 
 FileIdentity = tuple[int, int, int]
 """A file's ``(st_mtime_ns, st_size, st_ino)``: replacing or rewriting the file changes it."""
@@ -48,6 +44,6 @@ def identities(root: str) -> dict[str, FileIdentity]:
 
 
 AT_IMPORT: dict[str, FileIdentity] = identities(os.path.dirname(os.path.realpath(__file__)))
-"""The package folder's ``.py`` files at :data:`IMPORT_BEGAN`. A regular install holds the kernels and the host here
+"""The package folder's ``.py`` files when ``import simt_pto`` began. A regular install holds the kernels and the host here
 too; an editable install maps them to folders of their own, whose files :func:`simt_pto.kernels.cache.watch` adds when
 ``simt_pto.kernels`` is imported, before any kernel module."""

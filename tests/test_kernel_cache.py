@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -389,19 +390,41 @@ def test_a_source_edited_during_a_session_is_not_stored_under_the_new_digest(tmp
     assert _session(tmp_path) == (12, 1, [])
 
 
-def test_a_source_replaced_by_an_older_file_during_a_session_is_not_stored_either(tmp_path):
+@pytest.mark.parametrize("spelled", ["real path", "through a symlink"])
+def test_a_source_replaced_by_an_older_file_during_a_session_is_not_stored_either(tmp_path, spelled):
     """A module's file replaced, after the import, by a copy that keeps an older modification time (``cp -p``,
     ``rsync -a``, ``tar x``): the check compared modification times with the import's moment and saw no change, so the
     session stored the old constants' kernel under the new files' digest, and later processes loaded it (a changed
-    ``FRACTAL_NZ_ROW`` gave wrong rows). The file's identity (time, size, inode) at the import shows the change."""
-    (tmp_path / "params.py").write_text(PARAMS.format(step=1))
-    (tmp_path / "kernel.py").write_text(PARAMS_KERNEL)
-    assert _session(tmp_path) == (11, 0, [])
-    value, hits, warned = _session(tmp_path, PARAMS.format(step=2), "keeping an older time")
+    ``FRACTAL_NZ_ROW`` gave wrong rows). The file's identity (time, size, inode) at the import shows the change, also
+    where the folder is reached through a symlink (a symlinked site-packages; /var on macOS), which the check, comparing
+    the module's path as spelled with the resolved folder, did not look at."""
+    real = tmp_path / "real"
+    real.mkdir()
+    folder = real
+    if spelled == "through a symlink":
+        folder = tmp_path / "link"
+        folder.symlink_to(real, target_is_directory=True)
+    (real / "params.py").write_text(PARAMS.format(step=1))
+    (real / "kernel.py").write_text(PARAMS_KERNEL)
+    assert _session(folder) == (11, 0, [])
+    value, hits, warned = _session(folder, PARAMS.format(step=2), "keeping an older time")
     assert (value, hits) == (11, 0)              # the session's own constant, compiled, neither loaded nor stored
     assert len(warned) == 1 and "params.py changed on disk after this process imported simt_pto" in warned[0], warned
-    assert _session(tmp_path) == (12, 0, [])    # the next process compiles the replaced file's constant
-    assert _session(tmp_path) == (12, 1, [])
+    assert _session(folder) == (12, 0, [])      # the next process compiles the replaced file's constant
+    assert _session(folder) == (12, 1, [])
+
+
+def test_a_source_stamped_in_the_future_is_no_edit(tmp_path):
+    """A file whose modification time is ahead of the clock (clock skew, an archive, a network file system), not
+    touched during the session: the check compared times with the import's moment and turned the disk cache off in
+    every process. Only a change of the file's identity since the import counts."""
+    (tmp_path / "params.py").write_text(PARAMS.format(step=1))
+    (tmp_path / "kernel.py").write_text(PARAMS_KERNEL)
+    ahead = time.time() + 86_400
+    for name in ("params.py", "kernel.py"):
+        os.utime(tmp_path / name, (ahead, ahead))
+    assert _session(tmp_path) == (11, 0, [])
+    assert _session(tmp_path) == (11, 1, [])    # stored by the first process, loaded by the next
 
 
 def test_the_packages_files_are_noted_as_the_import_found_them():
