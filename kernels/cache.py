@@ -117,8 +117,9 @@ def _file_digest(path: str) -> tuple[str, source_files.FileIdentity]:
     return memo[1], seen
 
 
-_real_paths: dict[str, str] = {}  # a module's __file__ -> its real path (the roots are resolved: a symlinked
-                                 # site-packages or /var -> /private/var spells the same file two ways)
+_real_folders: dict[str, str] = {}  # a module file's folder -> its real path (the roots are resolved: a symlinked
+                                   # site-packages or /var -> /private/var spells the same file two ways); one
+                                   # realpath per folder, not per module: the first stamp looks at every module
 
 
 def _imported_sources() -> set[str]:
@@ -127,11 +128,12 @@ def _imported_sources() -> set[str]:
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
         if isinstance(file, str):
-            real = _real_paths.get(file)
+            folder, name = os.path.split(file)
+            real = _real_folders.get(folder)
             if real is None:
-                real = _real_paths[file] = os.path.realpath(file)
-            if real.startswith(prefixes):
-                found.add(real)
+                real = _real_folders[folder] = os.path.realpath(folder)
+            if (real + os.sep).startswith(prefixes):
+                found.add(os.path.join(real, name))
     return found
 
 
