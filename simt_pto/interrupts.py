@@ -17,11 +17,16 @@ process then dies, leaving nothing half-built), or whose handler is not a Python
 * :func:`uninterrupted` holds SIGINT alone, for a step that runs on every call (the ``multicore`` launch's wake-up of
   its helper threads): a few C calls.
 
-Holds nest: a signal is held by the outermost hold that names it, which delivers it.
+Holds nest: a signal is held by the outermost hold that names it, which delivers it. A hold leaves the handlers as it
+found them whatever lands in the middle (another handler's exception while it swaps them in puts them back; a
+handler the step installs itself stays), and a child forked during a hold gets the handlers back. The main thread
+holds the signals while it waits for :data:`~simt_pto.backend.first_use` too: a Ctrl-C then takes effect once the
+other thread's first import, and the main thread's own, are complete.
 """
 from __future__ import annotations
 
 import _signal  # signal's C functions: a hold runs on every multicore launch of more than one thread
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -35,9 +40,12 @@ CATCHABLE: tuple[int, ...] = tuple(getattr(signal, name) for name in
 _held_now: set[int] = set()
 """The signals the main thread holds now (a nested hold leaves them to the outer one)."""
 
+_active: list = []
+"""The holds in force, outermost first: a child forked meanwhile gets the handlers back (:func:`_after_fork`)."""
+
 Held = tuple[list, list]
-"""What :func:`hold` returns: ``[(signal, previous handler), ...]`` it replaced, and ``[(signal, frame), ...]``
-received meanwhile."""
+"""What :func:`hold` returns: ``[(signal, previous handler, collector), ...]`` it replaced, and ``[(signal, frame),
+...]`` received meanwhile."""
 
 
 def hold(signals: tuple[int, ...] = (signal.SIGINT,)) -> Held | None:
@@ -47,19 +55,47 @@ def hold(signals: tuple[int, ...] = (signal.SIGINT,)) -> Held | None:
         return None
     replaced: list = []
     received: list = []
-    for signum in signals:
-        if signum in _held_now:
-            continue
-        previous = _signal.getsignal(signum)
-        if not callable(previous):
-            continue
-        try:
-            _signal.signal(signum, lambda signum, frame: received.append((signum, frame)))
-        except ValueError:  # not the main interpreter
-            break
-        _held_now.add(signum)
-        replaced.append((signum, previous))
-    return (replaced, received) if replaced else None
+    collect = received.append
+    try:
+        for signum in signals:
+            if signum in _held_now:
+                continue
+            previous = _signal.getsignal(signum)
+            if not callable(previous):
+                continue
+
+            def collector(signum, frame):
+                collect((signum, frame))
+
+            _held_now.add(signum)
+            replaced.append((signum, previous, collector))
+            try:
+                _signal.signal(signum, collector)
+            except ValueError:  # not the main interpreter
+                replaced.pop()
+                _held_now.discard(signum)
+                break
+    except BaseException:
+        # another signal's handler raised in the middle (a timeout's alarm): put back what was replaced, then let the
+        # exception leave, as it would have without the hold
+        _restore(replaced)
+        raise
+    if not replaced:
+        return None
+    held = (replaced, received)
+    if not _active:
+        _watch_forks()
+    _active.append(held)
+    return held
+
+
+def _restore(replaced: list) -> None:
+    """The previous handler of each signal ``replaced`` lists, where the collector is still installed (a handler that
+    code installed during the hold is left in place)."""
+    for signum, previous, collector in replaced:
+        _held_now.discard(signum)
+        if _signal.getsignal(signum) is collector:
+            _signal.signal(signum, previous)  # from here a new signal goes to ``previous`` directly
 
 
 def release(held: Held | None) -> None:
@@ -68,13 +104,35 @@ def release(held: Held | None) -> None:
     if held is None:
         return
     replaced, received = held
-    previous_of = {}
-    for signum, previous in replaced:
-        _held_now.discard(signum)
-        _signal.signal(signum, previous)  # from here a new signal goes to ``previous`` directly
-        previous_of[signum] = previous
-    for signum, frame in received:
-        previous_of[signum](signum, frame)
+    for at in range(len(_active) - 1, -1, -1):  # (the last, unless holds were released out of order)
+        if _active[at] is held:
+            del _active[at]
+            break
+    try:
+        _restore(replaced)
+    finally:
+        previous_of = {signum: previous for signum, previous, _ in replaced}
+        for signum, frame in received:
+            previous_of[signum](signum, frame)
+
+
+_fork_hook_installed = False
+
+
+def _watch_forks() -> None:
+    """Once, at the first hold: a child forked while a hold is in force (by another thread, during the first import)
+    gets the previous handlers back; the hold's release runs in the parent only."""
+    global _fork_hook_installed
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork)
+        _fork_hook_installed = True
+
+
+def _after_fork() -> None:
+    while _active:
+        replaced, _ = _active.pop()
+        _restore(replaced)
+    _held_now.clear()
 
 
 def uninterrupted(step: Callable, *args: Any, **kws: Any) -> Any:

@@ -1,0 +1,102 @@
+"""simt_pto.interrupts: signals held over steps that must not stop half-done (compiles, first imports), their handlers
+run once the step completes; the hold itself leaves every handler as it found it, whatever lands in the middle."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from simt_pto import interrupts
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="the held signals are POSIX ones")
+
+
+@pytest.fixture
+def handlers(ctrl_c_handled):
+    """A Python handler for every held signal, as a program that handles them has; all put back after."""
+    seen = []
+    before = {signum: signal.getsignal(signum) for signum in interrupts.CATCHABLE}
+    for signum in interrupts.CATCHABLE:
+        if signum != signal.SIGINT:
+            signal.signal(signum, lambda signum, frame: seen.append(signum))
+    yield seen
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def test_the_handlers_run_after_the_step_in_the_order_the_signals_came(handlers):
+    def step():
+        signal.raise_signal(signal.SIGUSR1)
+        signal.raise_signal(signal.SIGALRM)
+        assert handlers == []  # held
+        return "done"
+
+    assert interrupts.completed(step) == "done"
+    assert handlers == [signal.SIGUSR1, signal.SIGALRM]
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.completed(signal.raise_signal, signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_exception_in_the_middle_of_a_hold_puts_every_handler_back(handlers, monkeypatch):
+    """A handler of another signal that raises while the hold swaps handlers in (a timeout's alarm): the hold left
+    SIGINT with its collector, and every later Ctrl-C of the process was swallowed."""
+    before = {signum: signal.getsignal(signum) for signum in interrupts.CATCHABLE}
+    real_signal, calls = interrupts._signal.signal, []
+
+    class Interrupted:
+        getsignal = staticmethod(interrupts._signal.getsignal)
+
+        @staticmethod
+        def signal(signum, handler):
+            calls.append(signum)
+            if len(calls) == 3:
+                raise TimeoutError("the alarm's handler ran here")
+            return real_signal(signum, handler)
+
+    monkeypatch.setattr(interrupts, "_signal", Interrupted)
+    with pytest.raises(TimeoutError):
+        interrupts.hold(interrupts.CATCHABLE)
+    monkeypatch.undo()
+    assert {signum: signal.getsignal(signum) for signum in interrupts.CATCHABLE} == before
+    assert not interrupts._held_now and not interrupts._active
+
+
+def test_a_handler_installed_during_a_hold_stays(handlers):
+    def mine(signum, frame):
+        pass
+
+    held = interrupts.hold(interrupts.CATCHABLE)
+    signal.signal(signal.SIGTERM, mine)
+    interrupts.release(held)
+    assert signal.getsignal(signal.SIGTERM) is mine
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_holds_nest_and_the_outer_one_delivers(handlers):
+    outer = interrupts.hold(interrupts.CATCHABLE)
+    inner = interrupts.hold()  # SIGINT is held already: nothing more
+    assert inner is None
+    signal.raise_signal(signal.SIGUSR2)
+    interrupts.release(inner)
+    assert handlers == []
+    interrupts.release(outer)
+    assert handlers == [signal.SIGUSR2]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_child_forked_during_a_hold_gets_the_handlers_back(handlers):
+    """The child of a fork made while the main thread holds the signals (another thread forking during the first
+    import of Numba) inherited the collectors, and nothing released them: its Ctrl-C and SIGTERM were swallowed."""
+    before = {signum: signal.getsignal(signum) for signum in interrupts.CATCHABLE}
+    held = interrupts.hold(interrupts.CATCHABLE)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: its handlers must be the program's own again
+            same = {signum: signal.getsignal(signum) for signum in interrupts.CATCHABLE} == before
+            os._exit(0 if same and not interrupts._held_now else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        interrupts.release(held)
+    assert os.waitstatus_to_exitcode(status) == 0
