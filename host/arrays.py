@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
@@ -471,14 +472,14 @@ def like(table: WholeArray, result: np.ndarray) -> Any:
 def torch_result(result: np.ndarray, torch_dtype: Any) -> Any:
     """A gather's host result as a tensor of ``torch_dtype`` (the table's own), sharing its memory: a call with
     ``dtype=`` gathers in the reinterpreted dtype, which the tensor must not keep."""
-    import torch  # the caller's table is a tensor: torch is imported already
+    torch = sys.modules["torch"]  # (the caller's table is a tensor: torch is imported; no import statement per call)
     try:
         made = torch.from_numpy(result)
+        if made.dtype == torch_dtype:
+            return made
     except TypeError:  # (an ml_dtypes result: torch.from_numpy knows none of them)
-        made = None
-    if made is None or made.dtype != torch_dtype:
-        made = torch.from_numpy(result.view(np.dtype(f"i{result.dtype.itemsize}"))).view(torch_dtype)
-    return made
+        pass
+    return torch.from_numpy(result.view(np.dtype(f"i{result.dtype.itemsize}"))).view(torch_dtype)
 
 
 JAX_ZERO_COPY_ALIGNMENT = 64

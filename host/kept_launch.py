@@ -473,7 +473,7 @@ def _host_operand(obj, written: bool, aligned: bool = True) -> tuple[Operand, np
         # and so does any tensor while a forward-AD level is open (a dual tensor has a plain tensor's keys)
         plain, keys = torch_rules.PLAIN_KEYS or torch_rules.plain_keys(torch)
         if (obj.requires_grad or keys is None or keys(obj) != plain or not obj.is_contiguous()
-                or torch_rules.forward_ad_active()):
+                or torch.autograd.forward_ad._current_level >= 0):  # (torch_rules.forward_ad_active, inline)
             return None
         try:
             view = obj.numpy()  # shares the memory (no bfloat16: numpy has no such dtype, the full path reads it)
@@ -540,7 +540,8 @@ def whole_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[str
         # (the full path refuses it outside torch.inference_mode(), as torch refuses writing one: one C call, a
         # quarter of its dispatch keys' read). Each view's flags then say whether its memory is C-contiguous. While a
         # forward-AD level is open, any tensor may be dual (numpy() takes one): the full path applies torch's rules.
-        if src is not None and table.is_inference() or torch_rules.forward_ad_active():
+        if src is not None and table.is_inference() or torch.autograd.forward_ad._current_level >= 0:
+            # (torch_rules.forward_ad_active, inline: a function call is a tenth of a repeated call's extra cost)
             return None
         try:
             table_view, idx_view = table.numpy(), idx.numpy()
