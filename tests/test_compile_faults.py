@@ -26,32 +26,44 @@ from simt_pto.launch_spec import KernelPolicy
 
 
 
-@pytest.fixture
-def ctrl_c_in_type_inference(monkeypatch, ctrl_c_handled):
-    """The next compile receives SIGINT (a Ctrl-C) from inside Numba's type inference pass, once."""
+def _signal_in_type_inference(monkeypatch, signum) -> list:
+    """The next compile receives ``signum`` from inside Numba's type inference pass, once; the list names the
+    function whose compile it landed in."""
     run_pass = typed_passes.NopythonTypeInference.run_pass
     fired = []
 
     def interrupted(self, state):
         if not fired:
             fired.append(state.func_id.func_name)
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signum)
         return run_pass(self, state)
 
     monkeypatch.setattr(typed_passes.NopythonTypeInference, "run_pass", interrupted)
     return fired
 
 
+@pytest.fixture
+def ctrl_c_in_type_inference(monkeypatch, ctrl_c_handled):
+    """The next compile receives SIGINT (a Ctrl-C) from inside Numba's type inference pass, once."""
+    return _signal_in_type_inference(monkeypatch, signal.SIGINT)
+
+
+def _uncompiled_gather_loop():
+    """``(loop, dst, args)``: an A2/A3 Row gather loop whose first compile is the caller's (a dispatcher of its own,
+    not loaded from the disk cache), and the arguments of rows 3 and 0 of a 4 x 4 table into ``dst``."""
+    loop = mgather.gather_loop.__wrapped__(walk.row_nd, IndexRule.IDENTITY)
+    loop._cache.disable()
+    table = np.arange(16, dtype=np.uint32)
+    dst = np.zeros(8, np.uint32)
+    return loop, dst, (dst, 4, table, np.array([3, 0], np.uint32), 1, 2, 4, 4, 4)
+
+
 def test_ctrl_c_during_a_first_compile_lets_the_compile_finish(ctrl_c_in_type_inference):
     """Numba's compiler, cut by KeyboardInterrupt, can leave its typing registries half-loaded (every later call then
     fails with a TypingError or "generator raised StopIteration"). The compile of an A2/A3 loop completes, then the
     interrupt reaches the caller, and the next call runs the compiled loop."""
-    loop = mgather.gather_loop.__wrapped__(walk.row_nd, IndexRule.IDENTITY)  # a dispatcher of its own: its first compile is this test's
-    loop._cache.disable()                             # compiled, not loaded from the disk cache
+    loop, dst, args = _uncompiled_gather_loop()
     handler = signal.getsignal(signal.SIGINT)
-    table = np.arange(16, dtype=np.uint32)
-    dst = np.zeros(8, np.uint32)
-    args = (dst, 4, table, np.array([3, 0], np.uint32), 1, 2, 4, 4, 4)  # rows 3 and 0 of a 4 x 4 table
     with pytest.raises(KeyboardInterrupt):
         loop(*args)
     assert ctrl_c_in_type_inference == ["mgather_row_nd"]       # the interrupt landed inside the compile
@@ -67,26 +79,13 @@ def test_a_timeout_during_a_first_compile_lets_the_compile_finish(monkeypatch):
     """A timeout's SIGALRM handler that raises (as timeout decorators and pytest-timeout's signal method do) cut the
     compile as Ctrl-C did: a later ``RuntimeError: generator raised StopIteration``, or a crash in llvmlite. The
     compile completes, then the handler runs and its TimeoutError reaches the caller; the next call runs the loop."""
-    run_pass = typed_passes.NopythonTypeInference.run_pass
-    fired = []
-
-    def alarmed(self, state):
-        if not fired:
-            fired.append(state.func_id.func_name)
-            signal.raise_signal(signal.SIGALRM)
-        return run_pass(self, state)
-
     def timed_out(signum, frame):
         raise TimeoutError("the call took too long")
 
-    monkeypatch.setattr(typed_passes.NopythonTypeInference, "run_pass", alarmed)
+    fired = _signal_in_type_inference(monkeypatch, signal.SIGALRM)
     previous = signal.signal(signal.SIGALRM, timed_out)
     try:
-        loop = mgather.gather_loop.__wrapped__(walk.row_nd, IndexRule.IDENTITY)
-        loop._cache.disable()
-        table = np.arange(16, dtype=np.uint32)
-        dst = np.zeros(8, np.uint32)
-        args = (dst, 4, table, np.array([3, 0], np.uint32), 1, 2, 4, 4, 4)
+        loop, dst, args = _uncompiled_gather_loop()
         with pytest.raises(TimeoutError, match="took too long"):
             loop(*args)
         assert fired == ["mgather_row_nd"] and len(loop.signatures) == 1
