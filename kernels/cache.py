@@ -52,6 +52,7 @@ import warnings
 from pathlib import Path
 
 import numba
+from numba.core import sigutils
 
 from simt_pto import source_files
 from simt_pto.interrupts import completed
@@ -349,12 +350,30 @@ def _checked_data(files, load_data, name):
 
 def _load_or_rebuild(disk, load, sig, target_context):
     try:
-        return load(sig, target_context)
+        loaded = load(sig, target_context)
     except Exception as error:  # whatever a damaged file raises: pickle, EOF, the seal, LLVM, ...
         path = _unreadable_file(disk, sig, target_context)
         _warn_once(("damaged", path), f"simt_pto: the kernel cache file {path} is damaged ({type(error).__name__}: "
                    f"{error}); the kernel is recompiled and the file overwritten")
         return None  # a miss: the dispatcher compiles, then saves over the damaged entry
+    compiled_for = _compiled_signature(loaded)
+    if compiled_for is not None and compiled_for != tuple(sigutils.normalize_signature(sig)[0]):
+        # Numba's index names a data file per signature, chosen as the first number the index does not list; two
+        # processes saving different signatures at once both choose it, and the index one of them leaves can name
+        # the other's code. Run, it would read the arguments as the types it was compiled for: a miss instead
+        return None  # (the dispatcher compiles, then saves over the entry)
+    return loaded
+
+
+def _compiled_signature(loaded) -> tuple | None:
+    """The argument types a loaded cache entry was compiled for (a CPU ``CompileResult``, a CUDA kernel), or None."""
+    if loaded is None:
+        return None
+    signature = getattr(loaded, "signature", None)
+    if signature is not None and hasattr(signature, "args"):
+        return tuple(signature.args)
+    argument_types = getattr(loaded, "argument_types", None)
+    return tuple(argument_types) if argument_types is not None else None
 
 
 def _repair_index(files) -> bool:

@@ -485,3 +485,34 @@ def test_a_kernels_index_is_stamped_with_the_source_digest_alone():
     assert isinstance(locator, cache._SourceDigestLocator), type(locator)
     assert cache.watched(py_func.__code__.co_filename)
     assert locator.get_source_stamp() == cache.source_digest()
+
+
+PLUS_ONE = "from simt_pto.kernels.cache import njit\n\n@njit(cache=True)\ndef plus_one(x):\n    return x + 1\n"
+CROSS_THE_INDEX = textwrap.dedent("""
+    # What two processes that save different signatures of one kernel at once can leave: Numba names a signature's
+    # data file by the first number its index does not list, so both choose the same one, and the index the last
+    # writer leaves can name the other's code for its signature. Here the float64 signature names the int64 code.
+    from numba import types
+    files = kern.plus_one._cache._cache_file
+    (_, name), = files._load_index().items()
+    files._save_index({kern.plus_one._cache._index_key((types.float64,), kern.plus_one.targetctx.codegen()): name})
+""")
+
+
+def _in_folder(folder: Path, code: str) -> str:
+    session = (f"import sys; sys.path.insert(0, {str(folder)!r})\nfrom simt_pto.kernels import cache\n"
+               f"cache.watch({str(folder)!r})\nimport kern\n" + code)
+    p = subprocess.run([sys.executable, "-c", session], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+def test_an_index_entry_that_names_another_signatures_code_is_a_miss(tmp_path):
+    """Numba runs a loaded entry as the signature asked for: the int64 code of ``x + 1`` run on 1.5 returned 2. The
+    entry is checked against the signature it was compiled for; a mismatch is a miss, compiled and stored anew."""
+    (tmp_path / "kern.py").write_text(PLUS_ONE)
+    assert _in_folder(tmp_path, "print(kern.plus_one(41))") == "42"
+    _in_folder(tmp_path, CROSS_THE_INDEX)
+    check = "print(kern.plus_one(1.5), sum(kern.plus_one.stats.cache_hits.values()))"
+    assert _in_folder(tmp_path, check) == "2.5 0"  # the crossed entry: compiled, not loaded
+    assert _in_folder(tmp_path, check) == "2.5 1"  # stored over it, and loaded by the next process
