@@ -67,7 +67,8 @@ class _FirstUseLock:
     """A re-entrant lock whose ``with`` block also holds SIGINT in the main thread (:mod:`simt_pto.interrupts`): a
     first import of Numba cut by Ctrl-C leaves half-initialised modules behind, and every later call of the process
     fails. The hold starts before the lock is taken and ends after it is released, so an interrupt never leaves the
-    lock held. ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard)."""
+    lock held; while another thread holds the lock, the wait lets the signals that came through every
+    :data:`_WAIT_STEP` seconds (Ctrl-C then leaves the wait, nothing taken). ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -80,12 +81,17 @@ class _FirstUseLock:
         self._lock.release()
 
     def __enter__(self) -> _FirstUseLock:
-        held = interrupts.hold(interrupts.CATCHABLE)
-        try:
-            self._lock.acquire()
-        except BaseException:
+        while True:
+            held = interrupts.hold(interrupts.CATCHABLE)
+            try:
+                if self._lock.acquire(timeout=_WAIT_STEP):
+                    break
+            except BaseException:
+                interrupts.release(held)
+                raise
+            # another thread makes its first import meanwhile: a Ctrl-C that came during the wait is raised here,
+            # with nothing held, rather than once that import (seconds, at a first compile) is over
             interrupts.release(held)
-            raise
         self._holds.append(held)
         return self
 
@@ -94,6 +100,10 @@ class _FirstUseLock:
         self._lock.release()
         interrupts.release(held)  # a Ctrl-C that arrived meanwhile is raised here, the first use complete
 
+
+_WAIT_STEP = 0.05
+"""Seconds the main thread waits for :data:`first_use` at a time, its signals held, before it lets those that came
+through (:meth:`_FirstUseLock.__enter__`)."""
 
 first_use = _FirstUseLock()
 """Held while simt_pto imports Numba, ``numba.cuda`` or one of its kernel modules for the first time, and while the

@@ -100,3 +100,35 @@ def test_a_child_forked_during_a_hold_gets_the_handlers_back(handlers):
     finally:
         interrupts.release(held)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_ctrl_c_while_another_thread_holds_first_use_leaves_the_wait(ctrl_c_handled):
+    """The main thread waits for ``first_use`` while another thread makes its first import (a compile: seconds). A
+    Ctrl-C during the wait leaves it at once, with nothing taken; it was held until the other thread was done."""
+    import threading
+    import time
+
+    from simt_pto.backend import first_use
+    taken, done = threading.Event(), threading.Event()
+
+    def first_import_elsewhere():
+        with first_use:
+            taken.set()
+            done.wait(30)
+
+    other = threading.Thread(target=first_import_elsewhere)
+    other.start()
+    try:
+        assert taken.wait(30)
+        threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,)).start()  # (signal.raise_signal: in the process)
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            with first_use:
+                raise AssertionError("the lock is the other thread's")
+        assert time.monotonic() - began < 5
+    finally:
+        done.set()
+        other.join(30)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not interrupts._held_now
+    with first_use:  # taken and given back
+        pass
