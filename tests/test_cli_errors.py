@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_simt_pto
+from conftest import requires_toolchain, run_simt_pto
 
 
 simt_pto = run_simt_pto
@@ -245,7 +245,7 @@ def test_a_closed_pipe_ends_the_command_quietly(idx_files, module, argv, buffere
     ("coalesce", "--op", "mgather", "--coalesce", "elem", "--idx", "{idx}", "--table", "64x64", "--json"),
     TINY_VALIDATE,
     QUICK_SELFTEST,
-    ("inspect", "--op", "mscatter", "--coalesce", "elem"),
+    pytest.param(("inspect", "--op", "mscatter", "--coalesce", "elem"), marks=requires_toolchain),
 ], ids=["demo", "coalesce", "coalesce --json", "validate-last", "selftest", "inspect"])
 def test_a_full_disk_is_one_error_line(idx_files, argv, buffered):
     """``simt-pto demo > /dev/full``: exit 1 and the same one line on stderr whether the write fails at the flush
