@@ -64,11 +64,12 @@ _resolved: str | None = None
 
 
 class _FirstUseLock:
-    """A re-entrant lock whose ``with`` block also holds SIGINT in the main thread (:mod:`simt_pto.interrupts`): a
-    first import of Numba cut by Ctrl-C leaves half-initialised modules behind, and every later call of the process
-    fails. The hold starts before the lock is taken and ends after it is released, so an interrupt never leaves the
-    lock held; while another thread holds the lock, the wait lets the signals that came through every
-    :data:`_WAIT_STEP` seconds (Ctrl-C then leaves the wait, nothing taken). ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard)."""
+    """A re-entrant lock whose ``with`` block also holds the signals in the main thread
+    (:data:`simt_pto.interrupts.CATCHABLE`): a first import of Numba cut by Ctrl-C leaves half-initialised modules
+    behind, and every later call of the process fails. The hold starts before the lock is taken and ends after it is
+    released, so an interrupt never leaves the lock held; while another thread holds the lock, the wait lets the
+    signals that came through every :data:`_WAIT_STEP` seconds (Ctrl-C then leaves the wait, nothing taken).
+    ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

@@ -19,9 +19,8 @@ process then dies, leaving nothing half-built), or whose handler is not a Python
 
 Holds nest: a signal is held by the outermost hold that names it, which delivers it. A hold leaves the handlers as it
 found them whatever lands in the middle (another handler's exception while it swaps them in puts them back; a
-handler the step installs itself stays), and a child forked during a hold gets the handlers back. The main thread
-holds the signals while it waits for :data:`~simt_pto.backend.first_use` too: a Ctrl-C then takes effect once the
-other thread's first import, and the main thread's own, are complete.
+handler the step installs itself stays, and runs for the signals that arrived), and a child forked during a hold gets
+the handlers back.
 """
 from __future__ import annotations
 
@@ -111,9 +110,12 @@ def release(held: Held | None) -> None:
     try:
         _restore(replaced)
     finally:
-        previous_of = {signum: previous for signum, previous, _ in replaced}
         for signum, frame in received:
-            previous_of[signum](signum, frame)
+            handler = _signal.getsignal(signum)  # the previous one, or what the step installed
+            if callable(handler):
+                handler(signum, frame)
+            else:  # the default (the process ends, as it would have) or ignored
+                _signal.raise_signal(signum)
 
 
 _fork_hook_installed = False

@@ -63,14 +63,17 @@ def test_an_exception_in_the_middle_of_a_hold_puts_every_handler_back(handlers, 
     assert not interrupts._held_now and not interrupts._active
 
 
-def test_a_handler_installed_during_a_hold_stays(handlers):
+def test_a_handler_installed_during_a_hold_stays_and_gets_the_signals(handlers):
+    got = []
+
     def mine(signum, frame):
-        pass
+        got.append(signum)
 
     held = interrupts.hold(interrupts.CATCHABLE)
+    signal.raise_signal(signal.SIGTERM)  # held: noted before the step installs its own handler
     signal.signal(signal.SIGTERM, mine)
     interrupts.release(held)
-    assert signal.getsignal(signal.SIGTERM) is mine
+    assert signal.getsignal(signal.SIGTERM) is mine and got == [signal.SIGTERM] and handlers == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
