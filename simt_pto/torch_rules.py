@@ -112,7 +112,8 @@ def _refuse_unreadable(torch: Any, t: Any, what: str) -> None:
 
 def forward_ad_active() -> bool:
     """Whether a forward-mode AD level is open in this process (``torch.autograd.forward_ad.dual_level``): only then
-    can a tensor carry a tangent. A module global, read without a call: the fast paths ask on every torch operand."""
+    can a tensor carry a tangent. One module global of torch's, read: the fast paths ask on every torch operand (the
+    kept launch reads it inline)."""
     forward_ad = sys.modules.get("torch.autograd.forward_ad")
     return forward_ad is not None and getattr(forward_ad, "_current_level", -1) >= 0
 
