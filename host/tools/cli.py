@@ -94,7 +94,10 @@ class _Parser(argparse.ArgumentParser):
 
     def _print_message(self, message, file=None):
         if not message or file is None or file is not sys.stdout:
-            return super()._print_message(message, file)
+            try:
+                return super()._print_message(message, file)
+            except OSError:  # a full stderr: dropped, as Python 3.11's argparse drops it (3.10's lets it through)
+                return None
         # argparse drops a write error here, for the flush after --help or --version to meet again; but with an
         # unbuffered stdout (PYTHONUNBUFFERED=1) nothing is left to flush, and the command would end with status 0
         with _writing_output():
