@@ -69,7 +69,7 @@ from simt_pto.policy import index_rule
 from simt_pto.tensor import GlobalTensor
 
 from . import dispatch, tiling, tuning
-from .arrays import JAX, JAX_ZERO_COPY_ALIGNMENT, ArrayLike, DTypeArg, WholeArray, like, to_host, wrap
+from .arrays import JAX, JAX_ZERO_COPY_ALIGNMENT, ArrayLike, DTypeArg, WholeArray, host_memory, like, to_host, wrap
 from . import kept_launch
 from .kept_launch import Entry, KeptLaunch, device_operands, whole_indices
 
@@ -475,13 +475,27 @@ def full_gather(policy: Policy, table: ArrayLike, idx: ArrayLike, out: ArrayLike
     key = _kept_key(policy, table, idx) if out is None else _kept_into_key(policy, table, idx, out)
     backend = _backend(policy)
     call, result, c = _gather(policy, table, idx, backend, out, key)
-    _run(call, c.target, backend)
+    written = None if out is None else _host_out(out)
+    if written is None:
+        _run(call, c.target, backend)
+    else:  # the caller's out, which other calls may write too: registered as a composing writer (kernels/writers.py)
+        imported("simt_pto.kernels.writers").write_shared(written, _run, call, c.target, backend)
     gathered = result()
     if out is None and c.idx.size:
         _keep_gather(policy, key, c, call, gathered, table, idx)
     elif key is not None and c.idx.size:
         _keep_gather_into(policy, key, c, call, out)
     return gathered
+
+
+def _host_out(out) -> np.ndarray | None:
+    """The host memory of a gather's validated ``out`` (a numpy array, a PyTorch CPU tensor), or None (device memory,
+    which no host writer shares, or another producer's array)."""
+    if isinstance(out, np.ndarray):
+        return out
+    if torch_rules.torch_of(out) is not None and out.device.type == "cpu":
+        return host_memory(out.detach(), "out")[0]  # (DLPack: a bfloat16 tensor too, which numpy() refuses)
+    return None
 
 
 def _kept_into_key(policy: Policy, table, idx, out) -> Call | None:

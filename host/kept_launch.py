@@ -365,7 +365,14 @@ def gathered_into(policy: Policy, table, idx, out) -> bool:
     when the call takes the full path (no kept launch; ``out`` sharing memory with the table or the index; an index
     the full path refuses, checked before the launch: ``out`` is the caller's, so no launch may start first)."""
     keeps = _backend._resolved if policy.target == "a5" else "multicore" if policy.target == "a2a3" else None
-    return keeps in HOST_KEEPING and _run_kept(into_operands(policy, table, idx, out), out, -1)
+    if keeps not in HOST_KEEPING:
+        return False
+    found = into_operands(policy, table, idx, out)
+    if found is None:
+        return False
+    # the caller's out is memory other calls may write too: its stores registered as a composing writer, so that a
+    # plain read-modify-write of it (kernels/writers.py) never runs beside them and loses them
+    return imported("simt_pto.kernels.writers").write_shared(found[1]["dst"], _run_kept, found, out, -1)
 
 
 def into_operands(policy: Policy, table, idx, out) -> tuple[Call, dict[str, np.ndarray]] | None:

@@ -8,9 +8,10 @@ memory it writes for as long as it writes it, in one of three ways:
 
 * :meth:`TableWriters.enter_shared` (``write_shared``): a composing writer, any number at once. The A5 kernels on
   ``multicore`` (atomics, and the stores of Conflict::Last / Default), the ``(1, 1)`` scalar fallback's CPU atomic,
-  the A2/A3 loops of atomic NONE (stores). It waits while a plain writer runs, or waits to run, on memory its table
-  shares (a plain launch is one thread's pass over at most ``HostTuning.plain_add_max_updates`` or
-  ``plain_rmw_max_updates`` / ``plain_half_add_max_updates`` updates: a few milliseconds).
+  the A2/A3 loops of atomic NONE (stores), a whole-array gather's stores into the caller's ``out=``. It waits while a
+  plain writer runs, or waits to run, on memory its table shares (a plain launch is one thread's pass over at most
+  ``HostTuning.plain_add_max_updates`` or ``plain_rmw_max_updates`` / ``plain_half_add_max_updates`` updates: a few
+  milliseconds).
 * :meth:`TableWriters.run_alone`: a plain writer that has an atomic form to fall back on (the A5 plain-store Elem
   kernel, ``LaunchSpec.multicore_plain_kernel``). It runs only if no other writer of memory its table shares is registered
   or waiting, and otherwise returns False at once (its caller then runs the atomic form, shared): it never waits.
@@ -237,10 +238,10 @@ table_writers = TableWriters()
 """The one registry of the process."""
 
 
-def write_shared(table, write, *args) -> None:
-    """``write(*args)``, a writer of the host array ``table`` whose updates compose (atomics, stores), registered
-    as such for its duration (:meth:`TableWriters.enter_shared`: it waits while a plain writer writes, or waits to
-    write, memory ``table`` shares)."""
+def write_shared(table, write, *args):
+    """``write(*args)`` (and what it returns), a writer of the host array ``table`` whose updates compose (atomics,
+    stores), registered as such for its duration (:meth:`TableWriters.enter_shared`: it waits while a plain writer
+    writes, or waits to write, memory ``table`` shares)."""
     registry = table_writers
     token = next(registry._tokens)  # (token() and leave_shared(), inline: a small launch's registration is most of it)
     try:
@@ -248,7 +249,7 @@ def write_shared(table, write, *args) -> None:
         registry._shared[token] = table[0] if isinstance(table, tuple) else table
         if registry._alone or registry._exclusive:
             registry.enter_shared(token, table)
-        write(*args)
+        return write(*args)
     finally:
         registry._shared.pop(token, None)
 

@@ -320,6 +320,75 @@ def test_a_simulated_launch_loses_no_update_of_other_writers(simulator_backend, 
     assert_no_writer_registered()
 
 
+@pytest.mark.parametrize("read_as", ["gather table", "scatter source"])
+def test_a_simulated_launch_writes_nothing_back_into_memory_it_only_reads(simulator_backend, read_as):
+    """The simulator copies every array argument back after a launch; an array the launch only reads (a gather's
+    table, a scatter's source) must not be: another thread's adds into that memory, made while the launch ran, would
+    be undone. Every add of the other writer lands, and the simulated calls give their own results."""
+    table = np.zeros(32, np.int32)
+    idx = np.arange(32, dtype=np.int32)
+    other = np.zeros(32, np.int32)
+
+    def simulated_call():
+        if read_as == "gather table":
+            got = pto.gather(table, idx, coalesce="elem", target="a5")
+            assert got.shape == (32,) and np.all(got >= 0)
+        else:
+            pto.scatter(other, table, idx, coalesce="elem", target="a5")
+    simulated_call()  # compiled before they race
+    tile_scatter(np.zeros(32, np.int32), idx, np.ones(32, np.int32), "add", "a2a3")
+    rounds, writing, simulated, adds = 2, threading.Event(), threading.Event(), []
+
+    def simulate():
+        assert writing.wait(30)
+        for _ in range(rounds):
+            simulated_call()
+        simulated.set()
+
+    def other_writer():
+        while not simulated.wait(0):
+            tile_scatter(table, idx, np.ones(32, np.int32), "add", "a2a3")
+            adds.append(1)
+            writing.set()
+    run_threads(simulate, other_writer)
+    np.testing.assert_array_equal(table, np.full(32, len(adds)))
+    assert_no_writer_registered()
+
+
+@pytest.mark.parametrize("target", ["a5", "a2a3"])
+@pytest.mark.parametrize("call", ["first", "repeated"])
+def test_a_gather_into_out_registers_its_stores_as_a_writer_of_out(target, call):
+    """A gather's stores into the caller's ``out`` compose with atomics but not with a plain read-modify-write of
+    the same memory (a plain Elem Add would lose a store landing between its load and its store): the gather
+    registers ``out`` as a composing writer, so it waits while a plain writer holds that memory, on its first call
+    (the full path) and on a repeated one (the kept launch)."""
+    from simt_pto.kernels import writers
+    table = np.arange(64, dtype=np.float32).reshape(16, 4)
+    idx = np.array([3, 1, 15, 0], np.int32)
+    out = np.zeros((4, 4), np.float32)
+    if call == "repeated":
+        pto.gather(table, idx, out=np.zeros_like(out), target=target)  # the signature's first call, kept
+    registry = writers.table_writers
+    token = registry.token()
+    registry.enter_exclusive(token, out[1:2])  # a plain writer of part of out, running
+    gathered = threading.Event()
+
+    def gather():
+        pto.gather(table, idx, out=out, target=target)
+        gathered.set()
+    thread = threading.Thread(target=gather)
+    try:
+        thread.start()
+        assert not gathered.wait(0.3), "the gather wrote out beside a plain writer of its memory"
+        assert not out.any()
+    finally:
+        registry.leave_exclusive(token)
+    thread.join(30)
+    assert gathered.is_set()
+    np.testing.assert_array_equal(out, table[idx])
+    assert_no_writer_registered()
+
+
 # -- a float16 Add's staged boundary element -----------------------------------------------------------------------
 
 def test_a_staged_boundary_element_is_written_by_its_call_alone(monkeypatch, cpu_or_simulator_backend):

@@ -640,12 +640,12 @@ def _stop(launch: _Launch) -> None:
             continue
 
 
-def _writeable(arg):
+def _simulator_input(arg):
+    """``arg`` as the simulator takes an argument the launch does not write: an array (or a tuple of them) on a copy
+    of its own, which the simulator's copy-back writes instead of the caller's memory."""
     if isinstance(arg, tuple):
-        return tuple(_writeable(a) for a in arg)
-    if isinstance(arg, np.ndarray) and not arg.flags.writeable:
-        return arg.copy()
-    return arg
+        return tuple(_simulator_input(a) for a in arg)
+    return arg.copy() if isinstance(arg, np.ndarray) else arg
 
 
 def launch(spec: LaunchSpec, backend: str, args=None) -> None:
@@ -665,9 +665,10 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
         return
     config = kernel[grid, (geometry.WARP, warps)]
     if backend == "simulator":
-        # The simulator copies every array argument back after the launch: a read-only input (which no
-        # kernel writes) runs on a copy, so nothing is copied back into the caller's array.
-        args = [_writeable(a) for a in args]
+        # The simulator copies every array argument back after the launch, whole: an input the launch does not
+        # write (a gather's table, a scatter's source and indices) runs on a copy, so nothing is copied back into
+        # the caller's memory, where it would undo what other threads' calls wrote meanwhile.
+        args = [a if name in spec.writes else _simulator_input(a) for (name, _), a in zip(spec.args, args, strict=True)]
         table = args[[name for name, _ in spec.args].index("table")] if "table" in spec.writes else None
         if isinstance(writers.table_key(table), np.ndarray):
             # the simulator writes the table's copy back whole: a read-modify-write of all of it, so it runs as the
