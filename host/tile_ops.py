@@ -132,9 +132,10 @@ def tstore(gtensor: GlobalTensor, tile: Tile) -> GlobalTensor:
             span = device.copy_to_host()
             span.view(gtensor.dtype.numpy)[offs - lo] = values.view(gtensor.dtype.numpy)
             device.copy_to_device(span)
-    else:
+    else:  # plain stores, which compose with atomics: registered as a composing writer (kernels/writers.py), so that
+        # a plain read-modify-write of the same memory never runs beside them and loses one
         flat = gtensor.flat
-        flat[offs] = values.view(flat.dtype)
+        imported("simt_pto.kernels.writers").write_shared(flat, flat.__setitem__, offs, values.view(flat.dtype))
     return gtensor
 
 

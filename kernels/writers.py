@@ -8,10 +8,10 @@ memory it writes for as long as it writes it, in one of three ways:
 
 * :meth:`TableWriters.enter_shared` (``write_shared``): a composing writer, any number at once. The A5 kernels on
   ``multicore`` (atomics, and the stores of Conflict::Last / Default), the ``(1, 1)`` scalar fallback's CPU atomic,
-  the A2/A3 loops of atomic NONE (stores), a whole-array gather's stores into the caller's ``out=``. It waits while a
-  plain writer runs, or waits to run, on memory its table shares (a plain launch is one thread's pass over at most
-  ``HostTuning.plain_add_max_updates`` or ``plain_rmw_max_updates`` / ``plain_half_add_max_updates`` updates: a few
-  milliseconds).
+  the A2/A3 loops of atomic NONE (stores), a whole-array gather's stores into the caller's ``out=``, TSTORE's into a
+  host tensor. It waits while a plain writer runs, or waits to run, on memory its table shares (a plain launch is one
+  thread's pass over at most ``HostTuning.plain_add_max_updates`` or ``plain_rmw_max_updates`` /
+  ``plain_half_add_max_updates`` updates: a few milliseconds).
 * :meth:`TableWriters.run_alone`: a plain writer that has an atomic form to fall back on (the A5 plain-store Elem
   kernel, ``LaunchSpec.multicore_plain_kernel``). It runs only if no other writer of memory its table shares is registered
   or waiting, and otherwise returns False at once (its caller then runs the atomic form, shared): it never waits.

@@ -355,6 +355,33 @@ def test_a_simulated_launch_writes_nothing_back_into_memory_it_only_reads(simula
     assert_no_writer_registered()
 
 
+def test_a_tstore_registers_its_stores_as_a_writer_of_its_tensor():
+    """TSTORE's plain stores into a host GlobalTensor wait while a plain writer holds memory the tensor shares (as a
+    gather's ``out=`` does, below)."""
+    from simt_pto.kernels import writers
+    table = np.zeros((2, 8), np.float32)
+    tile = pto.Tile.from_array(np.arange(16, dtype=np.float32).reshape(2, 8))
+    registry = writers.table_writers
+    token = registry.token()
+    registry.enter_exclusive(token, table[1, 2:3])
+    stored = threading.Event()
+
+    def store():
+        pto.tstore(pto.GlobalTensor(table), tile)
+        stored.set()
+    thread = threading.Thread(target=store)
+    try:
+        thread.start()
+        assert not stored.wait(0.3), "TSTORE wrote beside a plain writer of its tensor's memory"
+        assert not table.any()
+    finally:
+        registry.leave_exclusive(token)
+    thread.join(30)
+    assert stored.is_set()
+    np.testing.assert_array_equal(table, np.arange(16, dtype=np.float32).reshape(2, 8))
+    assert_no_writer_registered()
+
+
 @pytest.mark.parametrize("target", ["a5", "a2a3"])
 @pytest.mark.parametrize("call", ["first", "repeated"])
 def test_a_gather_into_out_registers_its_stores_as_a_writer_of_out(target, call):
