@@ -355,29 +355,36 @@ def test_a_simulated_launch_writes_nothing_back_into_memory_it_only_reads(simula
     assert_no_writer_registered()
 
 
-def test_a_tstore_registers_its_stores_as_a_writer_of_its_tensor():
-    """TSTORE's plain stores into a host GlobalTensor wait while a plain writer holds memory the tensor shares (as a
-    gather's ``out=`` does, below)."""
+def assert_waits_for_a_plain_writer(held, write, written, message: str) -> None:
+    """``write()`` in a thread while a plain (exclusive) writer holds ``held``, part of ``written``: it must not
+    write ``written`` until that writer leaves, then must finish."""
     from simt_pto.kernels import writers
-    table = np.zeros((2, 8), np.float32)
-    tile = pto.Tile.from_array(np.arange(16, dtype=np.float32).reshape(2, 8))
     registry = writers.table_writers
     token = registry.token()
-    registry.enter_exclusive(token, table[1, 2:3])
-    stored = threading.Event()
+    registry.enter_exclusive(token, held)  # a plain writer of that memory, running
+    done = threading.Event()
 
-    def store():
-        pto.tstore(pto.GlobalTensor(table), tile)
-        stored.set()
-    thread = threading.Thread(target=store)
+    def run():
+        write()
+        done.set()
+    thread = threading.Thread(target=run)
     try:
         thread.start()
-        assert not stored.wait(0.3), "TSTORE wrote beside a plain writer of its tensor's memory"
-        assert not table.any()
+        assert not done.wait(0.3), message
+        assert not written.any()
     finally:
         registry.leave_exclusive(token)
     thread.join(30)
-    assert stored.is_set()
+    assert done.is_set()
+
+
+def test_a_tstore_registers_its_stores_as_a_writer_of_its_tensor():
+    """TSTORE's plain stores into a host GlobalTensor wait while a plain writer holds memory the tensor shares (as a
+    gather's ``out=`` does, below)."""
+    table = np.zeros((2, 8), np.float32)
+    tile = pto.Tile.from_array(np.arange(16, dtype=np.float32).reshape(2, 8))
+    assert_waits_for_a_plain_writer(table[1, 2:3], lambda: pto.tstore(pto.GlobalTensor(table), tile), table,
+                                    "TSTORE wrote beside a plain writer of its tensor's memory")
     np.testing.assert_array_equal(table, np.arange(16, dtype=np.float32).reshape(2, 8))
     assert_no_writer_registered()
 
@@ -389,29 +396,13 @@ def test_a_gather_into_out_registers_its_stores_as_a_writer_of_out(target, call)
     the same memory (a plain Elem Add would lose a store landing between its load and its store): the gather
     registers ``out`` as a composing writer, so it waits while a plain writer holds that memory, on its first call
     (the full path) and on a repeated one (the kept launch)."""
-    from simt_pto.kernels import writers
     table = np.arange(64, dtype=np.float32).reshape(16, 4)
     idx = np.array([3, 1, 15, 0], np.int32)
     out = np.zeros((4, 4), np.float32)
     if call == "repeated":
         pto.gather(table, idx, out=np.zeros_like(out), target=target)  # the signature's first call, kept
-    registry = writers.table_writers
-    token = registry.token()
-    registry.enter_exclusive(token, out[1:2])  # a plain writer of part of out, running
-    gathered = threading.Event()
-
-    def gather():
-        pto.gather(table, idx, out=out, target=target)
-        gathered.set()
-    thread = threading.Thread(target=gather)
-    try:
-        thread.start()
-        assert not gathered.wait(0.3), "the gather wrote out beside a plain writer of its memory"
-        assert not out.any()
-    finally:
-        registry.leave_exclusive(token)
-    thread.join(30)
-    assert gathered.is_set()
+    assert_waits_for_a_plain_writer(out[1:2], lambda: pto.gather(table, idx, out=out, target=target), out,
+                                    "the gather wrote out beside a plain writer of its memory")
     np.testing.assert_array_equal(out, table[idx])
     assert_no_writer_registered()
 
