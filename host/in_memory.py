@@ -52,7 +52,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -169,6 +169,9 @@ def _prepare(policy: Policy, table, idx, plan_fn, check=None, key: Call | None =
         idx_a = idx_a.as_rows(idx_a.size, 1)
         src_a = None if src_a is None else src_a.as_rows(idx_a.size, 1)
     if idx_a.size:
+        if plan.checks_range and not idx_a.device and np.may_share_memory(idx_a.obj, idx_a.memory):
+            # the indices checked are the indices used: a private copy, whoever writes the caller's meanwhile
+            idx_a = replace(idx_a, obj=idx_a.obj.copy(), copied=True)
         _check_indices(op, target, idx_a, plan.capacity, plan.rule)
     return _Validated(target, policy.coalesce, table_a, idx_a, tile_rows, plan, src_a)
 
@@ -527,7 +530,8 @@ def _keep_gather_into(policy: Policy, key: Call, c: _Validated, call: CallPlan, 
     operands = {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1), "dst": dst}
     entry.kept = _a5_side()[1].keep_on_host(
         call, operands, keeps, apart=_INTO_APART,
-        indices=whole_indices(c.plan, idx_dtype=key.operands[1].dtype, read_as_bits=keeps == "multicore"))
+        indices=whole_indices(c.plan, idx_dtype=key.operands[1].dtype, read_as_bits=keeps == "multicore",
+                              launch_masks=keeps == "multicore"))
 
 
 _INTO_APART = (("dst", "table"), ("dst", "idx"))
@@ -562,7 +566,7 @@ def _keep_gather(policy: Policy, key: Call | None, c: _Validated, call: CallPlan
                 call, {"table": c.table.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)}, keeps, made=("dst",),
                 made_as={"dst": (size, dtype)},  # the result's own dtype: each launch takes its view of it
                 indices=whole_indices(c.plan, checks_range=not in_launch, idx_dtype=key.operands[-1].dtype,
-                                      read_as_bits=keeps == "multicore"),
+                                      read_as_bits=keeps == "multicore", launch_masks=keeps == "multicore"),
                 idx_capacity=c.plan.capacity if in_launch else None, result_alignment=alignment)
         else:
             kept = _a2a3_gather_launch(c, shape, key, result_alignment=alignment)
@@ -603,7 +607,7 @@ def _a2a3_gather_launch(c: _Validated, shape: tuple, key: Call, into: bool = Fal
     launch = dispatch.runner("a2a3").bound_gatherer(plan, out_cols, out_cols, idx_stride, rows)
     bits = np.dtype(plan.dtype.bits)
     steps = ((launch, (("dst", bits), ("idx", np.dtype(np.uint32)), ("table", bits))),)
-    indices = whole_indices(plan, idx_dtype=key.operands[1].dtype)
+    indices = whole_indices(plan, idx_dtype=key.operands[1].dtype, launch_masks=True)
     if into:
         return KeptLaunch(steps, apart=_INTO_APART, indices=indices)
     # the result made in its own dtype (the same bytes): the walk views it as it takes it
@@ -622,7 +626,7 @@ def _a2a3_scatter_launch(c: _Validated, key: Call) -> KeptLaunch:
     view = np.dtype(dtype)
     return KeptLaunch(((launch, (("src", view), ("idx", np.dtype(np.uint32)), ("table", view))),),
                       apart=(("table", "src"), ("table", "idx")),
-                      indices=whole_indices(plan, idx_dtype=key.operands[-1].dtype))
+                      indices=whole_indices(plan, idx_dtype=key.operands[-1].dtype, launch_masks=True))
 
 
 def _weightless(plan: Plan) -> Plan:
@@ -820,7 +824,7 @@ def _keep_scatter(policy: Policy, key: Call | None, c: _Validated, call: CallPla
             call, {"table": c.table.obj.reshape(-1), "src": c.src.obj.reshape(-1), "idx": c.idx.obj.reshape(-1)},
             keeps, made=("owner", "refused"), apart=(("table", "src"), ("table", "idx")),
             indices=whole_indices(c.plan, checks_range=not refuses, idx_dtype=key.operands[-1].dtype,
-                                  read_as_bits=keeps == "multicore"))
+                                  read_as_bits=keeps == "multicore", launch_masks=keeps == "multicore"))
     elif keeps == "gpu" and c.table.device and c.idx.device and c.src.device:
         found = device_operands(policy, table, idx, src)
         if found is None or SIGNATURES.get(found[0]) is not None or not _takes_whole(call, found[1]):
@@ -866,7 +870,8 @@ def _cpu_row_scatter(policy: Policy, table, src, idx):
     if table_a.size >= 2 ** 32:
         raise ConstraintError(op, "cpu", "a Row scatter on cpu addresses the flat table with uint32 indices",
                               f"table has {table_a.size} elements")
-    bits = to_host(idx_a).reshape(-1).view(np.uint32)  # the ISA's cast: -1 is 4294967295
+    # the ISA's cast (-1 is 4294967295), in a copy: the rows checked are the rows used, whoever writes idx meanwhile
+    bits = to_host(idx_a).reshape(-1).view(np.uint32).copy()
     check_indices(op, "cpu", table_a.rows, index_rule(ScatterOOB.UNDEFINED, policy.strict), bits)
     rows = bits.astype(np.int64)
     keep = rows < table_a.rows

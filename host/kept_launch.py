@@ -655,37 +655,59 @@ def device_operands(policy: Policy, table, idx, src=None) -> tuple[Call, dict[st
 
 
 def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = None,
-                  read_as_bits: bool = False) -> Callable[[dict], bool] | None:
+                  read_as_bits: bool = False, launch_masks: bool = False) -> Callable[[dict], bool] | None:
     """A whole-array call's index step: the caller's index array, narrowed as the full path narrows it, as flat
     uint32 bits in ``arrays["idx"]``; False under a policy that leaves out-of-range indices undefined when one is out
     of range (unless a launch checks the range itself: ``checks_range=False``). ``idx_dtype``: the signature's index
     dtype (a numpy dtype: every call of the signature has it, it is part of the key), when known.
 
+    Under such a policy, unless ``launch_masks``, the launches read a private copy of the indices, made before any
+    is checked (:func:`_private`): the indices checked are the indices used, whoever writes the caller's array
+    meanwhile (another thread's call that scatters into it), so no index past the table is read or written through.
+    ``launch_masks``: no copy; the launches read each index once and never past the table (the ``multicore``
+    kernels and the A2/A3 loops, compiled with :func:`simt_pto.kernels.index_policy.read_once`'s rule: an index that
+    changes after the check reads and writes a table element, or nothing, never memory outside the table).
+
     ``read_as_bits``: the launches read int32 / uint32 indices as their uint32 bits themselves (a ``multicore``
-    launcher's ``reads_as``, :meth:`KeptLaunch.of`): for such indices the step leaves them as they are and only
+    launcher's ``reads_as``, :meth:`KeptLaunch.of`): for such indices the step leaves them in their dtype and only
     checks their range (by :data:`_INDEX_RANGE_CHECK`, which reads them as uint32 bits), or is None where there is
-    no range to check."""
+    nothing to check or copy."""
     check = checks_range and plan.checks_range
+    # (checked here or by a launch: either way the launches read what was checked)
+    private = plan.checks_range and not launch_masks
     op, target, capacity = plan.op, plan.target, plan.capacity
     if read_as_bits and idx_dtype is not None and _as_bits(idx_dtype):
         if not check:
-            return None
+            if not private:
+                return None
+
+            def copied(arrays: dict) -> bool:  # (a launch checks the range itself, on the copy)
+                arrays["idx"] = _private(arrays["idx"])
+                return True
+            setattr(copied, "gives_bits", False)  # (KeptLaunch.of: the indices stay in the caller's dtype)  # noqa: B010
+            return copied
 
         def in_range(arrays: dict) -> bool:
-            idx = arrays["idx"]  # (flat: whole_operands' view, left as the caller's)
+            idx = arrays["idx"]  # (flat: whole_operands' view of the caller's)
+            if private:
+                idx = arrays["idx"] = _private(idx)
             return _INDEX_RANGE_CHECK[0](idx, 0, idx.size, capacity)
-        setattr(in_range, "gives_bits", False)  # (KeptLaunch.of: the indices stay the caller's)  # noqa: B010
+        setattr(in_range, "gives_bits", False)  # (KeptLaunch.of: the indices stay in the caller's dtype)  # noqa: B010
         return in_range
     if idx_dtype is not None and _as_bits(idx_dtype):
         # int32 / uint32 indices are their bits as they are: the step below without its dtype tests (on every call)
         if not check:
             def as_bits(arrays: dict) -> bool:
-                arrays["idx"] = arrays["idx"].view(_UINT32)
+                bits = arrays["idx"].view(_UINT32)
+                arrays["idx"] = _private(bits) if private else bits
                 return True
             return as_bits
 
         def bits_below(arrays: dict) -> bool:
-            bits = arrays["idx"] = arrays["idx"].view(_UINT32)  # (flat: whole_operands' view)
+            bits = arrays["idx"].view(_UINT32)  # (flat: whole_operands' view)
+            if private:
+                bits = _private(bits)
+            arrays["idx"] = bits
             if bits.size <= SMALL_INDEX_COUNT:  # (all_below, inline)
                 return bits.size == 0 or max(bits.tolist()) < capacity
             return int(bits.max()) < capacity
@@ -693,11 +715,19 @@ def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = 
 
     def indices(arrays: dict) -> bool:
         raw = arrays["idx"]
-        if not _as_bits(raw.dtype):  # (int32 / uint32 need no narrowing)
+        if not _as_bits(raw.dtype):  # (int32 / uint32 need no narrowing: any other dtype is narrowed into a copy)
             raw = checked_indices(raw, op, target)
+        elif private:
+            raw = _private(raw)
         bits = arrays["idx"] = raw.view(_UINT32)  # (flat and C-contiguous: a view)
         return not check or all_below(bits, capacity)
     return indices
+
+
+_private = np.ndarray.copy
+"""The private copy of a call's indices that its checks and its launches read, under a policy that refuses
+out-of-range indices, where the launches would read an unchecked index as it is (:func:`whole_indices`: the CUDA
+simulator's)."""
 
 
 def _uint32_bits_below(bits: np.ndarray, lo: int, hi: int, capacity: int) -> bool:

@@ -29,7 +29,7 @@ from simt_pto.backend import imported
 from simt_pto.enums import IndexRule
 from simt_pto.enums import Coalesce, GatherOOB
 from simt_pto.kernels.cache import njit
-from simt_pto.kernels.index_policy import remap_index
+from simt_pto.kernels.index_policy import read_once, remap_index
 from simt_pto.launch_spec import KernelPolicy
 
 U = numba.uint64
@@ -111,7 +111,7 @@ def bulk_copy_to_l1(plan, scratch) -> None:
 def run_mgather_l1_scalar(plan) -> None:
     """The scalar GM -> L1 gather of a validated plan (A2/A3, and A5 ``GatherExec::Scalar``)."""
     dst = plan.tile
-    rule = int(plan.rule)
+    rule = int(read_once(plan.rule, "MGATHER"))  # (the GM indices read once, never past the table)
     if plan.coalesce == Coalesce.ROW:
         prefill = rule == IndexRule.MASK and plan.oob is GatherOOB.ZERO
         l1_row_loop(rule, prefill)(dst.data.view(plan.dtype.bits), dst.rows, table_bits(plan), index_bits(plan),

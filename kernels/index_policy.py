@@ -31,6 +31,19 @@ def remap_index(raw, capacity, rule):
     return u, True
 
 
+def read_once(rule: IndexRule, op: str) -> IndexRule:
+    """The rule a CPU kernel of ``op`` (``"MGATHER"`` / ``"MSCATTER"``: an A5 kernel on ``multicore``, an A2/A3 loop,
+    the GM -> L1 walk) is compiled with for ``rule``. The unchecked one (IDENTITY: UNDEFINED's, whose indices the
+    host checks before the launch, reading the caller's array where it is) becomes CLAMP for a gather and MASK
+    (Skip) for a scatter, so that an index another thread writes past the table after the check reads the table's
+    last row or element, or writes nothing, instead of memory outside the table. Every index the check passed gives
+    the same result under each, at the cost of a compare per index (for the Row gather, Clamp's branch-free remap
+    runs as fast as the unchecked one; Zero's mask would not: docs/performance.md)."""
+    if rule != IndexRule.IDENTITY:
+        return rule
+    return IndexRule.CLAMP if op == "MGATHER" else IndexRule.MASK
+
+
 @njit(cache=True)
 def remap_array(raw, capacity, rule):
     """:func:`remap_index` over an array of raw indices (host code: the coalescing analyzer): ``(slots,

@@ -51,7 +51,7 @@ def ctrl_c_in_type_inference(monkeypatch, ctrl_c_handled):
 def _uncompiled_gather_loop():
     """``(loop, dst, args)``: an A2/A3 Row gather loop whose first compile is the caller's (a dispatcher of its own,
     not loaded from the disk cache), and the arguments of rows 3 and 0 of a 4 x 4 table into ``dst``."""
-    loop = mgather.gather_loop.__wrapped__(walk.row_nd, IndexRule.IDENTITY)
+    loop = mgather._gather_loop.__wrapped__(walk.row_nd, IndexRule.MASK, False)
     loop._cache.disable()
     table = np.arange(16, dtype=np.uint32)
     dst = np.zeros(8, np.uint32)

@@ -175,8 +175,11 @@ def _specializations() -> dict:
     stores = ((ScatterAtomicOp.NONE, ElementFormat.NATIVE), (ScatterAtomicOp.ADD, ElementFormat.NATIVE),
               (ScatterAtomicOp.ADD, ElementFormat.F16), (ScatterAtomicOp.ADD, ElementFormat.BF16))
     out = {}
+    # (the CPU loops and kernels compile UNDEFINED's unchecked rule as CLAMP's or MASK's, index_policy.read_once:
+    # one specialization, which tests/test_index_snapshot.py pins)
+    checked_rules = [rule for rule in IndexRule if rule != IndexRule.IDENTITY]
     for source in (walk.row_nd, walk.elem_nd, walk.row_nz, walk.elem_nz):
-        for rule in IndexRule:
+        for rule in checked_rules:
             out["mgather", source.__name__, rule] = mgather.gather_loop(source, rule)
             for atomic, fmt in stores:
                 out["mscatter", source.__name__, rule, atomic, fmt] = mscatter.scatter_loop(source, rule, atomic, fmt)
@@ -187,6 +190,7 @@ def _specializations() -> dict:
     for rule in IndexRule:
         out["l1 row", rule] = cube_l1_walk.l1_row_loop(rule, False)
         out["l1 elem", rule] = cube_l1_walk.l1_elem_loop(rule)
+    for rule in checked_rules:
         out["a5 gather elem", rule] = simt.compile_kernel("simt_mgather_elem_kernel", KernelPolicy(rule=rule), "cpu")
     out["l1 row", IndexRule.MASK, "prefill"] = cube_l1_walk.l1_row_loop(IndexRule.MASK, True)
     for atomic, fmt in stores[:3] + ((ScatterAtomicOp.ADD, ElementFormat.F16_EDGE),

@@ -20,6 +20,7 @@ import functools
 from simt_pto.backend import first_use
 from simt_pto.enums import Coalesce, GatherOOB, IndexRule
 from simt_pto.kernels.cache import njit
+from simt_pto.kernels.index_policy import read_once
 from simt_pto.launch_spec import KernelPolicy
 from . import walk
 
@@ -30,12 +31,17 @@ def gather_move(tile, t, table, g):
     tile[t] = table[g]
 
 
-@functools.cache
 def gather_loop(source, rule: IndexRule, prefill: bool = False):
     """The gather loop of the walk ``source`` (:mod:`.walk`: ``row_nd``, ``elem_nd``, ``row_nz``, ``elem_nz``) for
     one index rule, writing ``T(0)`` where the rule masks an index; with ``prefill`` (Row NZ under GatherOOB ZERO)
     the whole NZ tile is zeroed first and masked rows are skipped. Called as the walk's signature says, with the
-    destination tile as ``tile``."""
+    destination tile as ``tile``. The loop reads each index once, never past the table: UNDEFINED's unchecked rule
+    is compiled as CLAMP's (:func:`~simt_pto.kernels.index_policy.read_once`)."""
+    return _gather_loop(source, read_once(IndexRule(rule), "MGATHER"), prefill)
+
+
+@functools.cache
+def _gather_loop(source, rule: IndexRule, prefill: bool):
     return walk.compile_walk(source, "mgather", gather_move, KernelPolicy(rule=IndexRule(rule)), zero_oob=not prefill,
                              prefill=prefill)
 

@@ -22,6 +22,7 @@ import functools
 from simt_pto.enums import Coalesce, ElementFormat, IndexRule, ScatterAtomicOp
 from simt_pto.kernels import store, writers
 from simt_pto.kernels.cache import njit
+from simt_pto.kernels.index_policy import read_once
 from simt_pto.kernels.gm import write_back
 from simt_pto.kernels.store import bind, store_element
 from simt_pto.launch_spec import KernelPolicy
@@ -33,11 +34,16 @@ def scatter_move(tile, t, table, g):
     store_element(table, g, tile[t])
 
 
-@functools.cache
 def scatter_loop(source, rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
     """The scatter loop of the walk ``source`` (:mod:`.walk`: ``row_nd``, ``elem_nd``, ``row_nz``, ``elem_nz``) for
     one index rule and store policy (ScatterAtomicOp, element format); masked indices store nothing. Called as the
-    walk's signature says, with the source tile as ``tile``."""
+    walk's signature says, with the source tile as ``tile``. The loop reads each index once, never past the table:
+    UNDEFINED's unchecked rule is compiled as MASK's (:func:`~simt_pto.kernels.index_policy.read_once`)."""
+    return _scatter_loop(source, read_once(IndexRule(rule), "MSCATTER"), atomic, fmt)
+
+
+@functools.cache
+def _scatter_loop(source, rule: IndexRule, atomic: ScatterAtomicOp, fmt: ElementFormat):
     policy = KernelPolicy(rule=IndexRule(rule), atomic=ScatterAtomicOp(atomic), fmt=ElementFormat(fmt))
     move = njit(inline="always")(bind(scatter_move, {"store_element": store.sequential_store(policy.atomic, policy.fmt)}))
     return walk.compile_walk(source, "mscatter", move, policy)

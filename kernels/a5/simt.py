@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import operator
 import os
 import threading
@@ -33,7 +34,7 @@ from simt_pto.enums import ElementFormat
 from simt_pto.interrupts import uninterrupted
 from simt_pto.launch_spec import CallPlan, KernelPolicy, LaunchSpec
 from simt_pto.plan import CallCache
-from simt_pto.kernels import cache, softfloat, store, writers
+from simt_pto.kernels import cache, index_policy, softfloat, store, writers
 from simt_pto.kernels.store import bind
 from simt_pto.kernels.tuning import CHUNKS_PER_WORKER, HELPER_WAIT_POLLS
 from . import device, intrinsics
@@ -139,8 +140,28 @@ def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
     """The dispatcher of one kernel specialization for a backend family (compiled per argument types on first
     call). Its policy is part of its on-disk cache key, explicitly (``KernelPolicy.cache_key``); Numba's disk
     cache and compiles are made safe by :mod:`simt_pto.kernels.cache`. Policies that differ only in ``conflict``
-    (which selects the kernel) share one dispatcher."""
+    (which selects the kernel) share one dispatcher. On the CPU a kernel reads each index once, never past the
+    table (:func:`read_once`)."""
+    if family_name == "cpu":
+        policy = read_once(kernel, policy)
     return _dispatcher(kernel, policy if policy.conflict is None else policy.compiled(), family_name)
+
+
+def read_once(kernel: str, policy: KernelPolicy) -> KernelPolicy:
+    """The policy ``kernel`` is compiled with for the ``multicore`` backend: its rule as
+    :func:`simt_pto.kernels.index_policy.read_once` gives it (UNDEFINED's unchecked rule becomes Clamp's in a
+    gather, Skip's mask in a scatter), except for a
+    kernel that refuses an index past the table itself (one with a ``refused`` parameter: a Conflict::Last claim),
+    which keeps its rule and its refusal (docs/guarantees.md, "The indices checked are the indices used")."""
+    rule = index_policy.read_once(policy.rule, "MGATHER" if kernel.startswith("simt_mgather") else "MSCATTER")
+    if rule == policy.rule or "refused" in _parameters(kernel, policy):
+        return policy
+    return KernelPolicy.of(rule, policy.atomic, policy.fmt, policy.conflict)
+
+
+@functools.cache
+def _parameters(kernel: str, policy: KernelPolicy) -> tuple[str, ...]:
+    return tuple(inspect.signature(kernel_source(kernel, policy)).parameters)
 
 
 def forget_compiled() -> None:
