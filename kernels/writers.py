@@ -93,9 +93,8 @@ def _overlaps(table: np.ndarray, writers: dict, token: int) -> bool:
     """Whether a writer in ``writers`` other than ``token`` has a table that may share memory with ``table``."""
     if not writers:  # the common case, one writer at a time: nothing to build
         return False
-    # a snapshot: a writer leaving drops its entry while we look
     return any(other_token != token and np.may_share_memory(table, _table_of(other))
-               for other_token, other in tuple(writers.items()))
+               for other_token, other in _snapshot(writers))
 
 
 def _table_of(entry) -> np.ndarray:
@@ -106,8 +105,17 @@ def _table_of(entry) -> np.ndarray:
 def _overlapping(table: np.ndarray, writers: dict, token: int) -> list[tuple[int, object]]:
     """``(token, entry)`` of the writers in ``writers`` other than ``token`` whose table may share memory with
     ``table``."""
-    return [(other_token, entry) for other_token, entry in tuple(writers.items())
+    return [(other_token, entry) for other_token, entry in _snapshot(writers)
             if other_token != token and np.may_share_memory(table, _table_of(entry))]
+
+
+def _snapshot(writers: dict):
+    """The items of a copy of ``writers``, which other threads' writers enter and leave while we look. ``dict.copy``
+    is one C call that makes no object the garbage collector tracks once it has begun: ``tuple(writers.items())``
+    makes a pair per entry, and a collection that one of them set off could run a finalizer, switch threads and let
+    another writer change the dict mid-copy ("dictionary changed size during iteration", seen in
+    tests/test_writers_across_targets.py on 2026-12-01)."""
+    return writers.copy().items()
 
 
 class TableWriters:
