@@ -47,7 +47,7 @@ from simt_pto.kernels import store
 from simt_pto.kernels.a5 import simt
 from simt_pto.kernels.a5.simt import multicore_workers
 from simt_pto.kernels.cube_l1_walk import run_mgather_l1_scalar
-from simt_pto.kernels.index_policy import remap_array, remap_index
+from simt_pto.kernels.index_policy import read_once, remap_array, remap_index
 from simt_pto.launch_spec import CallPlan, HostStep, KernelPolicy, LaunchSpec, launch_spec
 
 from . import tuning
@@ -313,8 +313,10 @@ def _scatter_elem_launch(policy, table, src, src_rs, src_cs, idx, idx_rs, idx_cs
 # -- the (1, 1) Elem scalar fallbacks: no SIMT launch --------------------------------------------------------------
 
 def _scalar_slot(plan):
+    """``(slot, in range)`` of the ``(1, 1)`` tile's index, read once, under the rule that keeps an index another
+    thread wrote past the table after the check inside it (:func:`~simt_pto.kernels.index_policy.read_once`)."""
     raw = plan.idx.data[plan.idx.offsets()[0, 0]]
-    return remap_index(raw, plan.capacity, plan.rule)
+    return remap_index(raw, plan.capacity, read_once(plan.rule, plan.op))
 
 
 def mgather_scalar_impl(plan) -> None:
@@ -683,8 +685,10 @@ def compact_slots(raw, capacity: int, rule, id_dtype=np.int64):
     """``(slots, ids)`` of the compact owner path: the distinct slots the raw indices reach under the index rule
     (int64, ascending), and per index, in flat source order, the position of its slot in ``slots``, or -1 where
     the rule drops the update (Skip, or UNDEFINED with ``strict=False``, out of range). The remap is
-    :func:`simt_pto.kernels.index_policy.remap_array`, the kernels' own. O(n log n) time, O(n) memory."""
-    remapped, in_range = remap_array(np.ascontiguousarray(raw).reshape(-1), capacity, rule)
+    :func:`simt_pto.kernels.index_policy.remap_array`, the kernels' own, under the rule they run with on the CPU
+    (:func:`~simt_pto.kernels.index_policy.read_once`: an index another thread wrote past the table after the
+    check is dropped, not numbered). O(n log n) time, O(n) memory."""
+    remapped, in_range = remap_array(np.ascontiguousarray(raw).reshape(-1), capacity, read_once(rule, "MSCATTER"))
     if in_range.all():
         slots, inverse = np.unique(remapped, return_inverse=True)
         return slots, inverse.astype(id_dtype, copy=False)

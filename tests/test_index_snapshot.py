@@ -199,3 +199,32 @@ def test_an_a2a3_loop_of_the_unchecked_rule_is_the_masking_rules_loop(source):
     store = (ScatterAtomicOp.ADD, ElementFormat.NATIVE)
     assert (mscatter.scatter_loop(walk_source, IndexRule.IDENTITY, *store)
             is mscatter.scatter_loop(walk_source, IndexRule.MASK, *store))
+
+
+@pytest.mark.parametrize("op, atomic", [("gather", "none"), ("scatter", "none"), ("scatter", "add")])
+def test_a_one_element_tile_op_keeps_an_index_changed_after_the_check_in_the_table(monkeypatch, op, atomic):
+    """The ``(1, 1)`` Elem tile op on A5 (MGatherScalarImpl / MScatterScalarImpl, the host's scalar pipe): its index
+    tile is made to point past the table right after the check has passed it; the gather reads the table's last
+    element (Clamp) and the scatter writes nothing (Skip), and no byte past the table changes."""
+    from simt_pto import constraints
+    rows, past = 64, 5
+    buffer = np.full(rows + 16, -7.0, np.float32)
+    buffer[:rows] = np.arange(1, rows + 1)
+    table = buffer[:rows]
+    idx = pto.Tile.from_array(np.full((1, 8), 3, np.int32), valid=(1, 1))
+    check = constraints.check_oob
+
+    def check_then_overwrite(plan):
+        check(plan)
+        idx.data[0] = rows + past
+    monkeypatch.setattr(constraints, "check_oob", check_then_overwrite)
+    if op == "gather":
+        dst = pto.Tile("float32", 1, 8, valid=(1, 1))
+        pto.mgather(dst, pto.GlobalTensor(table), idx, coalesce="elem", target="a5")
+        assert dst.valid_numpy()[0, 0] == rows  # the last element
+    else:
+        src = pto.Tile.from_array(np.full((1, 8), 99.0, np.float32), valid=(1, 1))
+        pto.mscatter(pto.GlobalTensor(table), src, idx, coalesce="elem", atomic=atomic, target="a5")
+        np.testing.assert_array_equal(table, np.arange(1, rows + 1, dtype=np.float32))
+    assert idx.data[0] == rows + past  # (the case is real)
+    assert (buffer[rows:] == -7).all()
