@@ -593,3 +593,42 @@ def test_threads_adding_rows_and_elements_into_one_table_lose_no_update(monkeypa
     np.testing.assert_array_equal(table, expected)
     assert_no_writer_registered()
     assert any(plain_runs)
+
+
+def test_a_writer_looks_at_the_registry_while_a_collection_changes_it():
+    """A writer reads the other writers' entries while other threads' writers enter and leave. A garbage collection
+    that starts mid-read can run a finalizer and switch threads; here the finalizer itself changes the registry at
+    every collection (the collector runs at nearly every allocation): the look still completes (it read a copy)."""
+    import gc
+
+    from simt_pto.kernels import writers
+
+    registry = {token: np.zeros(4) for token in range(8)}
+    table = np.zeros(4)
+    changes = []
+
+    class Churn:
+        """Cyclic garbage whose finalizer enters a writer and leaves another of itself behind."""
+
+        def __init__(self):
+            self.cycle = self
+
+        def __del__(self):
+            if len(changes) < 200:
+                changes.append(1)
+                registry[1000 + len(changes)] = np.zeros(4)
+                Churn()
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        Churn()
+        for _ in range(50):
+            assert writers._overlapping(table, registry, -1) == []
+            assert not writers._overlaps(table, registry, -1)
+    finally:
+        gc.set_threshold(*threshold)
+        changed = len(changes)
+        changes.extend([1] * 200)  # (no further churn)
+        gc.collect()
+    assert changed > 50  # (the registry did change, many times, while the writer looked)
