@@ -669,28 +669,22 @@ def whole_indices(plan, checks_range: bool = True, idx_dtype: np.dtype | None = 
     changes after the check reads and writes a table element, or nothing, never memory outside the table).
 
     ``read_as_bits``: the launches read int32 / uint32 indices as their uint32 bits themselves (a ``multicore``
-    launcher's ``reads_as``, :meth:`KeptLaunch.of`): for such indices the step leaves them in their dtype and only
-    checks their range (by :data:`_INDEX_RANGE_CHECK`, which reads them as uint32 bits), or is None where there is
-    nothing to check or copy."""
+    launcher's ``reads_as``, :meth:`KeptLaunch.of`; its kernels read each index once, so ``launch_masks`` too): for
+    such indices the step leaves them in their dtype and only checks their range (by :data:`_INDEX_RANGE_CHECK`, which
+    reads them as uint32 bits), or is None where there is no range to check."""
     check = checks_range and plan.checks_range
     # (checked here or by a launch: either way the launches read what was checked)
     private = plan.checks_range and not launch_masks
     op, target, capacity = plan.op, plan.target, plan.capacity
     if read_as_bits and idx_dtype is not None and _as_bits(idx_dtype):
+        if private:
+            raise ValueError("whole_indices: read_as_bits is the multicore launchers' form, whose kernels read each "
+                             "index once (launch_masks)")
         if not check:
-            if not private:
-                return None
-
-            def copied(arrays: dict) -> bool:  # (a launch checks the range itself, on the copy)
-                arrays["idx"] = _private(arrays["idx"])
-                return True
-            setattr(copied, "gives_bits", False)  # (KeptLaunch.of: the indices stay in the caller's dtype)  # noqa: B010
-            return copied
+            return None
 
         def in_range(arrays: dict) -> bool:
             idx = arrays["idx"]  # (flat: whole_operands' view of the caller's)
-            if private:
-                idx = arrays["idx"] = _private(idx)
             return _INDEX_RANGE_CHECK[0](idx, 0, idx.size, capacity)
         setattr(in_range, "gives_bits", False)  # (KeptLaunch.of: the indices stay in the caller's dtype)  # noqa: B010
         return in_range

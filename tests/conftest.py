@@ -64,6 +64,16 @@ requires_toolchain = pytest.mark.skipif(not TOOLCHAIN_EXTRA, reason=TOOLCHAIN_EX
 
 
 @pytest.fixture
+def threads_switch_often():
+    """Python threads switch every 10 µs instead of 5 ms while a test runs, so that calls interleave (a race between
+    a range check and the launch after it needs the switch that short to be hit within a test)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(interval)
+
+
+@pytest.fixture
 def simulator_backend():
     """Run the test's A5 calls on Numba's CUDA simulator (the default here is the ``multicore`` backend, or the
     GPU where one is present), then restore the backend. Skips where ``numba.cuda`` runs in real mode, and where

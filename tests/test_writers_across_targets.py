@@ -62,13 +62,7 @@ def assert_no_writer_registered():
     assert writers.table_writers.busy() == 0
 
 
-@pytest.fixture(autouse=True)
-def threads_switch_often():
-    """Python threads switch every 0.1 ms instead of 5 ms while a test runs, so that calls interleave."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-4)
-    yield
-    sys.setswitchinterval(interval)
+pytestmark = pytest.mark.usefixtures("threads_switch_often")  # (conftest: calls interleave)
 
 
 def run_threads(*work) -> None:

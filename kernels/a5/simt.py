@@ -150,9 +150,9 @@ def compile_kernel(kernel: str, policy: KernelPolicy, family_name: str):
 def read_once(kernel: str, policy: KernelPolicy) -> KernelPolicy:
     """The policy ``kernel`` is compiled with for the ``multicore`` backend: its rule as
     :func:`simt_pto.kernels.index_policy.read_once` gives it (UNDEFINED's unchecked rule becomes Clamp's in a
-    gather, Skip's mask in a scatter), except for a
-    kernel that refuses an index past the table itself (one with a ``refused`` parameter: a Conflict::Last claim),
-    which keeps its rule and its refusal (docs/guarantees.md, "The indices checked are the indices used")."""
+    gather, Skip's mask in a scatter), except for a kernel that refuses an index past the table itself (one with a
+    ``refused`` parameter: a Conflict::Last claim), which keeps its rule and its refusal (docs/guarantees.md, "An
+    index is never used past its table")."""
     rule = index_policy.read_once(policy.rule, "MGATHER" if kernel.startswith("simt_mgather") else "MSCATTER")
     if rule == policy.rule or "refused" in _parameters(kernel, policy):
         return policy
