@@ -86,6 +86,26 @@ def test_the_planner_reads_the_table_not_module_constants():
         assert not re.search(r"\b(a5|a5_planner|in_memory|tiling)\.[A-Z_]{6,} = ", path.read_text()), path.name
 
 
+
+def test_each_host_threshold_has_one_line_saying_what_it_trades_and_where_it_was_measured():
+    """Each field of the host's table is followed by a one-line docstring that ends in where it was measured (a
+    date, or that it was set without a measurement); the measurements themselves live in docs/performance.md, under
+    a heading per field."""
+    tree = ast.parse((ROOT / "host" / "tuning.py").read_text())
+    table = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "HostTuning")
+    documented = {}
+    for at, node in enumerate(table.body):
+        if isinstance(node, ast.AnnAssign):
+            doc = table.body[at + 1]
+            assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), node.target.id
+            documented[node.target.id] = doc.value.value
+    assert list(documented) == [field.name for field in dataclasses.fields(tuning.HostTuning)]
+    performance = (ROOT / "docs" / "performance.md").read_text()
+    for name, doc in documented.items():
+        assert "\n" not in doc, name
+        assert re.search(r"\b20\d\d-\d\d-\d\d(, not measured)?\)\.$", doc), name
+        assert f"### `{name} = " in performance, name
+
 # Module-level numbers under kernels/ that are facts of the hardware or of a number format, not tuned choices: they
 # stay beside the code that uses them.
 KERNEL_FACTS = {
