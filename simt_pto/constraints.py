@@ -209,14 +209,16 @@ def _tile_key(t: Tile) -> tuple:
 
 def _plan_key(policy: Policy, tile, table, idx, scratch_given: bool = False) -> tuple | None:
     """What the shape rules of a VEC tile op read: the tiles' types, shapes, layouts, valid extents and UB
-    addresses, the table's dtype, shape, strides, layout, memory size (and for MSCATTER its writability), and the
-    normalised policy (:class:`~simt_pto.call.Policy`: ``"elem"`` and ``Coalesce.ELEM`` are one key). None (validated
-    every time) for anything but exact Tile / GlobalTensor operands and a VEC tile. Built on every call of a tile op,
-    so written for speed: flat tuples."""
+    addresses, the table's dtype and its memory's (a kept launch takes the memory as it is: ``"float32"`` over int32
+    memory and over float32 memory are two signatures), shape, strides, layout, memory size (and for MSCATTER its
+    writability), and the normalised policy (:class:`~simt_pto.call.Policy`: ``"elem"`` and ``Coalesce.ELEM`` are
+    one key). None (validated every time) for anything but exact Tile / GlobalTensor operands and a VEC tile. Built
+    on every call of a tile op, so written for speed: flat tuples."""
     if type(tile) is not Tile or type(idx) is not Tile or type(table) is not GlobalTensor or tile.loc != TileType.VEC:
         return None
-    return ("tile op", policy, scratch_given, _tile_key(tile), _tile_key(idx), table.dtype.name, table.shape,
-            table.stride, table.layout, table.size, table.on_device, policy.op == "MSCATTER" and table.writeable)
+    return ("tile op", policy, scratch_given, _tile_key(tile), _tile_key(idx), table.dtype.name, table.memory_dtype,
+            table.shape, table.stride, table.layout, table.size, table.on_device,
+            policy.op == "MSCATTER" and table.writeable)
 
 
 def cached_mgather(policy: Policy, dst, table, idx, scratch=None) -> Plan | None:

@@ -117,6 +117,9 @@ class GlobalTensor:
                                   f"the array has dtype {np_dtype.str} (the other byte order); the tile ops use it in "
                                   "place: pass a converted copy (array.astype(array.dtype.newbyteorder('=')))")
         self.array: npt.NDArray[Any] | CudaArray = array
+        self.memory_dtype: np.dtype = np_dtype
+        """The dtype of the wrapped memory as its array has it; :attr:`dtype` may reinterpret it (``"float32"`` over
+        int32 memory). A kept launch hands the memory over as it is, so a tile op's signature holds both."""
         self.dtype = _dt.resolve(dtype if dtype is not None else np_dtype)
         if self.dtype.itemsize != np_dtype.itemsize:
             raise ConstraintError("GlobalTensor", None, "dtype matches the memory",

@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 import pytest
 
+import conftest
 import simt_pto as pto
 from simt_pto import constraints, torch_rules
 from simt_pto.errors import ConstraintError, OutOfBoundsError
@@ -734,6 +735,58 @@ def test_a_repeated_tile_scatter_runs_its_kept_launch_on_the_new_operands(coales
     call(1)
     call(2)
 
+
+
+# (op, coalesce, atomic, the table's declared dtype, its memory's): each memory dtype of the declared dtype's size
+REINTERPRETED = [("mscatter", "elem", "add", "float32", "int32"), ("mscatter", "row", "add", "float32", "uint32"),
+                 ("mscatter", "row", "max", "int32", "uint32"), ("mscatter", "elem", "min", "uint32", "int32"),
+                 ("mscatter", "elem", "add", "int32", "float32"), ("mscatter", "elem", "add", "float16", "int16"),
+                 ("mscatter", "row", "none", "float32", "int32"), ("mgather", "row", "none", "float32", "int32"),
+                 ("mgather", "elem", "none", "float16", "uint16")]
+
+
+@pytest.mark.parametrize("target, op, coalesce, atomic, declared, memory", [
+    pytest.param(target, *case, id="-".join((target, *case))) for case in REINTERPRETED for target in conftest.TARGETS
+    # (the CPU simulator's MSCATTER walks element-wise with a plain replace: its own tests check it)
+    if conftest.supports(target, case[3], case[2]) and (target != "cpu" or case[0] == "mgather")])
+def test_a_repeated_tile_op_reads_reinterpreted_memory_as_its_declared_dtype(target, op, coalesce, atomic, declared,
+                                                                           memory):
+    """A GlobalTensor's ``dtype`` may reinterpret its memory (``"float32"`` over int32 memory). Calls of one shape
+    alternate between memory of the declared dtype and memory reinterpreted as it, past the calls where a kept launch
+    binds its kernel: each reads and writes the table as the declared dtype. (A kept launch took the memory of a
+    later call as it was: an integer add into a float32 table, and every call of the signature after it too.)
+    Oracles: numpy's ``add.at`` / ``maximum.at`` / ``minimum.at`` / indexing on the table viewed as declared."""
+    slots, cols, rng = 16, 8, np.random.default_rng(5)
+    capacity = slots if coalesce == "row" else slots * cols
+    for memory_dtype in (declared, memory, memory, declared, declared, memory, declared):
+        # negative values too: a signed and an unsigned Max / Min differ on them (-1 as uint32 is 4294967295)
+        start = rng.integers(-9, 9, (slots, cols)).astype(declared)
+        table = start.copy().view(memory_dtype)
+        tensor = pto.GlobalTensor(table, dtype=declared)
+        if coalesce == "row":
+            idx = rng.permutation(slots)[:4] if atomic == "none" else rng.integers(0, slots, 4)
+            tile, idx_tile = pto.Tile(declared, 4, cols), pto.Tile("int32", 1, 32, valid=(1, 4))
+            idx_tile.set(idx[None, :].astype(np.int32))
+        else:
+            idx = (rng.permutation(capacity)[:32] if atomic == "none" else rng.integers(0, capacity, 32)).reshape(2, 16)
+            tile, idx_tile = pto.Tile(declared, 2, 16), pto.Tile("int32", 2, 16)
+            idx_tile.set(idx.astype(np.int32))
+        want = start.copy() if coalesce == "row" else start.reshape(-1).copy()
+        if op == "mgather":
+            pto.mgather(tile, tensor, idx_tile, coalesce=coalesce, target=target)
+            assert tile.valid_numpy().tobytes() == want[idx.reshape(-1) if coalesce == "row" else idx].tobytes()
+            assert table.tobytes() == start.tobytes()
+            continue
+        updates = rng.integers(-9, 9, (4, cols) if coalesce == "row" else (2, 16)).astype(declared)
+        tile.set(updates)
+        flat_idx, flat_updates = idx.reshape(-1), updates if coalesce == "row" else updates.reshape(-1)
+        if atomic == "none":
+            want[flat_idx] = flat_updates
+        else:
+            {"add": np.add, "max": np.maximum, "min": np.minimum}[atomic].at(want, flat_idx, flat_updates)
+        conflict = {"conflict": "default"} if target == "a5" else {}  # (A2/A3 has none: sequential)
+        pto.mscatter(tensor, tile, idx_tile, coalesce=coalesce, atomic=atomic, target=target, **conflict)
+        assert table.view(declared).tobytes() == want.tobytes(), memory_dtype
 
 def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monkeypatch):
     """A kept float16 Add launch works on the table's 32-bit words; a table of its signature that starts mid-word
