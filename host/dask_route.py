@@ -123,7 +123,9 @@ def _operand(x, what):
         return x
     if isinstance(x, np.ndarray):
         return x if type(x) is np.ndarray else plain_array(x, what)
-    raise TypeError(f"{what}: expected a numpy or Dask array next to a Dask table, got {type(x).__name__}")
+    if isinstance(x, np.generic):  # a numpy scalar (np.int32(7)): the 0-d array the in-memory call reads it as
+        return np.asarray(x)
+    raise TypeError(f"{what}: expected a numpy or Dask array (or a numpy scalar) next to a Dask table, got {type(x).__name__}")
 
 
 def _table(table, op, target, row):
@@ -611,7 +613,8 @@ def gather(table, idx, *, coalesce="row", oob="undefined", target="a5", tile_row
     idx_cols = 1 if row or idx.ndim < 2 else tiling.elem_tile_cols(  # the in-memory call's tile view of idx
         "MGATHER", target, out_dtype, idx.shape[-1], dyn_ubuf_size)
     call = dict(coalesce=coalesce, target=target, dtype=dtype, dyn_ubuf_size=dyn_ubuf_size,
-                tile_rows=tile_rows if row or tile_rows is None else tile_rows * idx_cols)  # Elem: same tile size
+                tile_rows=tile_rows if row or tile_rows is None else  # Elem: as many elements, within the UB
+                tiling.flat_tile_rows("MGATHER", target, out_dtype, tile_rows, idx_cols, dyn_ubuf_size))
     router = functools.partial(_route_lookups, capacity=capacity, rule=rule, bounds=bounds)
     run_share = functools.partial(_gather_share, call=call)
     for b, (key, _, shape) in enumerate(_blocks(idx)):
@@ -702,10 +705,12 @@ def scatter(table, src, idx, *, coalesce="row", atomic="none", oob="undefined", 
         for t in range(len(table_keys)):
             dsk[(share, b, t)] = (operator.getitem, (route, b), t)
             shares[t].append((share, b, t))
+    element = _element_dtype(table, "table", dtype)
     idx_cols = 1 if row or idx.ndim < 2 else tiling.elem_tile_cols(  # the in-memory call's tile view of idx
-        "MSCATTER", target, _element_dtype(table, "table", dtype), idx.shape[-1], dyn_ubuf_size)
+        "MSCATTER", target, element, idx.shape[-1], dyn_ubuf_size)
     call = dict(coalesce=coalesce, atomic=atomic, conflict=conflict, target=target, last_path=last_path, dtype=dtype,
-                dyn_ubuf_size=dyn_ubuf_size, tile_rows=tile_rows if row or tile_rows is None else tile_rows * idx_cols)
+                dyn_ubuf_size=dyn_ubuf_size, tile_rows=tile_rows if row or tile_rows is None else  # (as the gather's)
+                tiling.flat_tile_rows("MSCATTER", target, element, tile_rows, idx_cols, dyn_ubuf_size))
     apply = functools.partial(_scatter_chunk, call=call, reorder=reorder,
                               quiet_cpu_atomics=target == "cpu" and atomic != ScatterAtomicOp.NONE)
     for t, table_key in enumerate(table_keys):

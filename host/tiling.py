@@ -130,6 +130,17 @@ def elem_tile_cols(op: str, target: str, dtype, cols: int, dyn_ubuf_size=None) -
     return cols if budget is None or one_row <= budget else 1
 
 
+
+def flat_tile_rows(op: str, target: str, dtype, tile_rows: int, cols: int, dyn_ubuf_size=None) -> int:
+    """Elements per tile of an Elem call that takes, as one flat run, the indices another call cuts into tiles of
+    ``tile_rows`` rows of ``cols`` (a Dask chunk's routed share of an index whose rows are ``cols`` wide): the same
+    number of elements, halved until the flat run's tiles fit the UB. A flat tile is ``[R, 1]``, padded to the
+    32-byte row minimum on a RowMajor target (eight int32 indices a row: eight times a 2-D tile's bytes), so the
+    same elements can overflow the budget the 2-D tile kept. Elem results are per element in C order: the tile size
+    changes none."""
+    layout = whole_array_layout(target, Coalesce.ELEM, 1)
+    return fit_tile_rows(tile_rows * cols, tile_bytes(Coalesce.ELEM, 1, dtype, layout), ub.budget(op, target, dyn_ubuf_size))
+
 class TileView(NamedTuple):
     """The tile view of a whole-array call (:func:`tile_view`): how its rows are cut into tiles."""
 

@@ -429,6 +429,39 @@ def test_calls_the_in_memory_op_refuses_are_refused_with_its_error(rng, case):
     assert str(distributed.value) == str(local.value)
 
 
+
+@pytest.mark.parametrize("target", ["a2a3", "a5"])
+@pytest.mark.parametrize("tile_rows", [1, 2])
+@pytest.mark.parametrize("op", ["gather", "scatter"])
+def test_an_elem_call_whose_tiles_hold_long_index_rows_runs_as_the_in_memory_call(rng, op, tile_rows, target):
+    """Index rows of 4096 with ``tile_rows`` 1 or 2: the in-memory call's tiles hold whole rows, within the UB. Each
+    chunk's call takes its indices as one flat run of as many elements per tile; on A2/A3 a flat tile pads each
+    element to a row of eight, and one of 4096 elements overflowed the UB, so the call was refused at compute time
+    although the in-memory call runs. Oracles: ``np.add.at`` and numpy indexing."""
+    table = rng.integers(-9, 9, 50000).astype(np.int32)
+    idx = rng.integers(0, 50000, (7, 4096)).astype(np.int32)
+    dtable, didx = da.from_array(table, chunks=20000), da.from_array(idx, chunks=(3, 4096))
+    if op == "gather":
+        got = pto_dask.gather(dtable, didx, coalesce="elem", target=target, tile_rows=tile_rows).compute()
+        assert np.array_equal(got, table[idx])
+        return
+    src = rng.integers(-9, 9, idx.shape).astype(np.int32)
+    got = pto_dask.scatter(dtable, src, didx, coalesce="elem", atomic="add", target=target,
+                           tile_rows=tile_rows).compute()
+    want = table.copy()
+    np.add.at(want, idx.reshape(-1), src.reshape(-1))
+    assert np.array_equal(got, want)
+
+
+def test_a_numpy_scalar_index_next_to_a_dask_table_is_the_0d_index_the_in_memory_call_reads(rng):
+    table = random_values(rng, (40, 4), "float32")
+    dtable = da.from_array(table, chunks=(10, 4))
+    assert np.array_equal(as_bits(pto_dask.gather(dtable, np.int32(7)).compute()), as_bits(table[7]))
+    src = random_values(rng, (4,), "float32")
+    want = in_memory.scatter(table.copy(), src, np.int32(7))
+    assert np.array_equal(as_bits(pto_dask.scatter(dtable, src, np.uint16(7)).compute()), as_bits(want))
+    assert np.array_equal(as_bits(want[7]), as_bits(src))
+
 def test_tables_cut_along_columns_and_numpy_tables_under_a_scatter_are_refused(rng):
     table = random_values(rng, (40, 8), "float32")
     with pytest.raises(pto.ConstraintError, match=r"rechunk\(\{1: -1\}\) \(rule: a Dask table is chunked along its rows only"):
