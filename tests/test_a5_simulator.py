@@ -8,6 +8,8 @@ launch, is checked against a serial loop here.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -76,3 +78,32 @@ def test_the_simulator_gathers_into_a_contiguous_out_in_place(simulator_backend,
     assert pto.gather(table, idx, coalesce=coalesce, out=out) is out
     assert out.tobytes() == gather_oracle(table, idx, coalesce).tobytes()
     assert buffer[0] == -1 and buffer[-1] == -1
+
+
+def test_simulated_launches_from_two_threads_each_run_their_own_grid(simulator_backend, monkeypatch):
+    """Numba's simulator keeps a launch's grid on the kernel object (its ``kernel[grid, block]`` sets it and returns
+    the kernel). Configured outside the simulator's lock, a launch ran with the grid another thread's launch of the
+    same kernel had set meanwhile, and returned rows its kernel never wrote. Here the other thread's whole launch
+    runs just before this one's takes the lock, every time. Oracle: numpy indexing."""
+    from simt_pto.kernels.a5 import simt
+    rng = np.random.default_rng(3)
+    small_table, big_table = (rng.standard_normal((rows, 8)).astype(np.float32) for rows in (42, 37))
+    small_idx, big_idx = rng.integers(0, 42, 21).astype(np.int32), rng.integers(0, 37, 300).astype(np.int32)
+    pto.gather(small_table, small_idx, coalesce="row", target="a5")  # (compiled: both calls launch one kernel)
+    lock, caller, theirs = simt._simulator_lock, threading.current_thread(), []
+
+    class TheOtherLaunchFirst:
+        def __enter__(self):
+            if threading.current_thread() is caller:
+                other = threading.Thread(target=lambda: theirs.append(
+                    pto.gather(small_table, small_idx, coalesce="row", target="a5")))
+                other.start()
+                other.join()
+            lock.acquire()
+
+        def __exit__(self, *exc):
+            lock.release()
+    monkeypatch.setattr(simt, "_simulator_lock", TheOtherLaunchFirst())
+    ours = pto.gather(big_table, big_idx, coalesce="row", target="a5")
+    assert theirs and all(np.array_equal(got, small_table[small_idx]) for got in theirs)
+    assert np.array_equal(ours, big_table[big_idx])

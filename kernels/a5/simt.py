@@ -684,7 +684,6 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
         alone = None if spec.multicore_plain_kernel is None else compile_kernel(spec.multicore_plain_kernel, spec.policy, "cpu")
         _launch_multicore_writer(kernel, alone, grid, warps, args, spec.multicore_threads, table)
         return
-    config = kernel[grid, (geometry.WARP, warps)]
     if backend == "simulator":
         # The simulator copies every array argument back after the launch, whole: an input the launch does not
         # write (a gather's table, a scatter's source and indices) runs on a copy, so nothing is copied back into
@@ -694,18 +693,21 @@ def launch(spec: LaunchSpec, backend: str, args=None) -> None:
         if isinstance(writers.table_key(table), np.ndarray):
             # the simulator writes the table's copy back whole: a read-modify-write of all of it, so it runs as the
             # table's only writer (kernels/writers.py), registered before the simulator's lock is taken
-            writers.table_writers.run_exclusive(table, _simulate, config, grid, warps, args)
+            writers.table_writers.run_exclusive(table, _simulate, kernel, grid, warps, args)
         else:
-            _simulate(config, grid, warps, args)
+            _simulate(kernel, grid, warps, args)
     else:
-        config((0, grid, grid, warps), *args)
+        kernel[grid, (geometry.WARP, warps)]((0, grid, grid, warps), *args)
 
 
-def _simulate(config, grid: int, warps: int, args) -> None:
-    """One launch on Numba's CUDA simulator, which keeps its thread state in globals: one launch at a time."""
+def _simulate(kernel, grid: int, warps: int, args) -> None:
+    """One launch on Numba's CUDA simulator, which keeps its thread state in globals and a launch's grid and block
+    on the kernel object itself (its ``kernel[grid, block]`` sets them and returns the kernel, where a GPU kernel's
+    makes a configuration of its own): configured and run under one lock, one launch at a time. (Configured before
+    the lock, a launch ran with the grid another thread's launch of the same kernel had set meanwhile.)"""
     with _simulator_lock:
         try:
-            config((0, grid, grid, warps), *args)
+            kernel[grid, (geometry.WARP, warps)]((0, grid, grid, warps), *args)
         except BaseException:
             _join_simulator_threads()
             raise
