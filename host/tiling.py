@@ -130,7 +130,6 @@ def elem_tile_cols(op: str, target: str, dtype, cols: int, dyn_ubuf_size=None) -
     return cols if budget is None or one_row <= budget else 1
 
 
-
 def flat_tile_rows(op: str, target: str, dtype, tile_rows: int, cols: int, dyn_ubuf_size=None) -> int:
     """Elements per tile of an Elem call that takes, as one flat run, the indices another call cuts into tiles of
     ``tile_rows`` rows of ``cols`` (a Dask chunk's routed share of an index whose rows are ``cols`` wide): the same
@@ -140,6 +139,7 @@ def flat_tile_rows(op: str, target: str, dtype, tile_rows: int, cols: int, dyn_u
     changes none."""
     layout = whole_array_layout(target, Coalesce.ELEM, 1)
     return fit_tile_rows(tile_rows * cols, tile_bytes(Coalesce.ELEM, 1, dtype, layout), ub.budget(op, target, dyn_ubuf_size))
+
 
 class TileView(NamedTuple):
     """The tile view of a whole-array call (:func:`tile_view`): how its rows are cut into tiles."""

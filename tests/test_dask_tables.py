@@ -433,7 +433,7 @@ def test_calls_the_in_memory_op_refuses_are_refused_with_its_error(rng, case):
 @pytest.mark.parametrize("target", ["a2a3", "a5"])
 @pytest.mark.parametrize("tile_rows", [1, 2])
 @pytest.mark.parametrize("op", ["gather", "scatter"])
-def test_an_elem_call_whose_tiles_hold_long_index_rows_runs_as_the_in_memory_call(rng, op, tile_rows, target):
+def test_an_elem_call_whose_tiles_hold_long_index_rows_runs_as_the_in_memory_call(client, rng, op, tile_rows, target):
     """Index rows of 4096 with ``tile_rows`` 1 or 2: the in-memory call's tiles hold whole rows, within the UB. Each
     chunk's call takes its indices as one flat run of as many elements per tile; on A2/A3 a flat tile pads each
     element to a row of eight, and one of 4096 elements overflowed the UB, so the call was refused at compute time
@@ -453,7 +453,7 @@ def test_an_elem_call_whose_tiles_hold_long_index_rows_runs_as_the_in_memory_cal
     assert np.array_equal(got, want)
 
 
-def test_a_numpy_scalar_index_next_to_a_dask_table_is_the_0d_index_the_in_memory_call_reads(rng):
+def test_a_numpy_scalar_index_next_to_a_dask_table_is_the_0d_index_the_in_memory_call_reads(client, rng):
     table = random_values(rng, (40, 4), "float32")
     dtable = da.from_array(table, chunks=(10, 4))
     assert np.array_equal(as_bits(pto_dask.gather(dtable, np.int32(7)).compute()), as_bits(table[7]))
