@@ -85,7 +85,7 @@ def check_working_set(op: str, target: str, tiles: dict, dyn_ubuf_size=None) -> 
         parts = " + ".join(f"{n} {t.rows}x{t.cols} {t.dtype} = {t.nbytes} B" for n, t in ub.items())
         how = ("the 192 KB A2/A3 UB" if target == "a2a3" else
                "the 128 KB safe A5 working set without dyn_ubuf_size"
-               if dyn_ubuf_size is None else f"dyn_ubuf_size = {dyn_ubuf_size} B")
+               if not dyn_ubuf_size else f"dyn_ubuf_size = {dyn_ubuf_size} B")  # (0 requests nothing, as None)
         raise ConstraintError(op, target, "UB working set within budget",
                               f"working set {parts} = {total} B exceeds {how}; {_what_fits(target, total)}")
     placed = sorted(((t.addr, t.addr + t.nbytes, n) for n, t in ub.items() if t.addr is not None))

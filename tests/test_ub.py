@@ -78,6 +78,9 @@ def test_dyn_ubuf_size_zero_means_no_dynamic_request():
     # the hint names only what makes the call fit: a dyn_ubuf_size A5 can declare, else smaller tiles
     ("a5", None, A5_SAFE, "the 128 KB safe A5 working set without dyn_ubuf_size; declare dyn_ubuf_size of at least "
                           "131104 B (A5 takes up to 221184 B)"),
+    # 0 is no dynamic request (<<<n, 0, stream>>>): the refusal names the 128 KB budget it applies, not 0 B
+    ("a5", 0, A5_SAFE, "the 128 KB safe A5 working set without dyn_ubuf_size; declare dyn_ubuf_size of at least "
+                       "131104 B (A5 takes up to 221184 B)"),
     ("a5", A5_MAX_DYN, A5_MAX_DYN, "dyn_ubuf_size = 221184 B; use smaller tiles: 221216 B is more than the 221184 B "
                                    "A5 can declare"),
     ("a5", 140 * KB, 140 * KB, "dyn_ubuf_size = 143360 B; declare dyn_ubuf_size of at least 143392 B (A5 takes up "
