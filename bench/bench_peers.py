@@ -22,9 +22,10 @@ allocated likewise (the copy's rate is reported, and a run in which it falls bel
 into a new array each call, against our gather making its result; the gather as a plain row copy
 (``out[i, :] = table[rows[i], :]``) into a new array each call; and, against our gather into ``out=``, a read of the
 same rows that writes nothing, prefetched as our kernel prefetches (``row_ceilings``: the rate random rows of the table
-get from this machine's memory, which bounds any gather of them); for the Elem gather, a gather that allocates its output (the
-"ceiling": what this machine's memory gives a parallel loop); for the float32 Elem scatter Add,
-``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
+get from this machine's memory, which bounds any gather of them; the table shows the share of the copy's rate that
+this read reaches, copy time / read time, the most a gather of those rows can reach); for the Elem gather, a gather
+that allocates its output (the "ceiling": what this machine's memory gives a parallel loop); for the float32 Elem
+scatter Add, ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
 
 Shapes, for ``n`` elements moved: Row gather, ``n / C`` random rows of a ``(4n / C) x C`` table, ``C`` 64 columns
 (``--row-cols``: the row width in elements; the README table is 64); Elem gather and
@@ -533,6 +534,16 @@ def copy_gbps(n: int, dtype: str, ms: float) -> float:
     return 2 * n * np.dtype(dtype).itemsize / (ms * 1e-3) / 1e9
 
 
+def read_share(copy: dict | None, read: dict | None) -> float | None:
+    """The share of the plain copy's rate that the plain read of the gathered rows reaches (``copy`` and ``read``:
+    the Row gather's rows against those two loops, which time the same bytes): copy time / read time. A gather
+    reads those rows and writes them out, so it takes at least the read's time, and its share of the copy is at most
+    this one (None: a loop not measured)."""
+    if copy is None or read is None:
+        return None
+    return copy["peer_ms"] / read["peer_ms"]
+
+
 def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[str], torch_present: bool,
              overhead_rows: list[dict], env: dict, repeat: int) -> str:
     """The run's tables: the ratios per op, dtype and size, the plain loops', the copy's rate, the times, the per-call
@@ -585,6 +596,14 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
                     cells.append(f"{rate:.1f}" + (f" (below {COPY_GBPS:.0f})" if rate < COPY_GBPS else ""))
                 lines.append(f"| the plain parallel copy's rate, GB/s read + write (this machine: about "
                              f"{COPY_GBPS:.0f}) | {dtype} | " + " | ".join(cells) + " |")
+            for dtype in dtypes if op == "row_gather" else ():
+                shares = [read_share(by_key.get((op, dtype, n, "copy")), by_key.get((op, dtype, n, "row read")))
+                          for n in sizes]
+                if any(share is not None for share in shares):
+                    lines.append("| the plain read of the same rows, nothing written, as a share of the copy's rate "
+                                 "(copy time / read time: what any gather of these rows can reach at most, since it "
+                                 f"reads them too) | {dtype} | "
+                                 + " | ".join("" if share is None else f"{share:.2f}x" for share in shares) + " |")
         lines += ["", "Times (median ms, ours / peer):", "", "| op | dtype | size | peer | ours ms | peer ms | ratio |",
                   "|---|---|---|---|---|---|---|"]
         for r in rows:

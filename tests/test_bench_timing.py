@@ -108,6 +108,21 @@ def test_bench_peers_times_every_peer_by_the_method_its_command_line_names(monke
         assert all(f",{peer}," in timed for peer in ("numpy", "copy", "new copy", "row copy", "row read"))
 
 
+def test_the_row_gather_table_shows_the_share_of_the_copy_that_a_read_of_the_rows_reaches(monkeypatch):
+    # the row read took 4 ms and the copy 1 ms at 16M, 3 and 2 at 64M: a read of those rows gets a quarter and two
+    # thirds of the copy's rate, the most any gather of them can get; a size without the read shows no share
+    bench_peers = bench_module("bench_peers")
+    rows = [{"op": "row_gather", "dtype": "float16", "size": n, "peer": peer, "ours_ms": 9.0, "peer_ms": ms,
+             "ratio": ms / 9.0}
+            for n, peer, ms in ((1 << 24, "copy", 1.0), (1 << 24, "row read", 4.0), (1 << 26, "copy", 2.0),
+                                (1 << 26, "row read", 3.0), (1 << 28, "copy", 5.0))]
+    env = {"workers": 2, "cores": 2, "cpu": "test", "python": "3", "numpy": "2", "numba": "0", "peer_index": "int64"}
+    table = bench_peers.markdown(rows, [1 << 24, 1 << 26, 1 << 28], ["float16"], ["row_gather"], False, [], env, 1)
+    (line,) = [line for line in table.splitlines() if line.startswith("| the plain read of the same rows")]
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[1:] == ["float16", "0.25x", "0.67x", ""]
+
+
 @pytest.mark.parametrize("coalesce", ["row", "elem"])
 @pytest.mark.parametrize("atomic", ["add", "max", "min"])
 def test_the_scatter_atomics_bench_checks_and_times_both_forms_and_numpy(monkeypatch, atomic, coalesce):
