@@ -147,6 +147,10 @@ def _check_mode(op, target, tile, idx, coalesce, tile_name):
 
 def _table_geometry(op, target, tile, table, coalesce, tile_name):
     """(capacity, row_stride) for the table, with the per-target row rules and the memory-reach check."""
+    if table.reach > table.size:  # (checked as the tensor was made: its numpy memory has shrunk in place since)
+        _fail(op, target, "shape / stride stay inside the memory",
+              f"table shape {table.shape} with stride {table.stride} reaches element {table.reach - 1}, but its "
+              f"memory holds {table.size} elements now")
     C = tile.valid_cols
     if table.layout == Layout.NZ:  # a2a3 only (checked above)
         lrows = table.shape[2] * nz.FRACTAL_NZ_ROW
@@ -216,8 +220,9 @@ def _plan_key(policy: Policy, tile, table, idx, scratch_given: bool = False) -> 
     on every call of a tile op, so written for speed: flat tuples."""
     if type(tile) is not Tile or type(idx) is not Tile or type(table) is not GlobalTensor or tile.loc != TileType.VEC:
         return None
+    on_device = table.on_device  # the memory's size as it is now (GlobalTensor.size, inlined for host memory)
     return ("tile op", policy, scratch_given, _tile_key(tile), _tile_key(idx), table.dtype.name, table.memory_dtype,
-            table.shape, table.stride, table.layout, table.size, table.on_device,
+            table.shape, table.stride, table.layout, table.size if on_device else table.array.size, on_device,
             policy.op == "MSCATTER" and table.writeable)
 
 

@@ -124,8 +124,7 @@ class GlobalTensor:
         if self.dtype.itemsize != np_dtype.itemsize:
             raise ConstraintError("GlobalTensor", None, "dtype matches the memory",
                                   f"dtype {self.dtype} ({self.dtype.itemsize} B) over {np_dtype} memory")
-        self.size: int = math.prod(arr_shape)
-        """Elements of wrapped memory."""
+        self._elements = math.prod(arr_shape)
         if shape is None:
             if len(arr_shape) > 5:
                 raise ConstraintError("GlobalTensor", None, "5-D shape / stride", f"array is {len(arr_shape)}-D")
@@ -144,6 +143,14 @@ class GlobalTensor:
                 f"but the array holds {self.size} elements")
         self.reach: int = reach
         """One past the largest element offset shape and stride can address."""
+
+    @property
+    def size(self) -> int:
+        """Elements of the wrapped memory, read at each use from a numpy array: one shrunk in place after the tensor
+        was made (``ndarray.resize(..., refcheck=False)``, which numpy leaves to the caller to make safe) changes the
+        tile ops' signature, and its call is refused by the rule that holds shape and stride inside the memory."""
+        array = self.array
+        return array.size if type(array) is np.ndarray else self._elements
 
     def repointed(self, array: npt.NDArray[Any] | CudaArray | None) -> GlobalTensor:
         """This validated tensor over ``array``, memory of the same kind (host or device), dtype, shape and

@@ -10,6 +10,7 @@ emptied by ``CallCache.clear_all``). Oracles: numpy indexing.
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import types
 import weakref
@@ -787,6 +788,41 @@ def test_a_repeated_tile_op_reads_reinterpreted_memory_as_its_declared_dtype(tar
         conflict = {"conflict": "default"} if target == "a5" else {}  # (A2/A3 has none: sequential)
         pto.mscatter(tensor, tile, idx_tile, coalesce=coalesce, atomic=atomic, target=target, **conflict)
         assert table.view(declared).tobytes() == want.tobytes(), memory_dtype
+
+@pytest.mark.parametrize("target, op, coalesce", [
+    (target, op, coalesce) for target in conftest.TARGETS for op in ("mgather", "mscatter") for coalesce in ("row", "elem")
+    if (target, op, coalesce) != ("cpu", "mscatter", "row")])  # (the CPU simulator's MSCATTER walks element-wise)
+def test_a_tile_op_over_memory_shrunk_in_place_is_refused_before_anything_is_read_or_written(target, op, coalesce):
+    """A GlobalTensor keeps its array; numpy lets a caller shrink that array in place with ``refcheck=False`` (its
+    own views then read freed memory). A call of a signature seen before, over the shrunk memory, must not reach the
+    old extent: it is refused by the rule that holds shape and stride inside the memory, naming the elements left,
+    and the shrunk array is left as it was. (The kept launch and the full path took the old extent: an index of 1000
+    into the 32 elements left was read and written.)"""
+    table = np.empty((64, 16), np.float32)  # (an array that owns its memory: numpy resizes no other)
+    table[...] = np.arange(64 * 16).reshape(64, 16)
+    tensor = pto.GlobalTensor(table)
+    if coalesce == "row":
+        tile, idx_tile = pto.Tile("float32", 2, 16), pto.Tile("int32", 1, 8, valid=(1, 2))
+        far = [[60, 1] + [0] * 6]
+    else:
+        tile, idx_tile = pto.Tile("float32", 1, 8), pto.Tile("int32", 1, 8)
+        far = [[1000, 1, 2, 3, 4, 5, 6, 7]]
+    idx_tile.set(np.zeros((1, 8), np.int32))
+    call = (lambda: pto.mgather(tile, tensor, idx_tile, coalesce=coalesce, target=target)) if op == "mgather" else (
+        lambda: pto.mscatter(tensor, tile, idx_tile, coalesce=coalesce, target=target))
+    for _ in range(3):  # the signature's kept launch made and run
+        call()
+    table.resize((2, 16), refcheck=False)  # 32 elements left
+    idx_tile.set(np.array(far, np.int32))
+    tile.fill(-1.0)
+    left = table.copy()
+    with pytest.raises(pto.ConstraintError, match=re.escape("but its memory holds 32 elements now (rule: shape / "
+                                                            "stride stay inside the memory)")):
+        call()
+    assert table.tobytes() == left.tobytes()
+    if op == "mgather":
+        assert (tile.numpy() == -1.0).all()
+
 
 def test_a_mid_word_half_table_after_a_kept_tile_add_takes_the_edge_format(monkeypatch):
     """A kept float16 Add launch works on the table's 32-bit words; a table of its signature that starts mid-word

@@ -142,7 +142,19 @@ def read_only_table():
     return pto.GlobalTensor(array)
 
 
+def table_shrunk_to(rows):
+    """A 6 x 8 table's GlobalTensor whose array was then shrunk in place to ``rows`` rows (``refcheck=False``)."""
+    array = np.zeros((6, 8), np.float32)
+    tensor = pto.GlobalTensor(array)
+    array.resize((rows, 8), refcheck=False)
+    return tensor
+
+
 RULES = [
+    Rule("memory-shrunk-in-place", BOTH, TARGETS,
+         lambda op, t: "shape / stride stay inside the memory",
+         lambda op, t: any_row_call(op, t, table=table_shrunk_to(5)),
+         lambda op, t: any_row_call(op, t, table=table_shrunk_to(6))),
     Rule("read-only-table", S, TARGETS,
          lambda op, t: "the table is written in place",
          lambda op, t: any_row_call(op, t, table=read_only_table()),
