@@ -23,9 +23,10 @@ into a new array each call, against our gather making its result; the gather as 
 (``out[i, :] = table[rows[i], :]``) into a new array each call; and, against our gather into ``out=``, a read of the
 same rows that writes nothing, prefetched as our kernel prefetches (``row_ceilings``: the rate random rows of the table
 get from this machine's memory, which bounds any gather of them; the table shows the share of the copy's rate that
-this read reaches, copy time / read time, the most a gather of those rows can reach); for the Elem gather, a gather
-that allocates its output (the "ceiling": what this machine's memory gives a parallel loop); for the float32 Elem
-scatter Add, ``table[idx[i]] += src[i]`` with the LLVM atomic our kernel issues.
+this read reaches, copy time / read time, timed against the copy in rounds of their own: the most a gather of those
+rows can reach); for the Elem gather, a gather that allocates its output (the "ceiling": what this machine's memory
+gives a parallel loop); for the float32 Elem scatter Add, ``table[idx[i]] += src[i]`` with the LLVM atomic our
+kernel issues.
 
 Shapes, for ``n`` elements moved: Row gather, ``n / C`` random rows of a ``(4n / C) x C`` table, ``C`` 64 columns
 (``--row-cols``: the row width in elements; the README table is 64); Elem gather and
@@ -53,7 +54,8 @@ Per-call overhead, on ``a5`` (the ``multicore`` backend) and on ``a2a3``: calls 
 target: at most 5x, issue #40).
 
 Without PyTorch the benchmark says so and runs the numpy and ceiling columns. Outputs: ``peers.md`` (the tables),
-``peers.csv`` (one line per op x dtype x size x peer) and ``peers.json`` (that and the environment) under
+``peers.csv`` (one line per op x dtype x size x peer; the ``read bound`` line's ``ours_ms`` is the read's time) and
+``peers.json`` (that and the environment) under
 ``--out`` (default ``bench/out``).
 
 Run: ``python bench/bench_peers.py [--sizes 256K,1M,4M,16M,64M,256M | all] [--dtypes float32,float16]
@@ -291,6 +293,9 @@ def row_gather(rng, n, dtype, torch, repeat, cols=ROW_COLS):
         raise AssertionError("prange row read: its sum differs from numpy's sum of the same words")
     del want
     out.update(run_pairs(ours_into, {"copy": copy_into, "row read": read}, repeat))
+    # the bound itself: the read against the copy in the same rounds ("read bound": its ours_ms is the read's time,
+    # its ratio copy time / read time, the most a gather of these rows can reach of the copy's rate)
+    out["read bound"] = paired_times(read, copy_into, repeat, METHOD)
     return out
 
 
@@ -521,7 +526,10 @@ LOOP_PEERS = {
                                 "new array each call"),
                    ("row read", "Row gather into `out=` vs a plain `prange` read of the same rows, prefetched as "
                                 "ours, nothing written (from 16M: the rate random rows get from this machine's "
-                                "memory)")),
+                                "memory)"),
+                   ("read bound", "That read of the rows vs the plain copy, in the same rounds (copy time / read "
+                                  "time: the share of the copy's rate the read reaches, the most a gather of these "
+                                  "rows can reach, since it reads them too)")),
     "elem_gather": (("ceiling", "Elem gather vs a plain Numba `prange` gather (the ceiling; target at least 0.8 "
                                 "from 1M)"),),
     "scatter_add": (("atomic loop", "Elem scatter Add vs a plain `prange` loop of the same LLVM atomic"),),
@@ -534,14 +542,6 @@ def copy_gbps(n: int, dtype: str, ms: float) -> float:
     return 2 * n * np.dtype(dtype).itemsize / (ms * 1e-3) / 1e9
 
 
-def read_share(copy: dict | None, read: dict | None) -> float | None:
-    """The share of the plain copy's rate that the plain read of the gathered rows reaches (``copy`` and ``read``:
-    the Row gather's rows against those two loops, which time the same bytes): copy time / read time. A gather
-    reads those rows and writes them out, so it takes at least the read's time, and its share of the copy is at most
-    this one (None: a loop not measured)."""
-    if copy is None or read is None:
-        return None
-    return copy["peer_ms"] / read["peer_ms"]
 
 
 def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[str], torch_present: bool,
@@ -596,16 +596,8 @@ def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[st
                     cells.append(f"{rate:.1f}" + (f" (below {COPY_GBPS:.0f})" if rate < COPY_GBPS else ""))
                 lines.append(f"| the plain parallel copy's rate, GB/s read + write (this machine: about "
                              f"{COPY_GBPS:.0f}) | {dtype} | " + " | ".join(cells) + " |")
-            for dtype in dtypes if op == "row_gather" else ():
-                shares = [read_share(by_key.get((op, dtype, n, "copy")), by_key.get((op, dtype, n, "row read")))
-                          for n in sizes]
-                if any(share is not None for share in shares):
-                    lines.append("| the plain read of the same rows, nothing written, as a share of the copy's rate "
-                                 "(copy time / read time: what any gather of these rows can reach at most, since it "
-                                 f"reads them too) | {dtype} | "
-                                 + " | ".join("" if share is None else f"{share:.2f}x" for share in shares) + " |")
-        lines += ["", "Times (median ms, ours / peer):", "", "| op | dtype | size | peer | ours ms | peer ms | ratio |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "Times (median ms, ours / peer; in a `read bound` line, the read's / the copy's):", "",
+                  "| op | dtype | size | peer | ours ms | peer ms | ratio |", "|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['op']} | {r['dtype']} | {size_label(r['size'])} | {r['peer']} | {r['ours_ms']:.3f} | "
                          f"{r['peer_ms']:.3f} | {r['ratio']:.2f}x |")
