@@ -69,11 +69,23 @@ class _FirstUseLock:
     behind, and every later call of the process fails. The hold starts before the lock is taken and ends after it is
     released, so an interrupt never leaves the lock held; while another thread holds the lock, the wait lets the
     signals that came through every :data:`_WAIT_STEP` seconds (Ctrl-C then leaves the wait, nothing taken).
-    ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard)."""
+    ``acquire`` / ``release`` take the lock alone (``os.fork()``'s guard).
+
+    ``os.fork()`` waits for the lock from its first use on: a child that inherited it held by a thread it does not
+    have would hang at its own first use. The kernels' fork guard (:func:`simt_pto.kernels.cache.install_fork_guard`)
+    takes it too, with Numba's compiler lock, once they are loaded; before that, a fork made while another thread
+    loads them is this guard's. ``import simt_pto`` registers nothing."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._holds: list = []  # one entry per ``with`` level, pushed and popped under the lock
+        self._fork_guarded = False
+
+    def _guard_forks(self) -> None:
+        self._fork_guarded = True  # (two threads may both register: each pair of handlers takes and gives back once)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=self._lock.acquire, after_in_parent=self._lock.release,
+                                after_in_child=self._lock.release)
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         return self._lock.acquire(blocking, timeout)
@@ -82,6 +94,8 @@ class _FirstUseLock:
         self._lock.release()
 
     def __enter__(self) -> _FirstUseLock:
+        if not self._fork_guarded:  # (before the lock is first held: no fork can copy it held without waiting)
+            self._guard_forks()
         while True:
             held = interrupts.hold(interrupts.CATCHABLE)
             try:
@@ -111,7 +125,7 @@ first_use = _FirstUseLock()
 A5 backend is chosen or changed: one thread at a time makes these first imports, so that none sees another's
 half-initialised module, and Ctrl-C waits for them to complete. Re-entrant (an import under it may import more under
 it). Taken before Numba's compiler lock where both are held (a kernel module that compiles as it is imported), never
-after it; ``os.fork()`` waits for it once the kernels are loaded (:func:`simt_pto.kernels.cache.install_fork_guard`)."""
+after it; ``os.fork()`` waits for it (:meth:`_FirstUseLock._guard_forks`)."""
 
 
 def _initialised(module: ModuleType | None) -> bool:

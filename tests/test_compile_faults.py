@@ -213,6 +213,55 @@ def test_fork_during_a_compile_gives_a_child_that_compiles():
     assert p.returncode == 0, p.stderr
 
 
+FORK_DURING_FIRST_USE = textwrap.dedent("""
+    import os, sys, threading, time
+    import numpy as np
+    import simt_pto as pto
+    from simt_pto.backend import first_use
+
+    loading = threading.Event()
+
+    def first_use_elsewhere():                  # another thread's first use: it holds the lock while it loads
+        with first_use:
+            loading.set()
+            time.sleep(0.3)
+
+    worker = threading.Thread(target=first_use_elsewhere)
+    worker.start()
+    loading.wait()
+    assert "simt_pto.kernels" not in sys.modules  # (the kernels' own fork guard is not installed yet)
+    started = time.monotonic()
+    pid = os.fork()                             # while the lock is held
+    if pid == 0:
+        table = np.arange(12, dtype=np.float32).reshape(6, 2)
+        rows = np.array([5, 0, 3], dtype=np.int32)
+        os._exit(0 if np.array_equal(pto.gather(table, rows, target="a2a3"), table[rows]) else 3)
+    waited = time.monotonic() - started
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            sys.exit("the child hung at its first use")
+        time.sleep(0.02)
+    worker.join()
+    assert waited > 0.1, waited                 # the fork waited for the other thread's first use
+    sys.exit(os.waitstatus_to_exitcode(status))
+""")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX only")
+def test_fork_during_another_threads_first_use_gives_a_child_that_calls():
+    """A fork made while another thread makes simt_pto's first use (it holds ``first_use`` while it loads Numba and
+    the kernels), before the kernels' fork guard exists: the fork waits for it, and the child's own first call runs.
+    (The child inherited the lock held by a thread it does not have, and its first call waited forever.)"""
+    p = subprocess.run([sys.executable, "-c", FORK_DURING_FIRST_USE], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
 CTRL_C_IN_FIRST_IMPORT = textwrap.dedent("""
     import importlib.abc, signal, sys
     import numpy as np
