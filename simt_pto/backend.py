@@ -83,6 +83,9 @@ class _FirstUseLock:
 
     def _guard_forks(self) -> None:
         self._fork_guarded = True  # (two threads may both register: each pair of handlers takes and gives back once)
+        # logging registers at-fork handlers as it is imported, which Numba's first import does under this lock; imported
+        # during a fork's wait for the lock, its release would run after the fork without its acquire before it
+        import logging  # noqa: F401
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(before=self._lock.acquire, after_in_parent=self._lock.release,
                                 after_in_child=self._lock.release)
