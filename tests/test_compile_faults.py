@@ -168,7 +168,24 @@ def test_every_jitted_entry_point_is_guarded():
     assert [d for d in dispatchers if not _guarded(d)] == []
 
 
-FORK_DURING_COMPILE = textwrap.dedent("""
+WAIT_FOR_CHILD = textwrap.dedent("""
+    def wait_for_child(pid, hung):
+        # the forked child's exit code; past 60 s it is killed and the script exits saying ``hung``
+        import os, sys, time
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                sys.exit(hung)
+            time.sleep(0.02)
+""")
+"""What the fork scripts below wait for their child with (prepended to each)."""
+
+FORK_DURING_COMPILE = WAIT_FOR_CHILD + textwrap.dedent("""
     import os, sys, threading, time
     import simt_pto.kernels                     # the first kernel use: installs the at-fork handlers
     from numba import njit
@@ -190,18 +207,9 @@ FORK_DURING_COMPILE = textwrap.dedent("""
         def plus_one(x):
             return x + 1
         os._exit(0 if plus_one(1) == 2 else 3)
-    deadline = time.monotonic() + 60
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            sys.exit("the child hung at its first compile")
-        time.sleep(0.02)
+    status = wait_for_child(pid, "the child hung at its first compile")
     worker.join()
-    sys.exit(os.waitstatus_to_exitcode(status))
+    sys.exit(status)
 """)
 
 
@@ -213,7 +221,7 @@ def test_fork_during_a_compile_gives_a_child_that_compiles():
     assert p.returncode == 0, p.stderr
 
 
-FORK_DURING_FIRST_USE = textwrap.dedent("""
+FORK_DURING_FIRST_USE = WAIT_FOR_CHILD + textwrap.dedent("""
     import os, sys, threading, time
     import numpy as np
     import simt_pto as pto
@@ -237,19 +245,10 @@ FORK_DURING_FIRST_USE = textwrap.dedent("""
         rows = np.array([5, 0, 3], dtype=np.int32)
         os._exit(0 if np.array_equal(pto.gather(table, rows, target="a2a3"), table[rows]) else 3)
     waited = time.monotonic() - started
-    deadline = time.monotonic() + 60
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            sys.exit("the child hung at its first use")
-        time.sleep(0.02)
+    status = wait_for_child(pid, "the child hung at its first use")
     worker.join()
     assert waited > 0.1, waited                 # the fork waited for the other thread's first use
-    sys.exit(os.waitstatus_to_exitcode(status))
+    sys.exit(status)
 """)
 
 
