@@ -168,7 +168,21 @@ def test_every_jitted_entry_point_is_guarded():
     assert [d for d in dispatchers if not _guarded(d)] == []
 
 
-WAIT_FOR_CHILD = textwrap.dedent("""
+FORK_HELPERS = textwrap.dedent("""
+    def held_elsewhere(lock):
+        # another thread takes ``lock`` and keeps it 0.3 s (a compile, a first use); returned once it holds it
+        import threading, time
+        holding = threading.Event()
+
+        def hold():
+            with lock:
+                holding.set()
+                time.sleep(0.3)
+        worker = threading.Thread(target=hold)
+        worker.start()
+        holding.wait()
+        return worker
+
     def wait_for_child(pid, hung):
         # the forked child's exit code; past 60 s it is killed and the script exits saying ``hung``
         import os, sys, time
@@ -183,24 +197,15 @@ WAIT_FOR_CHILD = textwrap.dedent("""
                 sys.exit(hung)
             time.sleep(0.02)
 """)
-"""What the fork scripts below wait for their child with (prepended to each)."""
+"""What the fork scripts below hold a lock in another thread and wait for their child with (prepended to each)."""
 
-FORK_DURING_COMPILE = WAIT_FOR_CHILD + textwrap.dedent("""
+FORK_DURING_COMPILE = FORK_HELPERS + textwrap.dedent("""
     import os, sys, threading, time
     import simt_pto.kernels                     # the first kernel use: installs the at-fork handlers
     from numba import njit
     from numba.core.compiler_lock import global_compiler_lock
 
-    holding = threading.Event()
-
-    def compile_elsewhere():                    # a compile running in another thread: it holds the compiler lock
-        with global_compiler_lock:
-            holding.set()
-            time.sleep(0.3)
-
-    worker = threading.Thread(target=compile_elsewhere)
-    worker.start()
-    holding.wait()
+    worker = held_elsewhere(global_compiler_lock)  # a compile running in another thread holds the compiler lock
     pid = os.fork()                             # while the lock is held
     if pid == 0:
         @njit
@@ -221,22 +226,13 @@ def test_fork_during_a_compile_gives_a_child_that_compiles():
     assert p.returncode == 0, p.stderr
 
 
-FORK_DURING_FIRST_USE = WAIT_FOR_CHILD + textwrap.dedent("""
+FORK_DURING_FIRST_USE = FORK_HELPERS + textwrap.dedent("""
     import os, sys, threading, time
     import numpy as np
     import simt_pto as pto
     from simt_pto.backend import first_use
 
-    loading = threading.Event()
-
-    def first_use_elsewhere():                  # another thread's first use: it holds the lock while it loads
-        with first_use:
-            loading.set()
-            time.sleep(0.3)
-
-    worker = threading.Thread(target=first_use_elsewhere)
-    worker.start()
-    loading.wait()
+    worker = held_elsewhere(first_use)          # another thread's first use holds the lock while it loads
     assert "simt_pto.kernels" not in sys.modules  # (the kernels' own fork guard is not installed yet)
     started = time.monotonic()
     pid = os.fork()                             # while the lock is held
