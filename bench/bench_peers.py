@@ -295,7 +295,7 @@ def row_gather(rng, n, dtype, torch, repeat, cols=ROW_COLS):
     out.update(run_pairs(ours_into, {"copy": copy_into, "row read": read}, repeat))
     # the bound itself: the read against the copy in the same rounds ("read bound": its ours_ms is the read's time,
     # its ratio copy time / read time, the most a gather of these rows can reach of the copy's rate)
-    out["read bound"] = paired_times(read, copy_into, repeat, METHOD)
+    out.update(run_pairs(read, {"read bound": copy_into}, repeat))
     return out
 
 
@@ -540,8 +540,6 @@ LOOP_PEERS = {
 def copy_gbps(n: int, dtype: str, ms: float) -> float:
     """The plain copy's rate in GB/s, reads and writes counted: ``n`` elements of ``dtype`` in ``ms``."""
     return 2 * n * np.dtype(dtype).itemsize / (ms * 1e-3) / 1e9
-
-
 
 
 def markdown(rows: list[dict], sizes: list[int], dtypes: list[str], ops: list[str], torch_present: bool,
